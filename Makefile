@@ -1,0 +1,36 @@
+# Two commands set up a fresh machine: `make run` (whole stack) and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: run test lint fmt setup bench loadtest clean
+
+run: setup
+	$(BIN)/timeline run
+
+test: setup lint
+	$(BIN)/pytest
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+fmt: setup
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+setup: $(VENV)/.installed node_modules/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev,load]'
+	touch $@
+
+node_modules/.installed: package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+clean:
+	rm -rf $(VENV) node_modules .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,58 @@
+"""The application factory: storage clients live in ``cleanup_ctx``, opened and closed once."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+
+from api.keys import OPENAPI_KEY, SERVICE_KEY, SETTINGS_KEY, STORAGE_KEY
+from api.middleware import error_middleware, metrics_middleware
+from api.openapi import build_openapi
+from api.routes import OPERATIONS
+from timeline.config import Settings
+from timeline.queue import FanoutQueue
+from timeline.ratelimit import PostRateLimiter
+from timeline.repositories import Repositories
+from timeline.service import TimelineService
+from timeline.storage import Storage
+from timeline.tokens import TokenSigner
+
+API_VERSION = "1.0.0"
+
+
+def create_app(settings: Settings, connection_string: str) -> web.Application:
+    app = web.Application(
+        middlewares=[metrics_middleware, error_middleware],
+        client_max_size=settings.max_body_bytes,
+    )
+    app[SETTINGS_KEY] = settings
+    app[OPENAPI_KEY] = build_openapi(
+        OPERATIONS,
+        title="Timeline fan-out service",
+        version=API_VERSION,
+        page_size=settings.page_size,
+    )
+    for operation in OPERATIONS:
+        operation.add_to(app)
+
+    async def storage_ctx(app: web.Application) -> AsyncIterator[None]:
+        async with Storage(connection_string, settings.storage_options()) as storage:
+            app[STORAGE_KEY] = storage
+            app[SERVICE_KEY] = _build_service(settings, storage)
+            yield
+
+    app.cleanup_ctx.append(storage_ctx)
+    return app
+
+
+def _build_service(settings: Settings, storage: Storage) -> TimelineService:
+    limiter = PostRateLimiter(settings.posts_per_minute) if settings.posts_per_minute else None
+    return TimelineService(
+        Repositories.on(storage),
+        FanoutQueue(storage),
+        TokenSigner(settings.secret_bytes(), token_ttl_s=settings.token_ttl_s),
+        page_size=settings.page_size,
+        max_post_chars=settings.max_post_chars,
+        rate_limiter=limiter,
+    )

@@ -1,0 +1,169 @@
+"""The OpenAPI 3 document, generated from the route table and the pydantic models."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
+
+from api.schemas import ErrorBody
+from timeline.keys import POST_ID_PATTERN, USER_ID_PATTERN
+
+Handler = Any
+PATH_PARAMETERS = {
+    "user_id": USER_ID_PATTERN,
+    "target": USER_ID_PATTERN,
+    "post_id": POST_ID_PATTERN,
+}
+_REF = "#/components/schemas/{model}"
+_STATUS_TEXT = {
+    400: "invalid input",
+    401: "missing, invalid or expired bearer token",
+    403: "the token's user may not do this",
+    404: "unknown user or post",
+    409: "conflict with existing state",
+    413: "request body too large",
+    415: "request body is not JSON",
+    429: "rate limited (see Retry-After)",
+    503: "storage unavailable (see Retry-After)",
+}
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One route: how aiohttp dispatches it and how OpenAPI describes it."""
+
+    method: str
+    path: str
+    handler: Handler
+    summary: str
+    status: int = 200
+    response: type[BaseModel] | None = None
+    request: type[BaseModel] | None = None
+    auth: bool = False
+    paged: bool = False
+    errors: tuple[int, ...] = ()
+    headers: dict[str, str] = field(default_factory=dict)
+    raw_content_type: str | None = None
+
+    def add_to(self, app: web.Application) -> None:
+        app.router.add_route(self.method, self.path, self.handler, name=self.operation_id)
+
+    @property
+    def operation_id(self) -> str:
+        return self.handler.__name__  # type: ignore[no-any-return]
+
+
+def build_openapi(
+    operations: list[Operation], *, title: str, version: str, page_size: int
+) -> dict[str, Any]:
+    models: set[type[BaseModel]] = {ErrorBody}
+    for operation in operations:
+        models.update(m for m in (operation.request, operation.response) if m is not None)
+    _, definitions = models_json_schema(
+        [(model, "validation") for model in sorted(models, key=lambda m: m.__name__)],
+        ref_template=_REF,
+    )
+    paths: dict[str, dict[str, Any]] = {}
+    for operation in operations:
+        paths.setdefault(operation.path, {})[operation.method.lower()] = _describe(
+            operation, page_size
+        )
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": title, "version": version},
+        "paths": paths,
+        "components": {
+            "schemas": definitions.get("$defs", {}),
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+    }
+
+
+def _describe(operation: Operation, page_size: int) -> dict[str, Any]:
+    described: dict[str, Any] = {
+        "operationId": operation.operation_id,
+        "summary": operation.summary,
+        "parameters": _parameters(operation, page_size),
+        "responses": _responses(operation),
+    }
+    if operation.auth:
+        described["security"] = [{"bearer": []}]
+    if operation.request is not None:
+        described["requestBody"] = {
+            "required": True,
+            "content": {"application/json": {"schema": _ref(operation.request)}},
+        }
+    return described
+
+
+def _parameters(operation: Operation, page_size: int) -> list[dict[str, Any]]:
+    parameters = [
+        {
+            "name": name,
+            "in": "path",
+            "required": True,
+            "schema": {"type": "string", "pattern": pattern},
+        }
+        for name, pattern in PATH_PARAMETERS.items()
+        if f"{{{name}}}" in operation.path
+    ]
+    if operation.paged:
+        parameters += [
+            {
+                "name": "limit",
+                "in": "query",
+                "required": False,
+                "schema": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": page_size,
+                    "default": page_size,
+                },
+            },
+            {
+                "name": "continuation",
+                "in": "query",
+                "required": False,
+                "schema": {"type": "string"},
+            },
+        ]
+    return parameters
+
+
+def _responses(operation: Operation) -> dict[str, Any]:
+    success: dict[str, Any] = {"description": operation.summary}
+    if operation.response is not None:
+        success["content"] = {"application/json": {"schema": _ref(operation.response)}}
+    elif operation.raw_content_type is not None:
+        success["content"] = {operation.raw_content_type: {"schema": {"type": "string"}}}
+    if operation.headers:
+        success["headers"] = {
+            name: {"description": text, "schema": {"type": "string"}}
+            for name, text in operation.headers.items()
+        }
+    responses: dict[str, Any] = {str(operation.status): success}
+    for status in sorted({*operation.errors, *_implied_errors(operation)}):
+        responses[str(status)] = {
+            "description": _STATUS_TEXT[status],
+            "content": {"application/json": {"schema": _ref(ErrorBody)}},
+        }
+    return responses
+
+
+def _implied_errors(operation: Operation) -> set[int]:
+    implied = {503}
+    if operation.auth:
+        implied |= {401, 403}
+    if operation.request is not None:
+        implied |= {400, 413, 415}
+    if operation.paged or "{" in operation.path:
+        implied |= {400}
+    return implied
+
+
+def _ref(model: type[BaseModel]) -> dict[str, str]:
+    return {"$ref": _REF.format(model=model.__name__)}

@@ -1,0 +1,222 @@
+"""Handlers and the route table; OpenAPI and the router are both built from ``OPERATIONS``."""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+import orjson
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import BaseModel, ValidationError
+
+from api import schemas
+from api.keys import OPENAPI_KEY, SERVICE_KEY, SETTINGS_KEY, STORAGE_KEY
+from api.openapi import Operation
+from api.responses import json_response
+from timeline.errors import (
+    AuthenticationError,
+    InvalidInputError,
+    PayloadTooLargeError,
+    StorageUnavailableError,
+    UnsupportedMediaTypeError,
+)
+from timeline.service import PageOut, TimelineService
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _service(request: web.Request) -> TimelineService:
+    return request.app[SERVICE_KEY]
+
+
+def _actor(request: web.Request) -> str:
+    """The user the bearer token acts as; verified by signature alone, no storage read."""
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    if not token:
+        raise AuthenticationError("send 'Authorization: Bearer <token>'", code="missing_token")
+    if scheme.lower() != "bearer":
+        raise AuthenticationError("only Bearer tokens are accepted", code="invalid_token")
+    return _service(request).authenticate(token.strip())
+
+
+async def _body(request: web.Request, model: type[M]) -> M:
+    if request.content_type != "application/json":
+        raise UnsupportedMediaTypeError("send the body as application/json")
+    try:
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise PayloadTooLargeError(
+            f"request bodies are limited to {request.app[SETTINGS_KEY].max_body_bytes} bytes"
+        ) from None
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise InvalidInputError("the body is not valid UTF-8 JSON", code="invalid_json") from None
+    if not isinstance(data, dict):
+        raise InvalidInputError("the body must be a JSON object", code="invalid_body")
+    try:
+        return model.model_validate(data)
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "body"
+        raise InvalidInputError(f"{where}: {first['msg']}", code="invalid_body") from None
+
+
+def _limit(request: web.Request) -> int | None:
+    raw = request.query.get("limit")
+    if raw is None:
+        return None
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 6):
+        raise InvalidInputError("limit must be a whole number", code="invalid_limit")
+    return int(raw)
+
+
+def _continuation(request: web.Request) -> str | None:
+    return request.query.get("continuation") or None
+
+
+def _page(page: PageOut) -> web.Response:
+    return json_response({"items": page.items, "continuation": page.continuation})
+
+
+async def register(request: web.Request) -> web.Response:
+    body = await _body(request, schemas.RegisterRequest)
+    user, token = await _service(request).register(body.user_id, body.display_name)
+    return json_response(
+        {"user_id": user.user_id, "display_name": user.display_name, "token": token},
+        status=201,
+        headers={"Location": f"/users/{user.user_id}"},
+    )
+
+
+async def get_user(request: web.Request) -> web.Response:
+    user = await _service(request).profile(request.match_info["user_id"])
+    return json_response(user.to_json())
+
+
+async def create_post(request: web.Request) -> web.Response:
+    actor = _actor(request)
+    body = await _body(request, schemas.PostRequest)
+    author = request.match_info["user_id"]
+    post = await _service(request).create_post(actor, author, body.text)
+    return json_response(
+        post.to_json(), status=202, headers={"Location": f"/users/{author}/posts/{post.post_id}"}
+    )
+
+
+async def list_posts(request: web.Request) -> web.Response:
+    page = await _service(request).author_posts(
+        request.match_info["user_id"], _limit(request), _continuation(request)
+    )
+    return _page(page)
+
+
+async def get_post(request: web.Request) -> web.Response:
+    post = await _service(request).get_post(
+        request.match_info["user_id"], request.match_info["post_id"]
+    )
+    return json_response(post.to_json())
+
+
+async def delete_post(request: web.Request) -> web.Response:
+    await _service(request).delete_post(
+        _actor(request), request.match_info["user_id"], request.match_info["post_id"]
+    )
+    return web.Response(status=204)
+
+
+async def follow(request: web.Request) -> web.Response:
+    await _service(request).follow(
+        _actor(request), request.match_info["user_id"], request.match_info["target"]
+    )
+    return web.Response(status=204)
+
+
+async def unfollow(request: web.Request) -> web.Response:
+    await _service(request).unfollow(
+        _actor(request), request.match_info["user_id"], request.match_info["target"]
+    )
+    return web.Response(status=204)
+
+
+async def list_followers(request: web.Request) -> web.Response:
+    page = await _service(request).followers(
+        request.match_info["user_id"], _limit(request), _continuation(request)
+    )
+    return _page(page)
+
+
+async def list_following(request: web.Request) -> web.Response:
+    page = await _service(request).following(
+        request.match_info["user_id"], _limit(request), _continuation(request)
+    )
+    return _page(page)
+
+
+async def home_timeline(request: web.Request) -> web.Response:
+    actor = _actor(request)
+    page = await _service(request).home_timeline(
+        actor, request.match_info["user_id"], _limit(request), _continuation(request)
+    )
+    return _page(page)
+
+
+async def healthz(_request: web.Request) -> web.Response:
+    return json_response({"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    missing = await request.app[STORAGE_KEY].missing_resources()
+    if missing:
+        raise StorageUnavailableError(
+            f"storage is reachable but missing {', '.join(missing)}: run `timeline init`",
+            retry_after=5,
+            code="not_ready",
+        )
+    return json_response({"status": "ready"})
+
+
+async def metrics(_request: web.Request) -> web.Response:
+    return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def openapi(request: web.Request) -> web.Response:
+    return json_response(request.app[OPENAPI_KEY])
+
+
+OPERATIONS = [
+    Operation("POST", "/users", register, "Register a user", status=201,
+              request=schemas.RegisterRequest, response=schemas.Registered, errors=(409,),
+              headers={"Location": "the new user's profile"}),
+    Operation("GET", "/users/{user_id}", get_user, "A user's profile with counts",
+              response=schemas.Profile, errors=(404,)),
+    Operation("POST", "/users/{user_id}/posts", create_post, "Publish a post", status=202,
+              request=schemas.PostRequest, response=schemas.PostOut, auth=True, errors=(429,),
+              headers={"Location": "the new post"}),
+    Operation("GET", "/users/{user_id}/posts", list_posts, "A user's own posts, newest first",
+              response=schemas.PostPage, paged=True, errors=(404,)),
+    Operation("GET", "/users/{user_id}/posts/{post_id}", get_post, "One post",
+              response=schemas.PostOut, errors=(404,)),
+    Operation("DELETE", "/users/{user_id}/posts/{post_id}", delete_post,
+              "Delete a post (removed from timelines asynchronously)", status=204, auth=True,
+              errors=(404,)),
+    Operation("PUT", "/users/{user_id}/following/{target}", follow,
+              "Follow a user (idempotent; their recent posts are backfilled)", status=204,
+              auth=True, errors=(404,)),
+    Operation("DELETE", "/users/{user_id}/following/{target}", unfollow,
+              "Unfollow a user (idempotent; their posts are purged)", status=204, auth=True),
+    Operation("GET", "/users/{user_id}/followers", list_followers, "Who follows the user",
+              response=schemas.EdgePage, paged=True, errors=(404,)),
+    Operation("GET", "/users/{user_id}/following", list_following, "Whom the user follows",
+              response=schemas.EdgePage, paged=True, errors=(404,)),
+    Operation("GET", "/users/{user_id}/timeline", home_timeline,
+              "The user's home timeline, newest first", response=schemas.PostPage, auth=True,
+              paged=True),
+    Operation("GET", "/healthz", healthz, "The process is alive", response=schemas.Status),
+    Operation("GET", "/readyz", readyz, "Storage is reachable and initialised",
+              response=schemas.Status),
+    Operation("GET", "/metrics", metrics, "Prometheus metrics",
+              raw_content_type="text/plain"),
+    Operation("GET", "/openapi.json", openapi, "This document",
+              raw_content_type="application/json"),
+]  # fmt: skip

@@ -1,0 +1,71 @@
+"""Request and response bodies: validation and the OpenAPI schemas come from these models."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from timeline.keys import POST_ID_PATTERN, USER_ID_PATTERN
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class RegisterRequest(_Body):
+    user_id: str = Field(json_schema_extra={"pattern": USER_ID_PATTERN})
+    display_name: str | None = Field(
+        default=None, description="1-64 characters; defaults to the id"
+    )
+
+
+class PostRequest(_Body):
+    text: str = Field(description="1 to TIMELINE_MAX_POST_CHARS (280) characters after trimming")
+
+
+class Registered(_Body):
+    user_id: str
+    display_name: str
+    token: str = Field(description="bearer token for the Authorization header")
+
+
+class Profile(_Body):
+    user_id: str
+    display_name: str
+    followers: int
+    following: int
+    posts: int
+
+
+class PostOut(_Body):
+    post_id: str = Field(json_schema_extra={"pattern": POST_ID_PATTERN})
+    author: str
+    text: str
+    created_at: str = Field(description="RFC 3339 UTC with microseconds")
+
+
+class EdgeOut(_Body):
+    user_id: str
+    since: str = Field(description="RFC 3339 UTC with microseconds")
+
+
+class PostPage(_Body):
+    items: list[PostOut]
+    continuation: str | None = Field(description="pass back to get the next page; null at the end")
+
+
+class EdgePage(_Body):
+    items: list[EdgeOut]
+    continuation: str | None = Field(description="pass back to get the next page; null at the end")
+
+
+class Status(_Body):
+    status: str
+
+
+class ErrorDetail(_Body):
+    code: str
+    message: str
+
+
+class ErrorBody(_Body):
+    error: ErrorDetail

@@ -1,0 +1,3 @@
+from fanout_worker.main import main
+
+main()

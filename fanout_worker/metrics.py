@@ -1,0 +1,9 @@
+"""Prometheus metrics of the fan-out worker."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge
+
+MESSAGES = Counter("fanout_messages_total", "Fan-out messages handled", ["type", "outcome"])
+POISONED = Counter("fanout_poisoned_total", "Messages moved to the poison queue", ["reason"])
+IN_FLIGHT = Gauge("fanout_in_flight_messages", "Messages being worked on")

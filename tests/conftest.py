@@ -1,0 +1,116 @@
+"""Fixtures: a real Azurite per test session, the app on aiohttp's test server, a real worker."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from api.app import create_app
+from fanout_worker.worker import Worker
+from timeline.azurite import Azurite
+from timeline.config import Settings
+from timeline.queue import FanoutQueue
+from timeline.repositories import Repositories
+from timeline.storage import Storage
+
+TEST_SECRET = "test-secret-not-for-production"
+
+
+def make_settings(connection_string: str, data_dir: Path, **overrides: Any) -> Settings:
+    values: dict[str, Any] = {
+        "storage_connection_string": connection_string,
+        "data_dir": data_dir,
+        "auth_secret": TEST_SECRET,
+        "posts_per_minute": 0,
+        "storage_timeout_s": 5.0,
+        "worker_idle_sleep_s": 0.05,
+        "worker_visibility_timeout_s": 10,
+        "worker_shutdown_grace_s": 5.0,
+    }
+    values.update(overrides)
+    return Settings(**values)
+
+
+def unique(prefix: str = "u") -> str:
+    """A user id no other test uses, so tests share one storage without interfering."""
+    return f"{prefix}-{secrets.token_hex(5)}"
+
+
+async def eventually(
+    check: Callable[[], Awaitable[bool]], *, timeout_s: float = 30.0, what: str = "condition"
+) -> None:
+    """Poll ``check`` until it holds: fan-out is asynchronous by contract."""
+    deadline = time.monotonic() + timeout_s
+    while not await check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+@pytest.fixture(scope="session")
+def azurite() -> Iterator[Azurite]:
+    server = Azurite(location=None)
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def settings(azurite: Azurite, tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    return make_settings(azurite.connection_string, tmp_path_factory.mktemp("data"))
+
+
+@pytest.fixture(scope="session")
+async def storage(settings: Settings) -> AsyncIterator[Storage]:
+    async with Storage(settings.connection_string(), settings.storage_options()) as opened:
+        await opened.create_all()
+        yield opened
+
+
+@pytest.fixture(scope="session")
+def repos(storage: Storage) -> Repositories:
+    return Repositories.on(storage)
+
+
+@pytest.fixture(scope="session")
+def queue(storage: Storage) -> FanoutQueue:
+    return FanoutQueue(storage)
+
+
+@contextlib.asynccontextmanager
+async def api_client(settings: Settings) -> AsyncIterator[TestClient[Any, Any]]:
+    app = create_app(settings, settings.connection_string())
+    async with TestClient(TestServer(app)) as client:
+        yield client
+
+
+@pytest.fixture(scope="session")
+async def client(settings: Settings, storage: Storage) -> AsyncIterator[TestClient[Any, Any]]:
+    async with api_client(settings) as opened:
+        yield opened
+
+
+@contextlib.asynccontextmanager
+async def running_worker(settings: Settings) -> AsyncIterator[Worker]:
+    worker = Worker(settings, settings.connection_string())
+    task = asyncio.create_task(worker.async_run())
+    try:
+        yield worker
+    finally:
+        worker.stop()
+        await asyncio.wait_for(task, 30)
+
+
+@pytest.fixture(scope="session")
+async def worker(settings: Settings, storage: Storage) -> AsyncIterator[Worker]:
+    """One real worker consuming the session's queue for every flow test."""
+    async with running_worker(settings) as running:
+        yield running

@@ -1,0 +1,96 @@
+"""A small typed client for the REST API, checking every body against its documented model."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import ClientResponse
+from aiohttp.test_utils import TestClient
+from pydantic import BaseModel
+
+from api import schemas
+
+
+async def body_of(response: ClientResponse, model: type[BaseModel] | None = None) -> Any:
+    """The JSON body; validated strictly against ``model`` (the OpenAPI source) if given."""
+    data = await response.json()
+    if model is not None:
+        model.model_validate(data)
+    return data
+
+
+async def error_of(response: ClientResponse, status: int) -> str:
+    """Assert an error response of ``status`` with the contract's body; return its code."""
+    assert response.status == status, await response.text()
+    data = await body_of(response, schemas.ErrorBody)
+    assert data["error"]["message"]
+    return str(data["error"]["code"])
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+class Api:
+    def __init__(self, client: TestClient[Any, Any]) -> None:
+        self.client = client
+
+    async def register(self, user_id: str, display_name: str | None = None) -> str:
+        payload: dict[str, Any] = {"user_id": user_id}
+        if display_name is not None:
+            payload["display_name"] = display_name
+        response = await self.client.post("/users", json=payload)
+        assert response.status == 201, await response.text()
+        return str((await body_of(response, schemas.Registered))["token"])
+
+    async def post(self, user_id: str, token: str, text: str) -> dict[str, Any]:
+        response = await self.client.post(
+            f"/users/{user_id}/posts", json={"text": text}, headers=bearer(token)
+        )
+        assert response.status == 202, await response.text()
+        data: dict[str, Any] = await body_of(response, schemas.PostOut)
+        return data
+
+    async def follow(self, user_id: str, token: str, target: str) -> None:
+        response = await self.client.put(
+            f"/users/{user_id}/following/{target}", headers=bearer(token)
+        )
+        assert response.status == 204, await response.text()
+
+    async def unfollow(self, user_id: str, token: str, target: str) -> None:
+        response = await self.client.delete(
+            f"/users/{user_id}/following/{target}", headers=bearer(token)
+        )
+        assert response.status == 204, await response.text()
+
+    async def timeline(
+        self, user_id: str, token: str, *, limit: int | None = None, continuation: str | None = None
+    ) -> dict[str, Any]:
+        params: dict[str, str] = {}
+        if limit is not None:
+            params["limit"] = str(limit)
+        if continuation is not None:
+            params["continuation"] = continuation
+        response = await self.client.get(
+            f"/users/{user_id}/timeline", params=params, headers=bearer(token)
+        )
+        assert response.status == 200, await response.text()
+        data: dict[str, Any] = await body_of(response, schemas.PostPage)
+        return data
+
+    async def timeline_ids(self, user_id: str, token: str) -> list[str]:
+        """Every post id on the whole timeline, following continuations to the end."""
+        ids: list[str] = []
+        continuation: str | None = None
+        while True:
+            page = await self.timeline(user_id, token, continuation=continuation)
+            ids.extend(item["post_id"] for item in page["items"])
+            continuation = page["continuation"]
+            if continuation is None:
+                return ids
+
+    async def profile(self, user_id: str) -> dict[str, Any]:
+        response = await self.client.get(f"/users/{user_id}")
+        assert response.status == 200, await response.text()
+        data: dict[str, Any] = await body_of(response, schemas.Profile)
+        return data

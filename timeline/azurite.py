@@ -1,0 +1,152 @@
+"""The embedded storage: the pinned Azurite from ``node_modules``, on loopback, free ports."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+from timeline.errors import ConfigurationError
+
+log = logging.getLogger(__name__)
+
+ACCOUNT = "devstoreaccount1"
+ACCOUNT_KEY = (
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+)
+"""Azurite's fixed, public development key."""
+HOST = "127.0.0.1"
+
+
+def connection_string(ports: tuple[int, int, int]) -> str:
+    blob, queue, table = ports
+    return (
+        f"DefaultEndpointsProtocol=http;AccountName={ACCOUNT};AccountKey={ACCOUNT_KEY};"
+        f"BlobEndpoint=http://{HOST}:{blob}/{ACCOUNT};"
+        f"QueueEndpoint=http://{HOST}:{queue}/{ACCOUNT};"
+        f"TableEndpoint=http://{HOST}:{table}/{ACCOUNT};"
+    )
+
+
+def free_ports(count: int) -> tuple[int, ...]:
+    """Ports the OS reports free on loopback right now."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind((HOST, 0))
+        return tuple(sock.getsockname()[1] for sock in sockets)
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def find_node_modules(start: Path | None = None) -> Path:
+    """The ``node_modules`` holding Azurite: from the working directory up, then beside the code."""
+    candidates = [start or Path.cwd(), Path(__file__).resolve().parent.parent]
+    for base in candidates:
+        for folder in (base, *base.parents):
+            if (folder / "node_modules" / "azurite").is_dir():
+                return folder / "node_modules"
+    raise ConfigurationError(
+        "Azurite is not installed: run `npm ci` in the project (`make run` does it) "
+        "or set TIMELINE_STORAGE_CONNECTION_STRING"
+    )
+
+
+class Azurite:
+    """One Azurite process: durable under ``location``, or in memory when it is None."""
+
+    def __init__(
+        self,
+        *,
+        location: Path | None,
+        ports: tuple[int, int, int] | None = None,
+        start_timeout_s: float = 30.0,
+    ) -> None:
+        self.location = location
+        picked = free_ports(3)
+        self.ports = ports or (picked[0], picked[1], picked[2])
+        self._start_timeout_s = start_timeout_s
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def connection_string(self) -> str:
+        return connection_string(self.ports)
+
+    def command(self) -> list[str]:
+        modules = find_node_modules()
+        local_node = modules / ".bin" / "node"
+        node = str(local_node) if local_node.exists() else "node"
+        blob, queue, table = self.ports
+        storage = ["--location", str(self.location)] if self.location else ["--inMemoryPersistence"]
+        return [
+            node,
+            str(modules / "azurite" / "dist" / "src" / "azurite.js"),
+            "--disableTelemetry",
+            "--silent",
+            "--skipApiVersionCheck",
+            "--loose",
+            *storage,
+            "--blobHost", HOST, "--blobPort", str(blob),
+            "--queueHost", HOST, "--queuePort", str(queue),
+            "--tableHost", HOST, "--tablePort", str(table),
+        ]  # fmt: skip
+
+    def start(self) -> str:
+        """Start Azurite and wait until its queue and table ports answer; return its
+        connection string."""
+        if self.location is not None:
+            self.location.mkdir(parents=True, exist_ok=True)
+        self._process = subprocess.Popen(  # noqa: S603 - a fixed command line
+            self.command(),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + self._start_timeout_s
+        while not all(_accepts(port) for port in self.ports[1:]):
+            if self._process.poll() is not None:
+                raise ConfigurationError(
+                    f"Azurite exited at start (code {self._process.returncode})"
+                )
+            if time.monotonic() > deadline:
+                self.stop()
+                raise ConfigurationError("Azurite did not start listening in time")
+            time.sleep(0.05)
+        log.info("Azurite listening on %s (blob, queue, table)", self.ports)
+        return self.connection_string
+
+    def stop(self, timeout_s: float = 15.0) -> None:
+        """SIGTERM (Azurite flushes its files), then SIGKILL if it does not exit in time."""
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would: for fault tests."""
+        if self._process is not None:
+            os.kill(self._process.pid, signal.SIGKILL)
+            self._process.wait()
+            self._process = None
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+
+def _accepts(port: int) -> bool:
+    try:
+        with socket.create_connection((HOST, port), timeout=0.2):
+            return True
+    except OSError:
+        return False

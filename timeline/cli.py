@@ -1,0 +1,122 @@
+"""``timeline``: the admin command line (init, token, stats, poison, run)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from collections.abc import Awaitable, Callable
+
+from timeline.config import Settings
+from timeline.errors import TimelineError
+from timeline.queue import FanoutQueue
+from timeline.repositories import UsersRepository
+from timeline.stack import Stack, init_storage
+from timeline.storage import TABLES, Storage, query_page
+from timeline.tokens import TokenSigner
+
+
+async def _with_storage(settings: Settings, action: Callable[[Storage], Awaitable[None]]) -> None:
+    async with Storage(settings.connection_string(), settings.storage_options()) as storage:
+        await action(storage)
+
+
+def cmd_init(settings: Settings, _args: argparse.Namespace) -> None:
+    asyncio.run(init_storage(settings.connection_string(), settings))
+    print("tables and queues are ready")
+
+
+def cmd_token(settings: Settings, args: argparse.Namespace) -> None:
+    async def check_user(storage: Storage) -> None:
+        if not await UsersRepository(storage).exists(args.user):
+            raise TimelineError(f"user {args.user!r} does not exist", code="user_not_found")
+
+    asyncio.run(_with_storage(settings, check_user))
+    print(
+        TokenSigner(settings.secret_bytes(), token_ttl_s=settings.token_ttl_s).mint_bearer(
+            args.user
+        )
+    )
+
+
+def cmd_stats(settings: Settings, _args: argparse.Namespace) -> None:
+    async def stats(storage: Storage) -> None:
+        work, poison = await FanoutQueue(storage).depth()
+        print(f"queue fanout: {work}")
+        print(f"queue fanout-poison: {poison}")
+        for table in TABLES:
+            print(f"table {table}: {await _count(storage, table)}")
+
+    asyncio.run(_with_storage(settings, stats))
+
+
+async def _count(storage: Storage, table: str) -> int:
+    """Entities in a whole table (a full scan, fine for an admin command)."""
+    client = storage.table(table, "")
+    total, continuation = 0, None
+    while True:
+        async with storage.guard():
+            page = await query_page(
+                client, "", {}, select=["RowKey"], limit=1000, continuation=continuation
+            )
+        total += len(page.items)
+        continuation = page.continuation
+        if continuation is None:
+            return total
+
+
+def cmd_poison_list(settings: Settings, args: argparse.Namespace) -> None:
+    async def show(storage: Storage) -> None:
+        for message in await FanoutQueue(storage).peek_poison(args.count):
+            print(
+                f"{message.message_id}\t{message.dequeue_count}\t{message.reason}\t{message.content}"
+            )
+
+    asyncio.run(_with_storage(settings, show))
+
+
+def cmd_poison_requeue(settings: Settings, args: argparse.Namespace) -> None:
+    async def requeue(storage: Storage) -> None:
+        moved = await FanoutQueue(storage).requeue_poison(args.count)
+        print(f"requeued {moved} message(s)")
+
+    asyncio.run(_with_storage(settings, requeue))
+
+
+def cmd_run(settings: Settings, _args: argparse.Namespace) -> None:
+    sys.exit(Stack(settings).run())
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="timeline", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("init", help="create tables and queues").set_defaults(func=cmd_init)
+    token = commands.add_parser("token", help="mint a bearer token for an existing user")
+    token.add_argument("user")
+    token.set_defaults(func=cmd_token)
+    commands.add_parser("stats", help="queue depths and table counts").set_defaults(func=cmd_stats)
+    commands.add_parser("run", help="run storage, API and worker").set_defaults(func=cmd_run)
+    poison = commands.add_parser("poison", help="inspect or requeue failed messages")
+    poison_commands = poison.add_subparsers(dest="poison_command", required=True)
+    listing = poison_commands.add_parser("list", help="show poison messages with their reasons")
+    listing.add_argument("--count", type=int, default=32, choices=range(1, 33), metavar="1..32")
+    listing.set_defaults(func=cmd_poison_list)
+    requeue = poison_commands.add_parser("requeue", help="move poison messages back to work")
+    requeue.add_argument("--count", type=int, default=32, choices=range(1, 33), metavar="1..32")
+    requeue.set_defaults(func=cmd_poison_requeue)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        args.func(Settings(), args)
+    except TimelineError as error:
+        print(f"timeline: {error.message}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

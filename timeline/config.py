@@ -1,0 +1,100 @@
+"""Typed settings, read once from ``TIMELINE_*`` environment variables in ``main()``."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from timeline.errors import ConfigurationError
+from timeline.storage import StorageOptions
+
+AUTH_SECRET_FILE = "auth-secret"  # noqa: S105 - a file name, not a secret
+CONNECTION_FILE = "storage-connection-string"
+"""Written by the running embedded stack so admin commands find its Azurite."""
+
+
+class Settings(BaseSettings):
+    """Everything the API, the worker and the CLI can be configured with."""
+
+    model_config = SettingsConfigDict(env_prefix="TIMELINE_", frozen=True, extra="ignore")
+
+    storage_connection_string: str | None = None
+    data_dir: Path = Path(".data")
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=0, le=65535)
+    auth_secret: str | None = None
+    page_size: int = Field(default=250, ge=1, le=1000)
+    posts_per_minute: int = Field(default=300, ge=0)
+    azurite_ports: tuple[int, int, int] | None = None
+
+    max_post_chars: int = Field(default=280, ge=1, le=10_000)
+    token_ttl_s: int = Field(default=30 * 24 * 3600, ge=60)
+    max_body_bytes: int = Field(default=16 * 1024, ge=1024, le=1024 * 1024)
+    storage_timeout_s: float = Field(default=5.0, gt=0)
+    storage_retries: int = Field(default=2, ge=0)
+
+    worker_concurrency: int = Field(default=16, ge=1)
+    worker_visibility_timeout_s: int = Field(default=30, ge=1)
+    worker_max_deliveries: int = Field(default=5, ge=1)
+    worker_write_concurrency: int = Field(default=32, ge=1)
+    worker_idle_sleep_s: float = Field(default=0.5, ge=0)
+    worker_shutdown_grace_s: float = Field(default=10.0, ge=0)
+
+    @field_validator("azurite_ports", mode="before")
+    @classmethod
+    def _split_ports(cls, value: object) -> object:
+        """Accept ``blob,queue,table`` as one comma-separated string."""
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(","))
+        return value
+
+    @property
+    def uses_embedded_azurite(self) -> bool:
+        return self.storage_connection_string is None
+
+    def storage_options(self) -> StorageOptions:
+        return StorageOptions(timeout_s=self.storage_timeout_s, retries=self.storage_retries)
+
+    def connection_string(self) -> str:
+        """The configured storage, else the embedded Azurite of a running ``make run``."""
+        if self.storage_connection_string:
+            return self.storage_connection_string
+        published = self.data_dir / CONNECTION_FILE
+        if published.exists():
+            return published.read_text().strip()
+        raise ConfigurationError(
+            "no storage configured: set TIMELINE_STORAGE_CONNECTION_STRING, "
+            "or start the embedded stack with `make run` (`timeline run`)"
+        )
+
+    def secret_bytes(self) -> bytes:
+        """The HMAC key: the configured one, or the one generated once under ``data_dir``."""
+        if self.auth_secret:
+            return self.auth_secret.encode()
+        return load_or_create_secret(self.data_dir).encode()
+
+
+def load_or_create_secret(data_dir: Path) -> str:
+    """Return the secret stored under ``data_dir``, creating it (mode 0600) on first use.
+
+    The new secret is written to a private temporary file and hard-linked into place, so a
+    concurrent reader sees either no file or the whole secret, and only one secret ever wins.
+    """
+    path = data_dir / AUTH_SECRET_FILE
+    if not path.exists():
+        data_dir.mkdir(parents=True, exist_ok=True)
+        staging = data_dir / f".{AUTH_SECRET_FILE}.{os.getpid()}.{secrets.token_hex(4)}"
+        fd = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(secrets.token_urlsafe(32))
+        try:
+            os.link(staging, path)
+        except FileExistsError:
+            pass
+        finally:
+            staging.unlink()
+    return path.read_text().strip()

@@ -1,0 +1,121 @@
+"""The domain records and their table-entity shapes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Generic, TypeVar
+
+from timeline.keys import (
+    format_time,
+    post_id_from_row_key,
+    post_id_ticks,
+    post_row_key,
+    ticks_to_datetime,
+)
+
+T = TypeVar("T")
+
+PROFILE_ROW_KEY = "profile"
+POST_SELECT = ["RowKey", "author", "text"]
+"""The only properties a post or timeline page needs: the rest derives from the row key."""
+
+
+@dataclass(frozen=True, slots=True)
+class Post:
+    post_id: str
+    author: str
+    text: str
+
+    @property
+    def row_key(self) -> str:
+        return post_row_key(self.post_id)
+
+    @property
+    def created_at(self) -> datetime:
+        return ticks_to_datetime(post_id_ticks(self.post_id))
+
+    def to_entity(self, partition_key: str) -> dict[str, Any]:
+        """The same shape in ``posts`` (keyed by author) and ``timelines`` (keyed by owner)."""
+        return {
+            "PartitionKey": partition_key,
+            "RowKey": self.row_key,
+            "author": self.author,
+            "text": self.text,
+        }
+
+    @classmethod
+    def from_entity(cls, entity: dict[str, Any]) -> Post:
+        return cls(
+            post_id=post_id_from_row_key(entity["RowKey"]),
+            author=entity["author"],
+            text=entity["text"],
+        )
+
+    def to_json(self) -> dict[str, str]:
+        return {
+            "post_id": self.post_id,
+            "author": self.author,
+            "text": self.text,
+            "created_at": format_time(self.created_at),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class User:
+    user_id: str
+    display_name: str
+    created_at: datetime
+    followers: int = 0
+    following: int = 0
+    posts: int = 0
+
+    def to_entity(self) -> dict[str, Any]:
+        return {
+            "PartitionKey": self.user_id,
+            "RowKey": PROFILE_ROW_KEY,
+            "display_name": self.display_name,
+            "created_at": self.created_at,
+            "followers": self.followers,
+            "following": self.following,
+            "posts": self.posts,
+        }
+
+    @classmethod
+    def from_entity(cls, entity: dict[str, Any]) -> User:
+        return cls(
+            user_id=entity["PartitionKey"],
+            display_name=entity["display_name"],
+            created_at=entity["created_at"],
+            followers=int(entity.get("followers", 0)),
+            following=int(entity.get("following", 0)),
+            posts=int(entity.get("posts", 0)),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "user_id": self.user_id,
+            "display_name": self.display_name,
+            "followers": self.followers,
+            "following": self.following,
+            "posts": self.posts,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Edge:
+    """One side of a follow: the other user's id and when the follow began."""
+
+    user_id: str
+    since: datetime
+
+    def to_json(self) -> dict[str, str]:
+        return {"user_id": self.user_id, "since": format_time(self.since)}
+
+
+@dataclass(frozen=True, slots=True)
+class Page(Generic[T]):
+    """One storage query's worth of items and the raw storage continuation, if any."""
+
+    items: list[T]
+    continuation: dict[str, str] | None

@@ -1,0 +1,89 @@
+"""One error tree for everything the service raises on purpose."""
+
+from __future__ import annotations
+
+
+class TimelineError(Exception):
+    """Base of every deliberate error; ``code`` is the machine-readable reason."""
+
+    code = "timeline_error"
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+
+
+class ConfigurationError(TimelineError):
+    """The service cannot start as configured."""
+
+    code = "configuration_error"
+
+
+class InvalidInputError(TimelineError):
+    """The client sent something malformed or out of range."""
+
+    code = "invalid_input"
+
+
+class PayloadTooLargeError(InvalidInputError):
+    """The request body is larger than the service accepts."""
+
+    code = "body_too_large"
+
+
+class UnsupportedMediaTypeError(InvalidInputError):
+    """The request body is not JSON."""
+
+    code = "unsupported_media_type"
+
+
+class AuthenticationError(TimelineError):
+    """The bearer token is missing, malformed, forged or expired."""
+
+    code = "unauthorized"
+
+
+class PermissionDeniedError(TimelineError):
+    """The token is valid but its user may not act on this resource."""
+
+    code = "forbidden"
+
+
+class NotFoundError(TimelineError):
+    """The addressed user, post or route does not exist."""
+
+    code = "not_found"
+
+
+class ConflictError(TimelineError):
+    """The request conflicts with existing state."""
+
+    code = "conflict"
+
+
+class RetryableError(TimelineError):
+    """A condition that clears by itself; ``retry_after`` says when to try again."""
+
+    def __init__(self, message: str, *, retry_after: int, code: str | None = None) -> None:
+        super().__init__(message, code=code)
+        self.retry_after = retry_after
+
+
+class RateLimitedError(RetryableError):
+    """The user posts faster than the configured limit."""
+
+    code = "rate_limited"
+
+
+class StorageUnavailableError(RetryableError):
+    """Azure Storage did not answer in time or answered with a server error."""
+
+    code = "storage_unavailable"
+
+
+class MalformedMessageError(TimelineError):
+    """A queue message cannot be decoded; retrying will never help."""
+
+    code = "malformed_message"

@@ -1,0 +1,86 @@
+"""Identifiers and row keys: .NET ticks, reversed ticks, post ids, and their validation."""
+
+from __future__ import annotations
+
+import re
+import secrets
+import time
+from datetime import UTC, datetime, timedelta
+
+from timeline.errors import InvalidInputError
+
+MAX_TICKS = 3_155_378_975_999_999_999
+"""``DateTime.MaxValue.Ticks``: reversing against it sorts newest first."""
+
+UNIX_EPOCH_TICKS = 621_355_968_000_000_000
+_DOTNET_EPOCH = datetime(1, 1, 1, tzinfo=UTC)
+
+USER_ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
+POST_ID_PATTERN = r"^[0-9a-f]{26}$"
+_USER_ID = re.compile(USER_ID_PATTERN.replace("$", r"\Z"))
+_POST_ID = re.compile(POST_ID_PATTERN.replace("$", r"\Z"))
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
+
+def now_ticks() -> int:
+    """Current UTC time as .NET ticks, at microsecond precision so it round-trips RFC 3339."""
+    return UNIX_EPOCH_TICKS + (time.time_ns() // 1_000) * 10
+
+
+def reversed_ticks(ticks: int) -> int:
+    return MAX_TICKS - ticks
+
+
+def ticks_to_datetime(ticks: int) -> datetime:
+    return _DOTNET_EPOCH + timedelta(microseconds=ticks // 10)
+
+
+def format_time(moment: datetime) -> str:
+    """RFC 3339 UTC with microseconds, e.g. ``2026-11-22T05:40:00.123456Z``."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def new_post_id(ticks: int) -> str:
+    """26 hex digits: the creation ticks, then 40 random bits; the row key derives from it."""
+    return f"{ticks:016x}{secrets.token_hex(5)}"
+
+
+def post_id_ticks(post_id: str) -> int:
+    return int(post_id[:16], 16)
+
+
+def post_row_key(post_id: str) -> str:
+    """``{reversed_ticks:019d}_{post_id}``: a plain partition query returns newest first."""
+    return f"{reversed_ticks(post_id_ticks(post_id)):019d}_{post_id}"
+
+
+def post_id_from_row_key(row_key: str) -> str:
+    return row_key.partition("_")[2]
+
+
+def validate_user_id(user_id: str) -> str:
+    if not _USER_ID.match(user_id):
+        raise InvalidInputError(
+            "user ids are 1-64 characters of A-Z, a-z, 0-9, '_' and '-'", code="invalid_user_id"
+        )
+    return user_id
+
+
+def validate_post_id(post_id: str) -> str:
+    if not _POST_ID.match(post_id):
+        raise InvalidInputError("post ids are 26 lowercase hex digits", code="invalid_post_id")
+    return post_id
+
+
+def clean_text(text: str, *, max_chars: int, field: str = "text") -> str:
+    """Trim ``text`` and check it holds 1..max_chars characters and no control characters."""
+    cleaned = text.strip()
+    if not 1 <= len(cleaned) <= max_chars:
+        raise InvalidInputError(
+            f"{field} must be 1-{max_chars} characters after trimming", code=f"invalid_{field}"
+        )
+    if _CONTROL.search(cleaned):
+        raise InvalidInputError(
+            f"{field} must not contain control characters", code=f"invalid_{field}"
+        )
+    return cleaned

@@ -1,0 +1,110 @@
+"""The ``fanout`` work queue and its ``fanout-poison`` dead-letter queue."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import orjson
+from azure.storage.queue import QueueMessage
+
+from timeline.messages import FanoutMessage, encode
+from timeline.storage import FANOUT_QUEUE, POISON_QUEUE, Storage
+
+
+@dataclass(frozen=True, slots=True)
+class PoisonedMessage:
+    message_id: str
+    reason: str
+    content: str
+    dequeue_count: int
+
+
+class FanoutQueue:
+    def __init__(self, storage: Storage) -> None:
+        self._storage = storage
+        self._queue = storage.queue(FANOUT_QUEUE)
+        self._poison = storage.queue(POISON_QUEUE)
+
+    async def send(self, message: FanoutMessage) -> None:
+        async with self._storage.guard():
+            await self._queue.send_message(encode(message))
+
+    async def send_raw(self, content: str) -> None:
+        async with self._storage.guard():
+            await self._queue.send_message(content)
+
+    async def receive(self, count: int, visibility_timeout_s: int) -> list[QueueMessage]:
+        """Lease up to ``count`` (≤ 32) messages for ``visibility_timeout_s`` seconds."""
+        async with self._storage.guard():
+            pager = self._queue.receive_messages(
+                messages_per_page=count, max_messages=count, visibility_timeout=visibility_timeout_s
+            )
+            return [message async for message in pager]
+
+    async def extend(self, message: QueueMessage, visibility_timeout_s: int) -> QueueMessage:
+        """Renew the lease; the returned message carries the new pop receipt."""
+        async with self._storage.guard():
+            updated = await self._queue.update_message(
+                message, visibility_timeout=visibility_timeout_s
+            )
+        message.pop_receipt = updated.pop_receipt
+        message.next_visible_on = updated.next_visible_on
+        return message
+
+    async def delete(self, message: QueueMessage) -> None:
+        async with self._storage.guard():
+            await self._queue.delete_message(message)
+
+    async def poison(self, message: QueueMessage, reason: str) -> None:
+        """Park ``message`` in ``fanout-poison`` with ``reason``; drop it from the work queue."""
+        record = {
+            "reason": reason,
+            "content": message.content,
+            "dequeue_count": message.dequeue_count,
+            "message_id": message.id,
+        }
+        async with self._storage.guard():
+            await self._poison.send_message(orjson.dumps(record).decode(), time_to_live=-1)
+        await self.delete(message)
+
+    async def peek_poison(self, count: int = 32) -> list[PoisonedMessage]:
+        async with self._storage.guard():
+            peeked = await self._poison.peek_messages(max_messages=count)
+        return [_parse_poison(message) for message in peeked]
+
+    async def requeue_poison(self, count: int = 32) -> int:
+        """Move up to ``count`` poison messages back onto the work queue, original content."""
+        async with self._storage.guard():
+            leased = [
+                message
+                async for message in self._poison.receive_messages(
+                    messages_per_page=count, max_messages=count, visibility_timeout=60
+                )
+            ]
+        for message in leased:
+            await self.send_raw(_parse_poison(message).content)
+            async with self._storage.guard():
+                await self._poison.delete_message(message)
+        return len(leased)
+
+    async def depth(self) -> tuple[int, int]:
+        """Approximate message counts of the work queue and the poison queue."""
+        async with self._storage.guard():
+            work = await self._queue.get_queue_properties()
+            poison = await self._poison.get_queue_properties()
+        return work.approximate_message_count or 0, poison.approximate_message_count or 0
+
+
+def _parse_poison(message: QueueMessage) -> PoisonedMessage:
+    try:
+        record = orjson.loads(message.content)
+    except orjson.JSONDecodeError:
+        record = None
+    if not isinstance(record, dict):
+        record = {"reason": "unknown", "content": message.content}
+    return PoisonedMessage(
+        message_id=str(record.get("message_id", message.id)),
+        reason=str(record.get("reason", "")),
+        content=str(record.get("content", "")),
+        dequeue_count=int(record.get("dequeue_count", 0)),
+    )

@@ -1,0 +1,383 @@
+"""Async repositories: the only code that knows table layouts and OData filters."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from azure.core import MatchConditions
+from azure.core.exceptions import ResourceExistsError, ResourceModifiedError
+from azure.data.tables import TableEntity, TableTransactionError, UpdateMode
+
+from timeline.entities import POST_SELECT, PROFILE_ROW_KEY, Edge, Page, Post, User
+from timeline.errors import ConflictError, StorageUnavailableError
+from timeline.keys import post_row_key
+from timeline.storage import (
+    POSTS,
+    SUBJECT_FOLLOWERS,
+    SUBJECT_FOLLOWING,
+    TIMELINES,
+    USERS,
+    Storage,
+    chunked,
+    query_page,
+)
+
+log = logging.getLogger(__name__)
+
+PARTITION = "PartitionKey eq @pk"
+_COUNTER_ATTEMPTS = 20
+
+
+class UsersRepository:
+    """Profiles and their follower/following/post counters in ``users``."""
+
+    def __init__(self, storage: Storage) -> None:
+        self._storage = storage
+
+    async def create(self, user: User) -> None:
+        client = self._storage.table(USERS, user.user_id)
+        async with self._storage.guard():
+            try:
+                await client.create_entity(user.to_entity())
+            except ResourceExistsError:
+                raise ConflictError(
+                    f"user {user.user_id!r} already exists", code="user_exists"
+                ) from None
+
+    async def get(self, user_id: str) -> User | None:
+        entity = await _get_entity(self._storage, USERS, user_id, PROFILE_ROW_KEY)
+        return None if entity is None else User.from_entity(entity)
+
+    async def exists(self, user_id: str) -> bool:
+        entity = await _get_entity(
+            self._storage, USERS, user_id, PROFILE_ROW_KEY, select=["RowKey"]
+        )
+        return entity is not None
+
+    async def adjust_counters(self, user_id: str, **deltas: int) -> None:
+        """Add ``deltas`` to named counters with optimistic concurrency (ETag, retried)."""
+        client = self._storage.table(USERS, user_id)
+        for _ in range(_COUNTER_ATTEMPTS):
+            entity = await _get_entity(self._storage, USERS, user_id, PROFILE_ROW_KEY)
+            if entity is None:
+                return
+            patch: dict[str, Any] = {"PartitionKey": user_id, "RowKey": PROFILE_ROW_KEY}
+            for name, delta in deltas.items():
+                patch[name] = max(0, int(entity.get(name, 0)) + delta)
+            async with self._storage.guard():
+                try:
+                    await client.update_entity(
+                        patch,
+                        mode=UpdateMode.MERGE,
+                        etag=entity.metadata["etag"],
+                        match_condition=MatchConditions.IfNotModified,
+                    )
+                except ResourceModifiedError:
+                    continue
+            return
+        raise StorageUnavailableError("too much contention on a profile", retry_after=1)
+
+
+class PostsRepository:
+    """The source of truth for posts: ``posts``, one partition per author."""
+
+    def __init__(self, storage: Storage) -> None:
+        self._storage = storage
+
+    async def add(self, post: Post) -> None:
+        client = self._storage.table(POSTS, post.author)
+        async with self._storage.guard():
+            await client.create_entity(post.to_entity(post.author))
+
+    async def get(self, author: str, post_id: str) -> Post | None:
+        entity = await _get_entity(
+            self._storage, POSTS, author, post_row_key(post_id), select=POST_SELECT
+        )
+        return None if entity is None else Post.from_entity(entity)
+
+    async def delete(self, author: str, post_id: str) -> bool:
+        """Delete the post; False when it was already gone."""
+        return await _delete_existing(self._storage, POSTS, author, post_row_key(post_id))
+
+    async def page(
+        self, author: str, limit: int, continuation: dict[str, str] | None
+    ) -> Page[Post]:
+        return await _post_page(self._storage, POSTS, author, limit, continuation)
+
+    async def surviving(self, author: str, posts: list[Post]) -> set[str]:
+        """The ids among ``posts`` (newest first, as stored) that still exist."""
+        if not posts:
+            return set()
+        keys = await _row_keys_between(
+            self._storage, POSTS, author, posts[0].row_key, posts[-1].row_key
+        )
+        return {post.post_id for post in posts if post.row_key in keys}
+
+
+class TimelinesRepository:
+    """Delivered copies of posts in ``timelines``, one partition per timeline owner."""
+
+    def __init__(self, storage: Storage) -> None:
+        self._storage = storage
+
+    async def put(self, owner: str, post: Post) -> None:
+        client = self._storage.table(TIMELINES, owner)
+        async with self._storage.guard():
+            await client.upsert_entity(post.to_entity(owner), mode=UpdateMode.REPLACE)
+
+    async def put_many(self, owner: str, posts: Iterable[Post]) -> None:
+        """Upsert into one partition, 100 operations per Entity Group Transaction."""
+        operations = [
+            ("upsert", post.to_entity(owner), {"mode": UpdateMode.REPLACE}) for post in posts
+        ]
+        await _submit_batches(self._storage, TIMELINES, owner, operations)
+
+    async def remove(self, owner: str, post_id: str) -> None:
+        client = self._storage.table(TIMELINES, owner)
+        async with self._storage.guard():
+            await client.delete_entity(owner, post_row_key(post_id))
+
+    async def remove_many(self, owner: str, row_keys: Iterable[str]) -> None:
+        """Delete row keys from one partition in batches; already-missing rows are fine."""
+        operations = [("delete", {"PartitionKey": owner, "RowKey": key}) for key in row_keys]
+        await _submit_batches(self._storage, TIMELINES, owner, operations)
+
+    async def row_keys_by_author(self, owner: str, author: str) -> list[str]:
+        """Every row key in ``owner``'s timeline delivered from ``author``."""
+        client = self._storage.table(TIMELINES, owner)
+        keys: list[str] = []
+        continuation: dict[str, str] | None = None
+        while True:
+            async with self._storage.guard():
+                page = await query_page(
+                    client,
+                    f"{PARTITION} and author eq @author",
+                    {"pk": owner, "author": author},
+                    select=["RowKey"],
+                    limit=1000,
+                    continuation=continuation,
+                )
+            keys.extend(entity["RowKey"] for entity in page.items)
+            continuation = page.continuation
+            if continuation is None:
+                return keys
+
+    async def page(self, owner: str, limit: int, continuation: dict[str, str] | None) -> Page[Post]:
+        return await _post_page(self._storage, TIMELINES, owner, limit, continuation)
+
+
+class FollowsRepository:
+    """Both sides of every follow: ``subjectFollowers`` and its reverse ``subjectFollowing``."""
+
+    def __init__(self, storage: Storage) -> None:
+        self._storage = storage
+
+    async def add(self, follower: str, subject: str, since: datetime) -> bool:
+        """Record the follow; True if it is new. ``subjectFollowing`` decides, atomically."""
+        following = self._storage.table(SUBJECT_FOLLOWING, follower)
+        followers = self._storage.table(SUBJECT_FOLLOWERS, subject)
+        created = True
+        async with self._storage.guard():
+            try:
+                await following.create_entity(
+                    {"PartitionKey": follower, "RowKey": subject, "since": since}
+                )
+            except ResourceExistsError:
+                created = False
+        if not created:  # keep the first ``since``; the reverse row may be missing after a crash
+            existing = await _get_entity(self._storage, SUBJECT_FOLLOWING, follower, subject)
+            since = existing["since"] if existing is not None else since
+        async with self._storage.guard():
+            await followers.upsert_entity(
+                {"PartitionKey": subject, "RowKey": follower, "since": since},
+                mode=UpdateMode.REPLACE,
+            )
+        return created
+
+    async def remove(self, follower: str, subject: str) -> bool:
+        """Remove the follow; True if it existed."""
+        existed = await _delete_existing(self._storage, SUBJECT_FOLLOWING, follower, subject)
+        client = self._storage.table(SUBJECT_FOLLOWERS, subject)
+        async with self._storage.guard():
+            await client.delete_entity(subject, follower)
+        return existed
+
+    async def is_following(self, follower: str, subject: str) -> bool:
+        entity = await _get_entity(
+            self._storage, SUBJECT_FOLLOWING, follower, subject, select=["RowKey"]
+        )
+        return entity is not None
+
+    async def followers_page(
+        self, subject: str, limit: int, continuation: dict[str, str] | None
+    ) -> Page[Edge]:
+        return await _edge_page(self._storage, SUBJECT_FOLLOWERS, subject, limit, continuation)
+
+    async def following_page(
+        self, follower: str, limit: int, continuation: dict[str, str] | None
+    ) -> Page[Edge]:
+        return await _edge_page(self._storage, SUBJECT_FOLLOWING, follower, limit, continuation)
+
+    async def follower_chunks(self, subject: str, size: int = 1000) -> AsyncIterator[list[str]]:
+        """Every follower id of ``subject``, one storage page at a time."""
+        continuation: dict[str, str] | None = None
+        while True:
+            page = await self.followers_page(subject, size, continuation)
+            if page.items:
+                yield [edge.user_id for edge in page.items]
+            continuation = page.continuation
+            if continuation is None:
+                return
+
+    async def followers_between(self, subject: str, first: str, last: str) -> set[str]:
+        """Followers of ``subject`` whose ids lie in ``[first, last]``."""
+        return await _row_keys_between(self._storage, SUBJECT_FOLLOWERS, subject, first, last)
+
+
+async def _row_keys_between(
+    storage: Storage, table: str, partition_key: str, first: str, last: str
+) -> set[str]:
+    """Row keys in ``[first, last]`` of one partition, across as many pages as it takes."""
+    client = storage.table(table, partition_key)
+    found: set[str] = set()
+    continuation: dict[str, str] | None = None
+    while True:
+        async with storage.guard():
+            page = await query_page(
+                client,
+                f"{PARTITION} and RowKey ge @first and RowKey le @last",
+                {"pk": partition_key, "first": first, "last": last},
+                select=["RowKey"],
+                limit=1000,
+                continuation=continuation,
+            )
+        found.update(entity["RowKey"] for entity in page.items)
+        continuation = page.continuation
+        if continuation is None:
+            return found
+
+
+async def _get_entity(
+    storage: Storage,
+    table: str,
+    partition_key: str,
+    row_key: str,
+    *,
+    select: list[str] | None = None,
+) -> TableEntity | None:
+    """One point read; None when the entity does not exist."""
+    client = storage.table(table, partition_key)
+    async with storage.guard():
+        page = await query_page(
+            client,
+            f"{PARTITION} and RowKey eq @rk",
+            {"pk": partition_key, "rk": row_key},
+            select=select,
+            limit=1,
+            continuation=None,
+        )
+    return page.items[0] if page.items else None
+
+
+async def _delete_existing(storage: Storage, table: str, partition_key: str, row_key: str) -> bool:
+    """Delete one entity and say whether it was there (a one-operation transaction fails on 404,
+    where ``delete_entity`` would silently succeed)."""
+    client = storage.table(table, partition_key)
+    async with storage.guard():
+        try:
+            await client.submit_transaction(
+                [("delete", {"PartitionKey": partition_key, "RowKey": row_key})]
+            )
+        except TableTransactionError as error:
+            if error.status_code == 404:
+                return False
+            raise
+    return True
+
+
+async def _submit_batches(
+    storage: Storage, table: str, partition_key: str, operations: list[Any]
+) -> None:
+    """Submit single-partition operations as EGTs of at most 100, skipping deletes of rows
+    that are already gone (a 404 on operation *i* fails the whole batch: drop it and resend)."""
+    client = storage.table(table, partition_key)
+    for batch in chunked(operations):
+        while batch:
+            async with storage.guard():
+                try:
+                    await client.submit_transaction(batch)
+                    break
+                except TableTransactionError as error:
+                    if not _is_missing_delete(error, batch):
+                        raise
+                    del batch[error.index]
+
+
+def _is_missing_delete(error: TableTransactionError, batch: list[Any]) -> bool:
+    index = error.index
+    return error.status_code == 404 and index is not None and batch[index][0] == "delete"
+
+
+async def _post_page(
+    storage: Storage,
+    table: str,
+    partition_key: str,
+    limit: int,
+    continuation: dict[str, str] | None,
+) -> Page[Post]:
+    client = storage.table(table, partition_key)
+    async with storage.guard():
+        page = await query_page(
+            client,
+            PARTITION,
+            {"pk": partition_key},
+            select=POST_SELECT,
+            limit=limit,
+            continuation=continuation,
+        )
+    return Page([Post.from_entity(entity) for entity in page.items], page.continuation)
+
+
+async def _edge_page(
+    storage: Storage,
+    table: str,
+    partition_key: str,
+    limit: int,
+    continuation: dict[str, str] | None,
+) -> Page[Edge]:
+    client = storage.table(table, partition_key)
+    async with storage.guard():
+        page = await query_page(
+            client,
+            PARTITION,
+            {"pk": partition_key},
+            select=["RowKey", "since"],
+            limit=limit,
+            continuation=continuation,
+        )
+    return Page(
+        [Edge(entity["RowKey"], entity["since"]) for entity in page.items], page.continuation
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Repositories:
+    """Every repository over one ``Storage``."""
+
+    users: UsersRepository
+    posts: PostsRepository
+    timelines: TimelinesRepository
+    follows: FollowsRepository
+
+    @classmethod
+    def on(cls, storage: Storage) -> Repositories:
+        return cls(
+            UsersRepository(storage),
+            PostsRepository(storage),
+            TimelinesRepository(storage),
+            FollowsRepository(storage),
+        )

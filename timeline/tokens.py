@@ -1,0 +1,95 @@
+"""HMAC-signed tokens: bearer tokens bound to a user, and opaque continuation tokens."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import time
+
+import orjson
+
+from timeline.errors import AuthenticationError, InvalidInputError
+from timeline.keys import validate_user_id
+
+_MAX_CONTINUATION_CHARS = 4096
+_CONTINUATION_KEYS = frozenset({"PartitionKey", "RowKey", "NextPartitionKey", "NextRowKey"})
+
+
+def _b64encode(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
+def _b64decode(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+class TokenSigner:
+    """Mints and checks every signed token with one secret and a purpose label per kind."""
+
+    def __init__(self, secret: bytes, *, token_ttl_s: int) -> None:
+        self._secret = secret
+        self._token_ttl_s = token_ttl_s
+
+    def _sign(self, purpose: bytes, payload: bytes) -> bytes:
+        return hmac.new(self._secret, purpose + b"\x00" + payload, hashlib.sha256).digest()
+
+    def mint_bearer(self, user_id: str, *, now: float | None = None) -> str:
+        """``{user_id}.{expiry}.{signature}``; user ids never contain a dot."""
+        expires = int(now if now is not None else time.time()) + self._token_ttl_s
+        body = f"{validate_user_id(user_id)}.{expires}"
+        return f"{body}.{_b64encode(self._sign(b'bearer', body.encode()))}"
+
+    def verify_bearer(self, token: str, *, now: float | None = None) -> str:
+        """Return the token's user id, or raise ``AuthenticationError``."""
+        user_id, _, rest = token.partition(".")
+        expires, _, signature = rest.partition(".")
+        body = f"{user_id}.{expires}"
+        expected = _b64encode(self._sign(b"bearer", body.encode()))
+        if not (expires.isascii() and expires.isdigit()) or not hmac.compare_digest(
+            signature.encode(), expected.encode()
+        ):
+            raise AuthenticationError("the bearer token is not valid", code="invalid_token")
+        if int(expires) <= (now if now is not None else time.time()):
+            raise AuthenticationError("the bearer token has expired", code="expired_token")
+        return user_id
+
+    def encode_continuation(self, scope: str, token: dict[str, str]) -> str:
+        """Wrap a storage continuation so clients cannot forge it or reuse it elsewhere."""
+        payload = orjson.dumps(token, option=orjson.OPT_SORT_KEYS)
+        signature = self._sign(b"continuation:" + scope.encode(), payload)[:16]
+        return f"{_b64encode(payload)}.{_b64encode(signature)}"
+
+    def decode_continuation(self, scope: str, text: str) -> dict[str, str]:
+        """Return the storage continuation wrapped in ``text``, or raise ``InvalidInputError``."""
+        invalid = InvalidInputError(
+            "the continuation token is malformed, tampered with or from another list",
+            code="invalid_continuation",
+        )
+        if len(text) > _MAX_CONTINUATION_CHARS or text.count(".") != 1:
+            raise invalid
+        payload_text, signature_text = text.split(".")
+        try:
+            payload = _b64decode(payload_text)
+            signature = _b64decode(signature_text)
+        except (binascii.Error, ValueError):
+            raise invalid from None
+        if _b64encode(payload) != payload_text or _b64encode(signature) != signature_text:
+            raise invalid  # only the one canonical spelling of a token is accepted
+        expected = self._sign(b"continuation:" + scope.encode(), payload)[:16]
+        if not hmac.compare_digest(signature, expected):
+            raise invalid
+        token = orjson.loads(payload)
+        if not _is_storage_continuation(token):
+            raise invalid
+        return token  # type: ignore[no-any-return]
+
+
+def _is_storage_continuation(token: object) -> bool:
+    return (
+        isinstance(token, dict)
+        and bool(token)
+        and set(token) <= _CONTINUATION_KEYS
+        and all(isinstance(value, str) for value in token.values())
+    )
