@@ -67,6 +67,11 @@ class FanoutQueue:
             await self._poison.send_message(orjson.dumps(record).decode(), time_to_live=-1)
         await self.delete(message)
 
+    async def peek_work(self, count: int = 32) -> list[QueueMessage]:
+        """Visible work messages, without leasing them."""
+        async with self._storage.guard():
+            return list(await self._queue.peek_messages(max_messages=count))
+
     async def peek_poison(self, count: int = 32) -> list[PoisonedMessage]:
         async with self._storage.guard():
             peeked = await self._poison.peek_messages(max_messages=count)

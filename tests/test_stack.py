@@ -1,0 +1,133 @@
+"""``make run`` for real: the stack as subprocesses, stopped by SIGTERM, restarted with its data."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from tests.conftest import eventually
+from timeline.azurite import free_ports
+from timeline.config import AUTH_SECRET_FILE, CONNECTION_FILE
+
+
+class StackProcess:
+    def __init__(self, data_dir: Path, port: int, azurite_ports: tuple[int, ...]) -> None:
+        self.base = f"http://127.0.0.1:{port}"
+        self.env = {
+            key: value for key, value in os.environ.items() if not key.startswith("TIMELINE_")
+        }
+        self.env |= {
+            "TIMELINE_DATA_DIR": str(data_dir),
+            "TIMELINE_PORT": str(port),
+            "TIMELINE_AZURITE_PORTS": ",".join(map(str, azurite_ports)),
+        }
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.process = subprocess.Popen([sys.executable, "-m", "timeline.cli", "run"], env=self.env)
+
+    def cli(self, *args: str) -> str:
+        done = subprocess.run(  # noqa: S603
+            [sys.executable, "-m", "timeline.cli", *args],
+            env=self.env, capture_output=True, text=True, timeout=60, check=True,
+        )  # fmt: skip
+        return done.stdout
+
+    def stop(self) -> float:
+        """SIGTERM; return how long the stack took to exit (it must exit 0)."""
+        assert self.process is not None
+        started = time.monotonic()
+        self.process.send_signal(signal.SIGTERM)
+        assert self.process.wait(timeout=30) == 0
+        return time.monotonic() - started
+
+
+async def _request(
+    session: aiohttp.ClientSession, method: str, url: str, **kwargs: Any
+) -> tuple[int, Any]:
+    async with session.request(method, url, **kwargs) as response:
+        body = await response.json() if response.content_type == "application/json" else None
+        return response.status, body
+
+
+async def _ready(session: aiohttp.ClientSession, base: str) -> bool:
+    try:
+        status, _ = await _request(session, "GET", f"{base}/readyz")
+    except aiohttp.ClientError:
+        return False
+    return status == 200
+
+
+@pytest.mark.filterwarnings("ignore::ResourceWarning")
+async def test_stack_runs_stops_and_keeps_data(tmp_path: Path) -> None:
+    port, *azurite_ports = free_ports(4)
+    stack = StackProcess(tmp_path / "data", port, tuple(azurite_ports))
+    base = stack.base
+    stack.start()
+    try:
+        async with aiohttp.ClientSession() as session:
+            await eventually(lambda: _ready(session, base), timeout_s=60, what="the stack")
+            _, alice = await _request(session, "POST", f"{base}/users", json={"user_id": "alice"})
+            _, bob = await _request(session, "POST", f"{base}/users", json={"user_id": "bob"})
+            bob_auth = {"Authorization": f"Bearer {bob['token']}"}
+            alice_auth = {"Authorization": f"Bearer {alice['token']}"}
+            status, _ = await _request(
+                session, "PUT", f"{base}/users/bob/following/alice", headers=bob_auth
+            )
+            assert status == 204
+            status, post = await _request(
+                session,
+                "POST",
+                f"{base}/users/alice/posts",
+                json={"text": "hi"},
+                headers=alice_auth,
+            )
+            assert status == 202
+
+            async def delivered() -> bool:
+                _, page = await _request(
+                    session, "GET", f"{base}/users/bob/timeline", headers=bob_auth
+                )
+                return [item["post_id"] for item in page["items"]] == [post["post_id"]]
+
+            await eventually(delivered, what="the post on bob's timeline")
+
+        minted = (await asyncio.to_thread(stack.cli, "token", "alice")).strip()
+        stats = await asyncio.to_thread(stack.cli, "stats")
+        assert "table users: 2" in stats
+        assert "queue fanout-poison: 0" in stats
+    finally:
+        stop_seconds = stack.stop()
+    assert stop_seconds < 20
+    secret = tmp_path / "data" / AUTH_SECRET_FILE
+    assert stat.S_IMODE(secret.stat().st_mode) == 0o600
+    assert not (tmp_path / "data" / CONNECTION_FILE).exists()
+
+    stack.start()
+    try:
+        async with aiohttp.ClientSession() as session:
+            await eventually(lambda: _ready(session, base), timeout_s=60, what="the restart")
+            status, page = await _request(
+                session, "GET", f"{base}/users/bob/timeline", headers=bob_auth
+            )
+            assert status == 200
+            assert [item["post_id"] for item in page["items"]] == [post["post_id"]]
+            status, profile = await _request(session, "GET", f"{base}/users/alice")
+            assert (status, profile["posts"], profile["followers"]) == (200, 1, 1)
+            status, _ = await _request(
+                session, "GET", f"{base}/users/alice/timeline",
+                headers={"Authorization": f"Bearer {minted}"},
+            )  # fmt: skip
+            assert status == 200
+    finally:
+        stack.stop()

@@ -1,0 +1,145 @@
+"""Worker behaviour that needs a queue of its own: each test gets a private Azurite."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import eventually, make_settings, running_worker, unique
+from timeline.azurite import Azurite
+from timeline.config import Settings
+from timeline.entities import Post, User
+from timeline.keys import new_post_id, now_ticks
+from timeline.messages import PostCreated
+from timeline.queue import FanoutQueue
+from timeline.repositories import Repositories
+from timeline.storage import SUBJECT_FOLLOWERS, TIMELINES, Storage, chunked
+
+
+@pytest.fixture
+def private_azurite() -> Iterator[Azurite]:
+    server = Azurite(location=None)
+    server.start()
+    yield server
+    server.stop()
+
+
+@contextlib.asynccontextmanager
+async def opened(settings: Settings) -> AsyncIterator[Storage]:
+    async with Storage(settings.connection_string(), settings.storage_options()) as storage:
+        await storage.create_all()
+        yield storage
+
+
+async def _author_with_followers(
+    storage: Storage, repos: Repositories, followers: int
+) -> tuple[str, Post]:
+    """An author with ``followers`` follower rows (written in EGT batches) and one post."""
+    author = unique("author")
+    now = datetime.now(UTC)
+    await repos.users.create(User(author, author, created_at=now))
+    rows = [
+        ("upsert", {"PartitionKey": author, "RowKey": f"f{i:05d}", "since": now})
+        for i in range(followers)
+    ]
+    for batch in chunked(rows):
+        await storage.table(SUBJECT_FOLLOWERS, author).submit_transaction(batch)
+    post = Post(new_post_id(now_ticks()), author, "hello")
+    await repos.posts.add(post)
+    return author, post
+
+
+async def test_message_failing_too_often_is_poisoned(
+    private_azurite: Azurite, tmp_path: Path
+) -> None:
+    settings = make_settings(
+        private_azurite.connection_string,
+        tmp_path,
+        worker_visibility_timeout_s=1,
+        worker_max_deliveries=2,
+    )
+    async with opened(settings) as storage:
+        repos, queue = Repositories.on(storage), FanoutQueue(storage)
+        author, post = await _author_with_followers(storage, repos, 2)
+        await storage.table(TIMELINES, author).delete_table()  # every delivery now fails
+        await queue.send(PostCreated(author=author, post_id=post.post_id))
+        async with running_worker(settings):
+
+            async def poisoned() -> bool:
+                return len(await queue.peek_poison()) == 1
+
+            await eventually(poisoned, timeout_s=30, what="the failing message in poison")
+        [parked] = await queue.peek_poison()
+        assert parked.reason.startswith("too_many_deliveries")
+        assert author in parked.content
+        assert parked.dequeue_count == 3
+        assert (await queue.depth())[0] == 0
+
+
+async def test_poisoned_message_can_be_requeued(private_azurite: Azurite, tmp_path: Path) -> None:
+    settings = make_settings(private_azurite.connection_string, tmp_path)
+    async with opened(settings) as storage:
+        queue = FanoutQueue(storage)
+        await queue.send_raw("not json")
+        async with running_worker(settings):
+            await eventually(
+                lambda: _poison_depth_is(queue, 1), what="the malformed message in poison"
+            )
+        assert await queue.requeue_poison() == 1
+        assert await queue.depth() == (1, 0)
+
+
+async def _poison_depth_is(queue: FanoutQueue, expected: int) -> bool:
+    return (await queue.depth())[1] == expected
+
+
+async def test_lease_is_renewed_for_long_work(private_azurite: Azurite, tmp_path: Path) -> None:
+    """A fan-out that outlives the visibility timeout is not handed to a second worker."""
+    settings = make_settings(
+        private_azurite.connection_string,
+        tmp_path,
+        worker_visibility_timeout_s=1,
+        worker_write_concurrency=1,
+        worker_max_deliveries=1,
+    )
+    async with opened(settings) as storage:
+        repos, queue = Repositories.on(storage), FanoutQueue(storage)
+        author, post = await _author_with_followers(storage, repos, 2000)
+        await queue.send(PostCreated(author=author, post_id=post.post_id))
+        async with running_worker(settings), running_worker(settings):
+            await eventually(lambda: _work_depth_is(queue, 0), timeout_s=60, what="fan-out done")
+        assert (await queue.depth()) == (0, 0), "a redelivery would have exceeded max deliveries"
+
+
+async def _work_depth_is(queue: FanoutQueue, expected: int) -> bool:
+    return (await queue.depth())[0] == expected
+
+
+async def test_stop_drains_in_flight_messages(private_azurite: Azurite, tmp_path: Path) -> None:
+    settings = make_settings(private_azurite.connection_string, tmp_path)
+    async with opened(settings) as storage:
+        repos, queue = Repositories.on(storage), FanoutQueue(storage)
+        author, post = await _author_with_followers(storage, repos, 200)
+        await queue.send(PostCreated(author=author, post_id=post.post_id))
+        async with running_worker(settings):
+            await eventually(lambda: _in_flight(queue), what="the message being leased")
+            await asyncio.sleep(0.05)
+        # stopped: the in-flight fan-out was finished and deleted, not abandoned
+        assert (await queue.depth()) == (0, 0)
+        followers = [
+            edge.user_id for edge in (await repos.follows.followers_page(author, 1000, None)).items
+        ]
+        for follower in followers:
+            page = await repos.timelines.page(follower, 10, None)
+            assert [p.post_id for p in page.items] == [post.post_id]
+
+
+async def _in_flight(queue: FanoutQueue) -> bool:
+    """The message is leased: counted in the queue but not visible to a peek."""
+    work, _ = await queue.depth()
+    return work == 1 and not await queue.peek_work()
