@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import logging
-
 from aiohttp import web
 
 from api.app import create_app
 from timeline.config import Settings
+from timeline.logs import configure_logging
 
 
 def main() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    configure_logging()
     settings = Settings()
     app = create_app(settings, settings.connection_string())
     web.run_app(app, host=settings.host, port=settings.port, print=None)

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import logging
-
 from fanout_worker.worker import Worker
 from timeline.config import Settings
+from timeline.logs import configure_logging
 
 
 def main() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    configure_logging()
     settings = Settings()
     Worker(settings, settings.connection_string()).run()

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import sys
 from collections.abc import Awaitable, Callable
 
 from timeline.config import Settings
 from timeline.errors import TimelineError
+from timeline.logs import configure_logging
 from timeline.queue import FanoutQueue
 from timeline.repositories import UsersRepository
 from timeline.stack import Stack, init_storage
@@ -110,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    configure_logging()
     try:
         args.func(Settings(), args)
     except TimelineError as error:
