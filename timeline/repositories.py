@@ -148,23 +148,8 @@ class TimelinesRepository:
 
     async def row_keys_by_author(self, owner: str, author: str) -> list[str]:
         """Every row key in ``owner``'s timeline delivered from ``author``."""
-        client = self._storage.table(TIMELINES, owner)
-        keys: list[str] = []
-        continuation: dict[str, str] | None = None
-        while True:
-            async with self._storage.guard():
-                page = await query_page(
-                    client,
-                    f"{PARTITION} and author eq @author",
-                    {"pk": owner, "author": author},
-                    select=["RowKey"],
-                    limit=1000,
-                    continuation=continuation,
-                )
-            keys.extend(entity["RowKey"] for entity in page.items)
-            continuation = page.continuation
-            if continuation is None:
-                return keys
+        scan = _scan(self._storage, TIMELINES, owner, "author eq @author", {"author": author})
+        return [key async for key in scan]
 
     async def page(self, owner: str, limit: int, continuation: dict[str, str] | None) -> Page[Post]:
         return await _post_page(self._storage, TIMELINES, owner, limit, continuation)
@@ -241,24 +226,10 @@ class FollowsRepository:
 async def _row_keys_between(
     storage: Storage, table: str, partition_key: str, first: str, last: str
 ) -> set[str]:
-    """Row keys in ``[first, last]`` of one partition, across as many pages as it takes."""
-    client = storage.table(table, partition_key)
-    found: set[str] = set()
-    continuation: dict[str, str] | None = None
-    while True:
-        async with storage.guard():
-            page = await query_page(
-                client,
-                f"{PARTITION} and RowKey ge @first and RowKey le @last",
-                {"pk": partition_key, "first": first, "last": last},
-                select=["RowKey"],
-                limit=1000,
-                continuation=continuation,
-            )
-        found.update(entity["RowKey"] for entity in page.items)
-        continuation = page.continuation
-        if continuation is None:
-            return found
+    """Row keys in ``[first, last]`` of one partition."""
+    condition = "RowKey ge @first and RowKey le @last"
+    scan = _scan(storage, table, partition_key, condition, {"first": first, "last": last})
+    return {key async for key in scan}
 
 
 async def _get_entity(
@@ -322,6 +293,55 @@ def _is_missing_delete(error: TableTransactionError, batch: list[Any]) -> bool:
     return error.status_code == 404 and index is not None and batch[index][0] == "delete"
 
 
+async def _partition_page(
+    storage: Storage,
+    table: str,
+    partition_key: str,
+    *,
+    select: list[str],
+    limit: int,
+    continuation: dict[str, str] | None,
+) -> Page[TableEntity]:
+    """One page of one partition in row-key order: exactly one storage query."""
+    client = storage.table(table, partition_key)
+    async with storage.guard():
+        return await query_page(
+            client,
+            PARTITION,
+            {"pk": partition_key},
+            select=select,
+            limit=limit,
+            continuation=continuation,
+        )
+
+
+async def _scan(
+    storage: Storage,
+    table: str,
+    partition_key: str,
+    condition: str,
+    parameters: dict[str, Any],
+) -> AsyncIterator[str]:
+    """Row keys of one partition matching ``condition``, 1,000 per storage query."""
+    client = storage.table(table, partition_key)
+    continuation: dict[str, str] | None = None
+    while True:
+        async with storage.guard():
+            page = await query_page(
+                client,
+                f"{PARTITION} and {condition}",
+                {"pk": partition_key, **parameters},
+                select=["RowKey"],
+                limit=1000,
+                continuation=continuation,
+            )
+        for entity in page.items:
+            yield entity["RowKey"]
+        continuation = page.continuation
+        if continuation is None:
+            return
+
+
 async def _post_page(
     storage: Storage,
     table: str,
@@ -329,16 +349,9 @@ async def _post_page(
     limit: int,
     continuation: dict[str, str] | None,
 ) -> Page[Post]:
-    client = storage.table(table, partition_key)
-    async with storage.guard():
-        page = await query_page(
-            client,
-            PARTITION,
-            {"pk": partition_key},
-            select=POST_SELECT,
-            limit=limit,
-            continuation=continuation,
-        )
+    page = await _partition_page(
+        storage, table, partition_key, select=POST_SELECT, limit=limit, continuation=continuation
+    )
     return Page([Post.from_entity(entity) for entity in page.items], page.continuation)
 
 
@@ -349,19 +362,16 @@ async def _edge_page(
     limit: int,
     continuation: dict[str, str] | None,
 ) -> Page[Edge]:
-    client = storage.table(table, partition_key)
-    async with storage.guard():
-        page = await query_page(
-            client,
-            PARTITION,
-            {"pk": partition_key},
-            select=["RowKey", "since"],
-            limit=limit,
-            continuation=continuation,
-        )
-    return Page(
-        [Edge(entity["RowKey"], entity["since"]) for entity in page.items], page.continuation
+    page = await _partition_page(
+        storage,
+        table,
+        partition_key,
+        select=["RowKey", "since"],
+        limit=limit,
+        continuation=continuation,
     )
+    edges = [Edge(entity["RowKey"], entity["since"]) for entity in page.items]
+    return Page(edges, page.continuation)
 
 
 @dataclass(frozen=True, slots=True)

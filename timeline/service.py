@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -154,28 +155,37 @@ class TimelineService:
     async def author_posts(
         self, author: str, limit: int | None, continuation: str | None
     ) -> PageOut:
-        scope = f"posts:{validate_user_id(author)}"
-        page = await self._repos.posts.page(
-            author, self._limit(limit), self._continuation(scope, continuation)
+        return await self._public_listing(
+            "posts", author, self._repos.posts.page, Post.to_json, limit, continuation
         )
-        await self._require_user_if_empty(author, page, continuation)
-        return self._page_out(scope, page, Post.to_json)
 
     async def followers(self, user_id: str, limit: int | None, continuation: str | None) -> PageOut:
-        scope = f"followers:{validate_user_id(user_id)}"
-        page = await self._repos.follows.followers_page(
-            user_id, self._limit(limit), self._continuation(scope, continuation)
-        )
-        await self._require_user_if_empty(user_id, page, continuation)
-        return self._page_out(scope, page, Edge.to_json)
+        return await self._public_listing(
+            "followers", user_id, self._repos.follows.followers_page, Edge.to_json, limit,
+            continuation,
+        )  # fmt: skip
 
     async def following(self, user_id: str, limit: int | None, continuation: str | None) -> PageOut:
-        scope = f"following:{validate_user_id(user_id)}"
-        page = await self._repos.follows.following_page(
-            user_id, self._limit(limit), self._continuation(scope, continuation)
-        )
-        await self._require_user_if_empty(user_id, page, continuation)
-        return self._page_out(scope, page, Edge.to_json)
+        return await self._public_listing(
+            "following", user_id, self._repos.follows.following_page, Edge.to_json, limit,
+            continuation,
+        )  # fmt: skip
+
+    async def _public_listing(
+        self,
+        kind: str,
+        user_id: str,
+        fetch: Callable[[str, int, dict[str, str] | None], Awaitable[Page[T]]],
+        to_json: Callable[[T], dict[str, Any]],
+        limit: int | None,
+        continuation: str | None,
+    ) -> PageOut:
+        """A page of a user's public list; an empty first page of an unknown user is a 404."""
+        scope = f"{kind}:{validate_user_id(user_id)}"
+        page = await fetch(user_id, self._limit(limit), self._continuation(scope, continuation))
+        if not page.items and continuation is None and not await self._repos.users.exists(user_id):
+            raise _user_not_found(user_id)
+        return self._page_out(scope, page, to_json)
 
     def _limit(self, limit: int | None) -> int:
         if limit is None:
@@ -191,19 +201,14 @@ class TimelineService:
             None if continuation is None else self._signer.decode_continuation(scope, continuation)
         )
 
-    def _page_out(self, scope: str, page: Page[T], to_json: Any) -> PageOut:
+    def _page_out(
+        self, scope: str, page: Page[T], to_json: Callable[[T], dict[str, Any]]
+    ) -> PageOut:
         token = page.continuation
         return PageOut(
             items=[to_json(item) for item in page.items],
             continuation=None if token is None else self._signer.encode_continuation(scope, token),
         )
-
-    async def _require_user_if_empty(
-        self, user_id: str, page: Page[Any], continuation: str | None
-    ) -> None:
-        """An empty first page costs one more read, to tell 'nobody' from 'nothing yet'."""
-        if not page.items and continuation is None and not await self._repos.users.exists(user_id):
-            raise _user_not_found(user_id)
 
 
 def _require_self(actor: str, user_id: str) -> None:
