@@ -5,19 +5,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 import signal
 
 from azure.storage.queue import QueueMessage
 
-from fanout_worker.metrics import IN_FLIGHT, MESSAGES, POISONED
+from fanout_worker.metrics import IN_FLIGHT, MESSAGES, POISONED, QUEUE_DEPTH
 from timeline.config import Settings
 from timeline.errors import MalformedMessageError, StorageUnavailableError, TimelineError
 from timeline.fanout import FanoutProcessor
 from timeline.messages import decode
 from timeline.queue import FanoutQueue
-from timeline.repositories import Repositories
-from timeline.storage import Storage
+from timeline.retry import backoff_delay
+from timeline.storage import TIMELINES, Storage
+from timeline.writer import PartitionWriter
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +28,9 @@ MAX_RECEIVE = 32
 class Worker:
     """Consumes ``fanout`` with at most ``worker_concurrency`` messages in flight.
 
-    Concurrency is capped by counting in-flight tasks; receiving waits for a free one.
+    Several receivers lease up to 32 messages each; concurrency is capped by counting
+    in-flight messages plus leases being requested. Timeline writes of all messages meet in
+    one ``PartitionWriter``, which coalesces them per partition into EGT batches.
     At-least-once: a message is deleted only after every write it caused succeeded; a message
     that fails comes back when its lease runs out, and after ``worker_max_deliveries`` tries it
     is parked in ``fanout-poison``. SIGTERM stops receiving, drains, then cancels.
@@ -39,6 +41,9 @@ class Worker:
         self._connection_string = connection_string
         self._stopping = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._reserved = 0
+        self._wake: asyncio.Future[None] | None = None
+        self._capacity = asyncio.Condition()
         self._queue: FanoutQueue | None = None
         self._processor: FanoutProcessor | None = None
 
@@ -46,7 +51,9 @@ class Worker:
         asyncio.run(self.async_run(install_signal_handlers=True))
 
     def stop(self) -> None:
+        """Stop receiving (safe to call from a signal handler on the loop); then drain."""
         self._stopping.set()
+        self._wake = asyncio.ensure_future(self._finished())
 
     async def async_run(self, *, install_signal_handlers: bool = False) -> None:
         if install_signal_handlers:
@@ -54,45 +61,84 @@ class Worker:
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(signum, self.stop)
         settings = self._settings
-        async with Storage(self._connection_string, settings.storage_options()) as storage:
+        async with (
+            Storage(self._connection_string, settings.storage_options()) as storage,
+            PartitionWriter(
+                storage,
+                TIMELINES,
+                linger_s=settings.worker_linger_s,
+                max_in_flight=settings.worker_write_concurrency,
+                max_buffered=settings.worker_max_buffered,
+            ) as writer,
+        ):
             self._queue = FanoutQueue(storage)
-            self._processor = FanoutProcessor(
-                Repositories.on(storage), write_concurrency=settings.worker_write_concurrency
+            self._processor = FanoutProcessor.on(
+                storage, writer, follower_page_size=settings.worker_follower_page_size
             )
-            log.info("fan-out worker started (concurrency %d)", settings.worker_concurrency)
+            log.info(
+                "fan-out worker started: %d messages in flight, %d write requests in flight",
+                settings.worker_concurrency,
+                settings.worker_write_concurrency,
+            )
+            sampler = asyncio.create_task(self._sample_depth())
             try:
-                await self._consume()
+                async with asyncio.TaskGroup() as receivers:
+                    for _ in range(settings.worker_receivers):
+                        receivers.create_task(self._receive())
             finally:
+                sampler.cancel()
                 await self._drain()
         log.info("fan-out worker stopped")
 
-    async def _consume(self) -> None:
+    async def _receive(self) -> None:
+        """One receiver: lease as many messages as there is room for, start each one."""
         failures = 0
         while not self._stopping.is_set():
-            await self._until_capacity()
-            free = min(MAX_RECEIVE, self._settings.worker_concurrency - len(self._tasks))
+            count = await self._reserve()
+            if not count:
+                return
             try:
                 messages = await self._leased_queue().receive(
-                    free, self._settings.worker_visibility_timeout_s
+                    count, self._settings.worker_visibility_timeout_s
                 )
                 failures = 0
             except StorageUnavailableError:
                 failures += 1
-                await self._sleep(_backoff(failures))
-                continue
+                messages = []
+            finally:
+                await self._release(count)
             for message in messages:
                 self._start(message)
-            if not messages:
+            if failures:
+                await self._sleep(backoff_delay(failures, base=0.2, cap=10))
+            elif not messages:
                 await self._sleep(self._settings.worker_idle_sleep_s)
 
-    async def _until_capacity(self) -> None:
-        while len(self._tasks) >= self._settings.worker_concurrency:
-            await asyncio.wait(self._tasks, return_when=asyncio.FIRST_COMPLETED)
+    async def _reserve(self) -> int:
+        """Wait for room, then reserve up to 32 places for the messages about to be leased."""
+        async with self._capacity:
+            await self._capacity.wait_for(lambda: self._room() > 0 or self._stopping.is_set())
+            if self._stopping.is_set():
+                return 0
+            count = min(MAX_RECEIVE, self._room())
+            self._reserved += count
+            return count
+
+    async def _release(self, count: int) -> None:
+        async with self._capacity:
+            self._reserved -= count
+            self._capacity.notify_all()
+
+    def _room(self) -> int:
+        return self._settings.worker_concurrency - len(self._tasks) - self._reserved
+
+    async def _finished(self) -> None:
+        async with self._capacity:
+            self._capacity.notify_all()
 
     def _start(self, message: QueueMessage) -> None:
         task = asyncio.create_task(self._process(message))
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
 
     async def _process(self, message: QueueMessage) -> None:
         IN_FLIGHT.inc()
@@ -100,6 +146,10 @@ class Worker:
             await self._handle(message)
         finally:
             IN_FLIGHT.dec()
+            task = asyncio.current_task()
+            if task is not None:
+                self._tasks.discard(task)
+            await self._finished()
 
     async def _handle(self, message: QueueMessage) -> None:
         queue = self._leased_queue()
@@ -148,6 +198,16 @@ class Worker:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._stopping.wait(), seconds)
 
+    async def _sample_depth(self) -> None:
+        while True:
+            try:
+                work, poison = await self._leased_queue().depth()
+                QUEUE_DEPTH.labels("fanout").set(work)
+                QUEUE_DEPTH.labels("fanout-poison").set(poison)
+            except StorageUnavailableError:
+                pass
+            await asyncio.sleep(5)
+
     async def _drain(self) -> None:
         """Let in-flight messages finish within the grace period, then cancel the rest."""
         if not self._tasks:
@@ -185,8 +245,3 @@ class _Lease:
                 self.message = await self._queue.extend(self.message, self._visibility_s)
             except StorageUnavailableError:
                 log.warning("could not renew the lease of %s", self.message.id)
-
-
-def _backoff(failures: int, base: float = 0.2, cap: float = 10.0) -> float:
-    """Full-jitter exponential backoff."""
-    return random.uniform(0, min(cap, base * 2**failures))  # noqa: S311 - jitter, not secrets

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -16,6 +17,8 @@ from timeline.keys import new_post_id, now_ticks
 from timeline.messages import PostCreated, encode
 from timeline.queue import FanoutQueue
 from timeline.repositories import Repositories
+from timeline.storage import TIMELINES, Storage
+from timeline.writer import PartitionWriter
 
 Client = TestClient[Any, Any]
 pytestmark = pytest.mark.usefixtures("worker")
@@ -167,14 +170,15 @@ async def test_delete_propagates_to_every_timeline(api: Api, client: Client) -> 
 
 
 async def test_redelivered_message_does_not_duplicate(
-    api: Api, queue: FanoutQueue, repos: Repositories
+    api: Api, queue: FanoutQueue, storage: Storage
 ) -> None:
     author, author_token, reader, reader_token = await _follower_pair(api)
     post = await api.post(author, author_token, "once")
     message = PostCreated(author=author, post_id=post["post_id"])
-    processor = FanoutProcessor(repos, write_concurrency=4)
-    await processor.handle(message)
-    await processor.handle(message)
+    async with PartitionWriter(storage, TIMELINES) as writer:
+        processor = FanoutProcessor.on(storage, writer)
+        await asyncio.gather(processor.handle(message), processor.handle(message))
+        await processor.handle(message)
     for _ in range(3):
         await queue.send_raw(encode(message))
     await eventually(lambda: _queue_empty(queue), what="redeliveries drained")

@@ -1,4 +1,8 @@
-"""What the fan-out worker does with each message: idempotent, and safe against races.
+"""What the fan-out worker does with each message: idempotent, bounded, and race-safe.
+
+A post or delete message covers one page of the author's followers (1,000 by default); if
+there are more, it first queues a continuation message for the next page, so several
+workers share a huge fan-out and each message does bounded work in bounded memory.
 
 Every write is followed by a re-check of the reason for it (the post still exists, the
 follow still holds); if the reason is gone the write is undone. A delete or unfollow that
@@ -7,104 +11,121 @@ races a delivery therefore always wins, whichever order the storage sees them in
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable, Iterable
-from typing import TypeVar
+from collections.abc import Iterable
 
 from timeline.entities import Post
+from timeline.keys import post_id_ticks, post_row_key
 from timeline.messages import FanoutMessage, Followed, PostCreated, PostDeleted, Unfollowed
+from timeline.queue import FanoutQueue
 from timeline.repositories import Repositories
+from timeline.storage import Storage
+from timeline.writer import PartitionWriter, Tracker
 
-T = TypeVar("T")
 BACKFILL_POSTS = 250
 """A follow backfills one page: the newest posts a reader sees first."""
 
 
-async def for_each(
-    items: Iterable[T], action: Callable[[T], Awaitable[None]], *, concurrency: int
-) -> None:
-    """Run ``action`` on every item with at most ``concurrency`` in flight; first error wins."""
-    semaphore = asyncio.Semaphore(concurrency)
-
-    async def run(item: T) -> None:
-        async with semaphore:
-            await action(item)
-
-    try:
-        async with asyncio.TaskGroup() as group:
-            for item in items:
-                group.create_task(run(item))
-    except ExceptionGroup as errors:
-        raise errors.exceptions[0] from None
-
-
 class FanoutProcessor:
-    def __init__(self, repositories: Repositories, *, write_concurrency: int) -> None:
+    def __init__(
+        self,
+        repositories: Repositories,
+        queue: FanoutQueue,
+        writer: PartitionWriter,
+        *,
+        follower_page_size: int = 1000,
+    ) -> None:
         self._repos = repositories
-        self._concurrency = write_concurrency
+        self._queue = queue
+        self._writer = writer
+        self._page_size = follower_page_size
+
+    @classmethod
+    def on(cls, storage: Storage, writer: PartitionWriter, **options: int) -> FanoutProcessor:
+        return cls(Repositories.on(storage), FanoutQueue(storage), writer, **options)
 
     async def handle(self, message: FanoutMessage) -> None:
         match message:
             case PostCreated():
                 await self.deliver(message)
             case PostDeleted():
-                await self.retract(message.author, message.post_id)
+                await self.retract(message)
             case Followed():
                 await self.backfill(message.follower, message.subject)
             case Unfollowed():
                 await self.purge(message.follower, message.subject)
 
     async def deliver(self, message: PostCreated) -> None:
-        """Write the post into the author's and every follower's timeline."""
+        """Write the post into one page of followers' timelines (and the author's own)."""
         post = await self._repos.posts.get(message.author, message.post_id)
         if post is None:
             return
-        await self._repos.timelines.put(post.author, post)
-        async for followers in self._repos.follows.follower_chunks(post.author):
-            await self._put_each(followers, post)
+        page = await self._repos.follows.followers_page(
+            post.author, self._page_size, message.cursor
+        )
+        if page.continuation is not None:
+            await self._queue.send(message.model_copy(update={"cursor": page.continuation}))
+        followers = [edge.user_id for edge in page.items]
+        owners = followers if message.cursor is not None else [post.author, *followers]
+        await self._put(owners, post)
+        if followers:
             still = await self._repos.follows.followers_between(
                 post.author, followers[0], followers[-1]
             )
-            await self._remove_each([f for f in followers if f not in still], post.post_id)
+            await self._remove([f for f in followers if f not in still], post.post_id)
         if await self._repos.posts.get(post.author, post.post_id) is None:
-            await self.retract(post.author, post.post_id)
+            await self._remove(owners, post.post_id)
 
-    async def retract(self, author: str, post_id: str) -> None:
-        """Delete the source row first, then every delivered copy."""
-        if await self._repos.posts.delete(author, post_id):
+    async def retract(self, message: PostDeleted) -> None:
+        """Delete the source row first (so deliveries see it gone), then the copies."""
+        author, post_id = message.author, message.post_id
+        if message.cursor is None and await self._repos.posts.delete(author, post_id):
             await self._repos.users.adjust_counters(author, posts=-1)
-        await self._repos.timelines.remove(author, post_id)
-        async for followers in self._repos.follows.follower_chunks(author):
-            await self._remove_each(followers, post_id)
+        page = await self._repos.follows.followers_page(author, self._page_size, message.cursor)
+        if page.continuation is not None:
+            await self._queue.send(message.model_copy(update={"cursor": page.continuation}))
+        followers = [edge.user_id for edge in page.items]
+        await self._remove(followers if message.cursor else [author, *followers], post_id)
 
     async def backfill(self, follower: str, subject: str) -> None:
         """Copy the subject's newest page of posts into the follower's timeline."""
         if not await self._repos.follows.is_following(follower, subject):
             return
         posts = (await self._repos.posts.page(subject, BACKFILL_POSTS, None)).items
-        await self._repos.timelines.put_many(follower, posts)
+        tracker = Tracker()
+        for post in posts:
+            await self._writer.upsert(post.to_entity(follower), tracker)
+        await tracker.wait()
         if not await self._repos.follows.is_following(follower, subject):
             await self.purge(follower, subject)
             return
         surviving = await self._repos.posts.surviving(subject, posts)
-        gone = [post.row_key for post in posts if post.post_id not in surviving]
-        await self._repos.timelines.remove_many(follower, gone)
+        await self._remove_rows(
+            follower, [post.row_key for post in posts if post.post_id not in surviving]
+        )
 
     async def purge(self, follower: str, subject: str) -> None:
         """Remove the subject's posts from the follower's timeline, unless followed again."""
         if await self._repos.follows.is_following(follower, subject):
             return
         keys = await self._repos.timelines.row_keys_by_author(follower, subject)
-        await self._repos.timelines.remove_many(follower, keys)
+        await self._remove_rows(follower, keys)
 
-    async def _put_each(self, owners: list[str], post: Post) -> None:
-        async def put(owner: str) -> None:
-            await self._repos.timelines.put(owner, post)
+    async def _put(self, owners: Iterable[str], post: Post) -> None:
+        tracker = Tracker()
+        created = post_id_ticks(post.post_id)
+        for owner in owners:
+            await self._writer.upsert(post.to_entity(owner), tracker, created_ticks=created)
+        await tracker.wait()
 
-        await for_each(owners, put, concurrency=self._concurrency)
+    async def _remove(self, owners: Iterable[str], post_id: str) -> None:
+        tracker = Tracker()
+        row_key = post_row_key(post_id)
+        for owner in owners:
+            await self._writer.delete(owner, row_key, tracker)
+        await tracker.wait()
 
-    async def _remove_each(self, owners: list[str], post_id: str) -> None:
-        async def remove(owner: str) -> None:
-            await self._repos.timelines.remove(owner, post_id)
-
-        await for_each(owners, remove, concurrency=self._concurrency)
+    async def _remove_rows(self, owner: str, row_keys: Iterable[str]) -> None:
+        tracker = Tracker()
+        for row_key in row_keys:
+            await self._writer.delete(owner, row_key, tracker)
+        await tracker.wait()

@@ -12,6 +12,14 @@ from timeline.keys import POST_ID_PATTERN, USER_ID_PATTERN
 
 UserId = Annotated[str, StringConstraints(pattern=USER_ID_PATTERN)]
 PostId = Annotated[str, StringConstraints(pattern=POST_ID_PATTERN)]
+Cursor = Annotated[
+    dict[
+        Annotated[str, StringConstraints(max_length=32)],
+        Annotated[str, StringConstraints(max_length=2048)],
+    ],
+    Field(max_length=4),
+]
+"""Where in the author's followers a chunked fan-out resumes: a storage continuation."""
 
 
 class _Message(BaseModel):
@@ -19,19 +27,23 @@ class _Message(BaseModel):
 
 
 class PostCreated(_Message):
-    """Deliver the post to the author's followers (and the author's own timeline)."""
+    """Deliver the post to one page of the author's followers, starting at ``cursor``;
+    the first page (no cursor) also goes to the author's own timeline."""
 
     type: Literal["post"] = "post"
     author: UserId
     post_id: PostId
+    cursor: Cursor | None = None
 
 
 class PostDeleted(_Message):
-    """Remove the post from every timeline it was delivered to."""
+    """Remove the post from one page of followers' timelines, starting at ``cursor``; the
+    first page (no cursor) also deletes the source row and the author's own copy."""
 
     type: Literal["delete"] = "delete"
     author: UserId
     post_id: PostId
+    cursor: Cursor | None = None
 
 
 class Followed(_Message):
@@ -57,7 +69,7 @@ _ADAPTER: TypeAdapter[FanoutMessage] = TypeAdapter(FanoutMessage)
 
 
 def encode(message: FanoutMessage) -> str:
-    return orjson.dumps(message.model_dump()).decode()
+    return orjson.dumps(message.model_dump(exclude_none=True)).decode()
 
 
 def decode(text: str) -> FanoutMessage:

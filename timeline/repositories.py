@@ -21,9 +21,11 @@ from timeline.storage import (
     SUBJECT_FOLLOWING,
     TIMELINES,
     USERS,
+    Operation,
     Storage,
     chunked,
     query_page,
+    submit_batch,
 )
 
 log = logging.getLogger(__name__)
@@ -131,9 +133,7 @@ class TimelinesRepository:
 
     async def put_many(self, owner: str, posts: Iterable[Post]) -> None:
         """Upsert into one partition, 100 operations per Entity Group Transaction."""
-        operations = [
-            ("upsert", post.to_entity(owner), {"mode": UpdateMode.REPLACE}) for post in posts
-        ]
+        operations: list[Operation] = [("upsert", post.to_entity(owner)) for post in posts]
         await _submit_batches(self._storage, TIMELINES, owner, operations)
 
     async def remove(self, owner: str, post_id: str) -> None:
@@ -143,7 +143,9 @@ class TimelinesRepository:
 
     async def remove_many(self, owner: str, row_keys: Iterable[str]) -> None:
         """Delete row keys from one partition in batches; already-missing rows are fine."""
-        operations = [("delete", {"PartitionKey": owner, "RowKey": key}) for key in row_keys]
+        operations: list[Operation] = [
+            ("delete", {"PartitionKey": owner, "RowKey": key}) for key in row_keys
+        ]
         await _submit_batches(self._storage, TIMELINES, owner, operations)
 
     async def row_keys_by_author(self, owner: str, author: str) -> list[str]:
@@ -271,26 +273,10 @@ async def _delete_existing(storage: Storage, table: str, partition_key: str, row
 
 
 async def _submit_batches(
-    storage: Storage, table: str, partition_key: str, operations: list[Any]
+    storage: Storage, table: str, partition_key: str, operations: list[Operation]
 ) -> None:
-    """Submit single-partition operations as EGTs of at most 100, skipping deletes of rows
-    that are already gone (a 404 on operation *i* fails the whole batch: drop it and resend)."""
-    client = storage.table(table, partition_key)
     for batch in chunked(operations):
-        while batch:
-            async with storage.guard():
-                try:
-                    await client.submit_transaction(batch)
-                    break
-                except TableTransactionError as error:
-                    if not _is_missing_delete(error, batch):
-                        raise
-                    del batch[error.index]
-
-
-def _is_missing_delete(error: TableTransactionError, batch: list[Any]) -> bool:
-    index = error.index
-    return error.status_code == 404 and index is not None and batch[index][0] == "delete"
+        await submit_batch(storage, table, partition_key, batch)
 
 
 async def _partition_page(

@@ -17,12 +17,13 @@ from azure.core.exceptions import (
     ServiceResponseError,
 )
 from azure.core.pipeline.transport import AioHttpTransport
-from azure.data.tables import TableEntity
+from azure.data.tables import TableEntity, TableTransactionError, UpdateMode
 from azure.data.tables.aio import TableClient, TableServiceClient
 from azure.storage.queue.aio import QueueClient
 
 from timeline.entities import Page
 from timeline.errors import StorageUnavailableError
+from timeline.metrics import STORAGE_REQUESTS
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +143,7 @@ class Storage:
     @asynccontextmanager
     async def guard(self, timeout_s: float | None = None) -> AsyncIterator[None]:
         """Bound a storage call in time and turn outages into ``StorageUnavailableError``."""
+        STORAGE_REQUESTS.inc()
         try:
             async with asyncio.timeout(timeout_s or self.options.timeout_s):
                 yield
@@ -205,6 +207,41 @@ async def query_page(
         return Page([], None)
     items = [entity async for entity in page]
     return Page(items, pager.continuation_token or None)
+
+
+Operation = tuple[str, dict[str, Any]]
+"""``("upsert", entity)`` or ``("delete", keys)``: idempotent, so safe to retry."""
+
+
+async def submit_batch(
+    storage: Storage, table: str, partition_key: str, operations: list[Operation]
+) -> None:
+    """Write ≤ 100 idempotent operations on one partition: a plain call for one, else an EGT.
+
+    Deleting an already-missing row is not an error: inside a batch it fails the whole
+    transaction, so that operation is dropped and the rest resent.
+    """
+    client = storage.table(table, partition_key)
+    batch = list(operations)
+    while batch:
+        async with storage.guard():
+            if len(batch) == 1:
+                kind, entity = batch[0]
+                if kind == "delete":
+                    await client.delete_entity(entity["PartitionKey"], entity["RowKey"])
+                else:
+                    await client.upsert_entity(entity, mode=UpdateMode.REPLACE)
+                return
+            try:
+                await client.submit_transaction(
+                    [(kind, entity, {"mode": UpdateMode.REPLACE}) for kind, entity in batch]
+                )
+                return
+            except TableTransactionError as error:
+                index = error.index
+                if error.status_code != 404 or index is None or batch[index][0] != "delete":
+                    raise
+                del batch[index]
 
 
 def chunked(items: Iterable[Any], size: int = MAX_BATCH_OPERATIONS) -> Iterable[list[Any]]:

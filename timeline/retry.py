@@ -1,0 +1,29 @@
+"""Backoff with full jitter, honouring the server's Retry-After when it sends one."""
+
+from __future__ import annotations
+
+import random
+
+from azure.core.exceptions import HttpResponseError
+
+
+def backoff_delay(
+    attempt: int, *, base: float = 0.1, cap: float = 5.0, retry_after: float | None = None
+) -> float:
+    """Seconds to wait before retry number ``attempt`` (1-based)."""
+    if retry_after is not None:
+        return min(cap, retry_after)
+    return random.uniform(0, min(cap, base * 2**attempt))  # noqa: S311 - jitter, not secrets
+
+
+def retry_after_of(error: BaseException) -> float | None:
+    """The Retry-After of the HTTP response behind ``error`` (503 ServerBusy, 429), if any."""
+    cause: BaseException | None = error
+    while cause is not None:
+        response = getattr(cause, "response", None)
+        if isinstance(cause, HttpResponseError) and response is not None:
+            value = response.headers.get("Retry-After")
+            if value is not None and value.isdigit():
+                return float(value)
+        cause = cause.__cause__
+    return None

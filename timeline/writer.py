@@ -1,0 +1,234 @@
+"""Coalesce single-entity timeline writes by partition into Entity Group Transactions.
+
+Fan-out produces one write per follower partition. Writes are buffered per partition and a
+partition is sent as one request when it holds 100 operations or its linger has passed.
+While every request slot is busy, waiting partitions keep absorbing writes, so batches grow
+exactly when storage is the bottleneck and stay small (low lag) when it is not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+from timeline.errors import StorageUnavailableError
+from timeline.keys import now_ticks
+from timeline.metrics import BATCH_SIZE, DELIVERIES, LAG, REMOVALS, WRITE_REQUESTS, WRITE_RETRIES
+from timeline.retry import backoff_delay, retry_after_of
+from timeline.storage import MAX_BATCH_OPERATIONS, Operation, Storage, submit_batch
+
+log = logging.getLogger(__name__)
+
+_NOW = float("-inf")
+"""The deadline of a partition that must go out at once (full, or flushing)."""
+
+
+class Tracker:
+    """Counts the outstanding writes of one unit of work (one message's share of a fan-out)."""
+
+    def __init__(self) -> None:
+        self._pending = 0
+        self._done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def add(self) -> None:
+        self._pending += 1
+
+    def settle(self, error: BaseException | None = None) -> None:
+        if self._done.done():
+            return
+        if error is not None:
+            self._done.set_exception(error)
+            return
+        self._pending -= 1
+        if self._pending == 0:
+            self._done.set_result(None)
+
+    async def wait(self) -> None:
+        """Return when every added write has committed; raise the first failure."""
+        if self._pending == 0 and not self._done.done():
+            self._done.set_result(None)
+        await self._done
+
+
+@dataclass(slots=True)
+class _Pending:
+    """One row's latest operation and every tracker waiting for it."""
+
+    operation: Operation
+    created_ticks: int | None
+    trackers: list[Tracker] = field(default_factory=list)
+
+
+class PartitionWriter:
+    """Buffers writes to one table by partition; sends full or lingered partitions as EGTs."""
+
+    def __init__(
+        self,
+        storage: Storage,
+        table: str,
+        *,
+        linger_s: float = 0.05,
+        max_in_flight: int = 64,
+        max_buffered: int = 20_000,
+        max_attempts: int = 6,
+    ) -> None:
+        self._storage = storage
+        self._table = table
+        self._linger_s = linger_s
+        self._max_attempts = max_attempts
+        self._buffers: dict[str, dict[str, _Pending]] = {}
+        self._deadlines: OrderedDict[str, float] = OrderedDict()
+        self._wakeup = asyncio.Event()
+        self._slots = asyncio.Semaphore(max_in_flight)
+        self._space = asyncio.Semaphore(max_buffered)
+        self._sends: set[asyncio.Task[None]] = set()
+        self._flusher: asyncio.Task[None] | None = None
+        self._flushing = 0
+
+    async def __aenter__(self) -> PartitionWriter:
+        self._flusher = asyncio.create_task(self._run(), name=f"flush-{self._table}")
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self.flush()
+        assert self._flusher is not None
+        self._flusher.cancel()
+        await asyncio.gather(self._flusher, return_exceptions=True)
+
+    @property
+    def buffered(self) -> int:
+        return sum(len(rows) for rows in self._buffers.values())
+
+    async def upsert(
+        self, entity: dict[str, Any], tracker: Tracker, *, created_ticks: int | None = None
+    ) -> None:
+        """Queue an upsert (REPLACE); ``created_ticks`` marks a live delivery for the lag metric."""
+        await self._add(("upsert", entity), tracker, created_ticks)
+
+    async def delete(self, partition_key: str, row_key: str, tracker: Tracker) -> None:
+        await self._add(
+            ("delete", {"PartitionKey": partition_key, "RowKey": row_key}), tracker, None
+        )
+
+    async def flush(self) -> None:
+        """Send everything buffered now, and wait until all of it is written."""
+        self._flushing += 1
+        try:
+            self._wakeup.set()
+            while self._buffers or self._sends:
+                if self._sends:
+                    await asyncio.wait(self._sends)
+                else:
+                    await asyncio.sleep(0.001)
+        finally:
+            self._flushing -= 1
+
+    async def _add(self, operation: Operation, tracker: Tracker, created_ticks: int | None) -> None:
+        await self._space.acquire()
+        partition, row = operation[1]["PartitionKey"], operation[1]["RowKey"]
+        rows = self._buffers.get(partition)
+        if rows is None:
+            rows = self._buffers[partition] = {}
+            self._deadlines[partition] = asyncio.get_running_loop().time() + self._linger_s
+            self._wakeup.set()
+        pending = rows.get(row)
+        if pending is None:
+            pending = rows[row] = _Pending(operation, created_ticks)
+        else:  # the same row again (a redelivery): the latest operation wins, once
+            self._space.release()
+            pending.operation = operation
+        pending.trackers.append(tracker)
+        tracker.add()
+        if len(rows) >= MAX_BATCH_OPERATIONS and self._deadlines.get(partition) != _NOW:
+            self._deadlines[partition] = _NOW
+            self._deadlines.move_to_end(partition, last=False)
+            self._wakeup.set()
+
+    async def _run(self) -> None:
+        while True:
+            await self._slots.acquire()
+            try:
+                partition = await self._next_due()
+            except BaseException:
+                self._slots.release()
+                raise
+            batch = self._take(partition)
+            task = asyncio.create_task(self._send(partition, batch))
+            self._sends.add(task)
+            task.add_done_callback(self._sends.discard)
+
+    async def _next_due(self) -> str:
+        """The partition to send next: full ones first, then by linger deadline."""
+        loop = asyncio.get_running_loop()
+        while True:
+            timeout: float | None = None
+            if self._deadlines:
+                partition, deadline = next(iter(self._deadlines.items()))
+                timeout = deadline - loop.time()
+                if timeout <= 0 or self._flushing:
+                    return partition
+            self._wakeup.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wakeup.wait(), timeout)
+
+    def _take(self, partition: str) -> list[_Pending]:
+        """Remove up to 100 rows of ``partition``; a remainder waits as a due partition."""
+        rows = self._buffers[partition]
+        del self._deadlines[partition]
+        if len(rows) <= MAX_BATCH_OPERATIONS:
+            del self._buffers[partition]
+            return list(rows.values())
+        keys = list(rows)[:MAX_BATCH_OPERATIONS]
+        batch = [rows.pop(key) for key in keys]
+        self._deadlines[partition] = _NOW
+        self._deadlines.move_to_end(partition, last=False)
+        return batch
+
+    async def _send(self, partition: str, batch: list[_Pending]) -> None:
+        error: BaseException | None = None
+        try:
+            await self._write_with_retries(partition, [pending.operation for pending in batch])
+        except Exception as failure:
+            error = failure
+            log.warning("writing %d rows of %s failed: %s", len(batch), partition, failure)
+        finally:
+            self._slots.release()
+            for _ in batch:
+                self._space.release()
+        if error is None:
+            _record(batch)
+        for pending in batch:
+            for tracker in pending.trackers:
+                tracker.settle(error)
+
+    async def _write_with_retries(self, partition: str, operations: list[Operation]) -> None:
+        """Retry the idempotent batch on outages: azure-core does not retry POST on a lost
+        connection, and throttling (503/429) asks the client to back off."""
+        for attempt in range(1, self._max_attempts + 1):
+            try:
+                WRITE_REQUESTS.inc()
+                await submit_batch(self._storage, self._table, partition, operations)
+                return
+            except StorageUnavailableError as error:
+                if attempt == self._max_attempts:
+                    raise
+                WRITE_RETRIES.inc()
+                await asyncio.sleep(backoff_delay(attempt, retry_after=retry_after_of(error)))
+
+
+def _record(batch: list[_Pending]) -> None:
+    BATCH_SIZE.observe(len(batch))
+    now = now_ticks()
+    delivered = 0
+    for pending in batch:
+        if pending.operation[0] == "delete":
+            continue
+        delivered += 1
+        if pending.created_ticks is not None:
+            LAG.observe(max(0, now - pending.created_ticks) / 10_000_000)
+    DELIVERIES.inc(delivered)
+    REMOVALS.inc(len(batch) - delivered)
