@@ -14,11 +14,13 @@ from tests.conftest import eventually, make_settings, running_worker, unique
 from timeline.azurite import Azurite
 from timeline.config import Settings
 from timeline.entities import Post, User
+from timeline.fanout import FanoutProcessor
 from timeline.keys import new_post_id, now_ticks
-from timeline.messages import PostCreated
+from timeline.messages import PostCreated, PostDeleted, decode
 from timeline.queue import FanoutQueue
 from timeline.repositories import Repositories
 from timeline.storage import SUBJECT_FOLLOWERS, TIMELINES, Storage, chunked
+from timeline.writer import PartitionWriter
 
 
 @pytest.fixture
@@ -143,3 +145,49 @@ async def _in_flight(queue: FanoutQueue) -> bool:
     """The message is leased: counted in the queue but not visible to a peek."""
     work, _ = await queue.depth()
     return work == 1 and not await queue.peek_work()
+
+
+async def _timeline_ids(repos: Repositories, owner: str) -> list[str]:
+    return [post.post_id for post in (await repos.timelines.page(owner, 10, None)).items]
+
+
+async def test_huge_fan_out_is_split_into_continuation_messages(
+    private_azurite: Azurite, tmp_path: Path
+) -> None:
+    settings = make_settings(
+        private_azurite.connection_string, tmp_path, worker_follower_page_size=50
+    )
+    async with opened(settings) as storage:
+        repos, queue = Repositories.on(storage), FanoutQueue(storage)
+        author, post = await _author_with_followers(storage, repos, 230)
+        followers = [f"f{i:05d}" for i in range(230)]
+        message = PostCreated(author=author, post_id=post.post_id)
+
+        async with PartitionWriter(storage, TIMELINES) as writer:
+            await FanoutProcessor.on(storage, writer, follower_page_size=50).deliver(message)
+        # one message did one page of work and queued the rest as one continuation
+        delivered = [f for f in followers if await _timeline_ids(repos, f)]
+        assert delivered == followers[:50]
+        assert await _timeline_ids(repos, author) == [post.post_id]
+        [continuation] = await queue.peek_work()
+        resumed = decode(continuation.content)
+        assert isinstance(resumed, PostCreated)
+        assert resumed.cursor is not None
+        assert resumed.post_id == post.post_id
+
+        async with running_worker(settings), running_worker(settings):
+            await eventually(
+                lambda: _work_depth_is(queue, 0), timeout_s=60, what="the chunked fan-out"
+            )
+        for follower in followers:
+            assert await _timeline_ids(repos, follower) == [post.post_id]
+
+        await queue.send(PostDeleted(author=author, post_id=post.post_id))
+        async with running_worker(settings), running_worker(settings):
+            await eventually(
+                lambda: _work_depth_is(queue, 0), timeout_s=60, what="the chunked delete"
+            )
+        for owner in [author, *followers]:
+            assert await _timeline_ids(repos, owner) == []
+        assert await repos.posts.get(author, post.post_id) is None
+        assert (await queue.depth())[1] == 0

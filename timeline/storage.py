@@ -233,15 +233,18 @@ async def submit_batch(
                     await client.upsert_entity(entity, mode=UpdateMode.REPLACE)
                 return
             try:
-                await client.submit_transaction(
-                    [(kind, entity, {"mode": UpdateMode.REPLACE}) for kind, entity in batch]
-                )
+                await client.submit_transaction([_transaction_operation(op) for op in batch])
                 return
             except TableTransactionError as error:
                 index = error.index
                 if error.status_code != 404 or index is None or batch[index][0] != "delete":
                     raise
                 del batch[index]
+
+
+def _transaction_operation(operation: Operation) -> tuple[Any, ...]:
+    kind, entity = operation
+    return (kind, entity, {"mode": UpdateMode.REPLACE}) if kind == "upsert" else (kind, entity)
 
 
 def chunked(items: Iterable[Any], size: int = MAX_BATCH_OPERATIONS) -> Iterable[list[Any]]:

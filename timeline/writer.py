@@ -88,6 +88,8 @@ class PartitionWriter:
         self._sends: set[asyncio.Task[None]] = set()
         self._flusher: asyncio.Task[None] | None = None
         self._flushing = 0
+        self.requests = 0
+        """Write requests this writer has sent, retries included."""
 
     async def __aenter__(self) -> PartitionWriter:
         self._flusher = asyncio.create_task(self._run(), name=f"flush-{self._table}")
@@ -211,6 +213,7 @@ class PartitionWriter:
         for attempt in range(1, self._max_attempts + 1):
             try:
                 WRITE_REQUESTS.inc()
+                self.requests += 1
                 await submit_batch(self._storage, self._table, partition, operations)
                 return
             except StorageUnavailableError as error:

@@ -1,0 +1,150 @@
+"""PartitionWriter against a real Azurite: coalescing, linger, full batches, retries."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import make_settings, unique
+from timeline.azurite import Azurite
+from timeline.entities import Post
+from timeline.keys import new_post_id, now_ticks
+from timeline.metrics import WRITE_RETRIES
+from timeline.repositories import Repositories
+from timeline.storage import TIMELINES, Storage
+from timeline.writer import PartitionWriter, Tracker
+
+
+def _posts(count: int) -> list[Post]:
+    base = now_ticks()
+    return [Post(new_post_id(base + i * 10), "someone", f"#{i}") for i in range(count)]
+
+
+async def _rows(repos: Repositories, owner: str) -> list[str]:
+    return [post.post_id for post in (await repos.timelines.page(owner, 1000, None)).items]
+
+
+async def test_linger_coalesces_one_partition_into_one_request(
+    storage: Storage, repos: Repositories
+) -> None:
+    owner, other = unique(), unique()
+    posts = _posts(3)
+    async with PartitionWriter(storage, TIMELINES, linger_s=0.2) as writer:
+        tracker = Tracker()
+        for post in posts:
+            await writer.upsert(post.to_entity(owner), tracker)
+        await writer.upsert(posts[0].to_entity(other), tracker)
+        await asyncio.wait_for(tracker.wait(), 10)  # no flush(): the linger sends them
+        assert writer.requests == 2
+    assert sorted(await _rows(repos, owner)) == sorted(p.post_id for p in posts)
+    assert await _rows(repos, other) == [posts[0].post_id]
+
+
+async def test_full_partition_goes_out_without_waiting_for_linger(
+    storage: Storage, repos: Repositories
+) -> None:
+    owner = unique()
+    async with PartitionWriter(storage, TIMELINES, linger_s=3600) as writer:
+        tracker = Tracker()
+        for post in _posts(100):
+            await writer.upsert(post.to_entity(owner), tracker)
+        await asyncio.wait_for(tracker.wait(), 10)
+        assert writer.requests == 1
+    assert len(await _rows(repos, owner)) == 100
+
+
+async def test_large_partition_is_split_into_batches_of_100(
+    storage: Storage, repos: Repositories
+) -> None:
+    owner = unique()
+    async with PartitionWriter(storage, TIMELINES, linger_s=3600) as writer:
+        tracker = Tracker()
+        for post in _posts(250):
+            await writer.upsert(post.to_entity(owner), tracker)
+        await writer.flush()
+        await tracker.wait()
+        assert writer.requests == 3
+    assert len(await _rows(repos, owner)) == 250
+
+
+async def test_same_row_twice_is_written_once_and_settles_both(
+    storage: Storage, repos: Repositories
+) -> None:
+    owner = unique()
+    [post] = _posts(1)
+    async with PartitionWriter(storage, TIMELINES, linger_s=3600) as writer:
+        first, second = Tracker(), Tracker()
+        await writer.upsert(post.to_entity(owner), first)
+        await writer.upsert(post.to_entity(owner), second)
+        assert writer.buffered == 1
+        await writer.flush()
+        await first.wait()
+        await second.wait()
+        assert writer.requests == 1
+    assert await _rows(repos, owner) == [post.post_id]
+
+
+async def test_deletes_of_missing_rows_do_not_fail_the_batch(
+    storage: Storage, repos: Repositories
+) -> None:
+    owner = unique()
+    posts = _posts(4)
+    await repos.timelines.put_many(owner, posts[:2])
+    async with PartitionWriter(storage, TIMELINES, linger_s=3600) as writer:
+        tracker = Tracker()
+        for post in posts:  # two exist, two never did
+            await writer.delete(owner, post.row_key, tracker)
+        await writer.flush()
+        await tracker.wait()
+    assert await _rows(repos, owner) == []
+
+
+async def test_permanent_failure_reaches_the_tracker(
+    durable_azurite: Azurite, tmp_path: Path
+) -> None:
+    settings = make_settings(durable_azurite.connection_string, tmp_path)
+    async with (
+        Storage(settings.connection_string(), settings.storage_options()) as storage,
+        PartitionWriter(storage, TIMELINES, linger_s=0) as writer,
+    ):
+        tracker = Tracker()  # no create_all(): the timelines table does not exist here
+        for post in _posts(2):
+            await writer.upsert(post.to_entity(unique()), tracker)
+        with pytest.raises(Exception, match="TableNotFound"):
+            await asyncio.wait_for(tracker.wait(), 10)
+
+
+@pytest.fixture
+def durable_azurite(tmp_path: Path) -> Iterator[Azurite]:
+    server = Azurite(location=tmp_path / "azurite")
+    server.start()
+    yield server
+    server.stop()
+
+
+async def test_batches_are_retried_across_a_storage_outage(
+    durable_azurite: Azurite, tmp_path: Path
+) -> None:
+    settings = make_settings(durable_azurite.connection_string, tmp_path, storage_timeout_s=2)
+    owner = unique()
+    posts = _posts(5)
+    async with Storage(settings.connection_string(), settings.storage_options()) as storage:
+        await storage.create_all()
+        retries_before = WRITE_RETRIES._value.get()
+        async with PartitionWriter(storage, TIMELINES, linger_s=3600, max_attempts=8) as writer:
+            tracker = Tracker()
+            for post in posts:
+                await writer.upsert(post.to_entity(owner), tracker)
+            await asyncio.to_thread(durable_azurite.stop)
+            flushing = asyncio.create_task(writer.flush())
+            await asyncio.sleep(1.0)  # the batch fails and backs off while storage is down
+            await asyncio.to_thread(durable_azurite.start)
+            await asyncio.wait_for(flushing, 60)
+            await tracker.wait()
+        assert WRITE_RETRIES._value.get() > retries_before
+        assert sorted(await _rows(Repositories.on(storage), owner)) == sorted(
+            p.post_id for p in posts
+        )
