@@ -16,6 +16,9 @@ lint: setup
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
+bench: setup
+	$(BIN)/python -m loadtest.bench
+
 fmt: setup
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .

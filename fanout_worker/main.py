@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from prometheus_client import start_http_server
+
 from fanout_worker.worker import Worker
 from timeline.config import Settings
 from timeline.logs import configure_logging
@@ -10,4 +12,6 @@ from timeline.logs import configure_logging
 def main() -> None:
     configure_logging()
     settings = Settings()
+    if settings.worker_metrics_port is not None:
+        start_http_server(settings.worker_metrics_port, addr=settings.host)
     Worker(settings, settings.connection_string()).run()

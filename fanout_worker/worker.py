@@ -46,6 +46,7 @@ class Worker:
         self._capacity = asyncio.Condition()
         self._queue: FanoutQueue | None = None
         self._processor: FanoutProcessor | None = None
+        self._writer: PartitionWriter | None = None
 
     def run(self) -> None:
         asyncio.run(self.async_run(install_signal_handlers=True))
@@ -71,6 +72,7 @@ class Worker:
                 max_buffered=settings.worker_max_buffered,
             ) as writer,
         ):
+            self._writer = writer
             self._queue = FanoutQueue(storage)
             self._processor = FanoutProcessor.on(
                 storage, writer, follower_page_size=settings.worker_follower_page_size
@@ -209,14 +211,20 @@ class Worker:
             await asyncio.sleep(5)
 
     async def _drain(self) -> None:
-        """Let in-flight messages finish within the grace period, then cancel the rest."""
-        if not self._tasks:
-            return
-        log.info("draining %d in-flight message(s)", len(self._tasks))
-        _, pending = await asyncio.wait(self._tasks, timeout=self._settings.worker_shutdown_grace_s)
-        for task in pending:
-            task.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
+        """Let in-flight messages finish within the grace period, then cancel the rest; the
+        writer gets what is left of the grace period to flush (shutdown stays bounded)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._settings.worker_shutdown_grace_s
+        if self._tasks:
+            log.info("draining %d in-flight message(s)", len(self._tasks))
+            _, pending = await asyncio.wait(
+                self._tasks, timeout=self._settings.worker_shutdown_grace_s
+            )
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        if self._writer is not None:
+            self._writer.close_timeout_s = max(0.0, deadline - loop.time())
 
 
 class _Lease:

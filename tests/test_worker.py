@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from fanout_worker.worker import Worker
 from tests.conftest import eventually, make_settings, running_worker, unique
 from timeline.azurite import Azurite
 from timeline.config import Settings
@@ -191,3 +192,72 @@ async def test_huge_fan_out_is_split_into_continuation_messages(
             assert await _timeline_ids(repos, owner) == []
         assert await repos.posts.get(author, post.post_id) is None
         assert (await queue.depth())[1] == 0
+
+
+async def test_worker_survives_storage_outage_and_stops_in_bounded_time(
+    tmp_path: Path,
+) -> None:
+    azurite = Azurite(location=tmp_path / "azurite")
+    azurite.start()
+    settings = make_settings(
+        azurite.connection_string,
+        tmp_path,
+        storage_timeout_s=2,
+        worker_visibility_timeout_s=5,
+        worker_shutdown_grace_s=3,
+        worker_write_concurrency=4,
+    )
+    try:
+        async with opened(settings) as storage:
+            repos, queue = Repositories.on(storage), FanoutQueue(storage)
+            author, post = await _author_with_followers(storage, repos, 3000)
+            await asyncio.sleep(6)  # Azurite persists every 5 s: the seed survives a restart
+            worker = Worker(settings, settings.connection_string())
+            running = asyncio.create_task(worker.async_run())
+            await queue.send(PostCreated(author=author, post_id=post.post_id))
+            await asyncio.sleep(1.5)  # mid fan-out
+            await asyncio.to_thread(azurite.stop)
+            await asyncio.sleep(3)  # the worker keeps failing, backing off, not dying
+            assert not running.done()
+            await asyncio.to_thread(azurite.start)
+
+            async def everyone_has_it() -> bool:
+                for i in range(0, 3000, 97):
+                    if await _timeline_ids(repos, f"f{i:05d}") != [post.post_id]:
+                        return False
+                return (await queue.depth())[0] == 0
+
+            await eventually(everyone_has_it, timeout_s=90, what="recovery after the outage")
+            for i in range(3000):
+                assert await _timeline_ids(repos, f"f{i:05d}") == [post.post_id]
+
+            await asyncio.sleep(0.5)
+            await asyncio.to_thread(azurite.stop)
+            worker.stop()  # storage is down again: stopping must not wait for it
+            await asyncio.wait_for(running, 30)
+    finally:
+        azurite.stop()
+
+
+async def test_stop_is_bounded_while_storage_is_down(
+    private_azurite: Azurite, tmp_path: Path
+) -> None:
+    """Buffered writes that cannot be written are dropped at the deadline, not retried for
+    minutes: their message was never deleted, so it is redelivered later."""
+    settings = make_settings(
+        private_azurite.connection_string,
+        tmp_path,
+        storage_timeout_s=2,
+        worker_shutdown_grace_s=2,
+        worker_write_concurrency=2,
+    )
+    async with opened(settings) as storage:
+        repos, queue = Repositories.on(storage), FanoutQueue(storage)
+        author, post = await _author_with_followers(storage, repos, 5000)
+        await queue.send(PostCreated(author=author, post_id=post.post_id))
+    worker = Worker(settings, settings.connection_string())
+    running = asyncio.create_task(worker.async_run())
+    await asyncio.sleep(2)  # thousands of writes buffered behind 2 request slots
+    await asyncio.to_thread(private_azurite.kill)
+    worker.stop()
+    await asyncio.wait_for(running, 30)

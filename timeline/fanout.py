@@ -59,12 +59,12 @@ class FanoutProcessor:
         post = await self._repos.posts.get(message.author, message.post_id)
         if post is None:
             return
-        page = await self._repos.follows.followers_page(
+        page = await self._repos.follows.follower_ids_page(
             post.author, self._page_size, message.cursor
         )
         if page.continuation is not None:
             await self._queue.send(message.model_copy(update={"cursor": page.continuation}))
-        followers = [edge.user_id for edge in page.items]
+        followers = page.items
         owners = followers if message.cursor is not None else [post.author, *followers]
         await self._put(owners, post)
         if followers:
@@ -80,10 +80,10 @@ class FanoutProcessor:
         author, post_id = message.author, message.post_id
         if message.cursor is None and await self._repos.posts.delete(author, post_id):
             await self._repos.users.adjust_counters(author, posts=-1)
-        page = await self._repos.follows.followers_page(author, self._page_size, message.cursor)
+        page = await self._repos.follows.follower_ids_page(author, self._page_size, message.cursor)
         if page.continuation is not None:
             await self._queue.send(message.model_copy(update={"cursor": page.continuation}))
-        followers = [edge.user_id for edge in page.items]
+        followers = page.items
         await self._remove(followers if message.cursor else [author, *followers], post_id)
 
     async def backfill(self, follower: str, subject: str) -> None:

@@ -209,16 +209,19 @@ class FollowsRepository:
     ) -> Page[Edge]:
         return await _edge_page(self._storage, SUBJECT_FOLLOWING, follower, limit, continuation)
 
-    async def follower_chunks(self, subject: str, size: int = 1000) -> AsyncIterator[list[str]]:
-        """Every follower id of ``subject``, one storage page at a time."""
-        continuation: dict[str, str] | None = None
-        while True:
-            page = await self.followers_page(subject, size, continuation)
-            if page.items:
-                yield [edge.user_id for edge in page.items]
-            continuation = page.continuation
-            if continuation is None:
-                return
+    async def follower_ids_page(
+        self, subject: str, limit: int, continuation: dict[str, str] | None
+    ) -> Page[str]:
+        """Only the ids: what a fan-out needs, without parsing a timestamp per follower."""
+        page = await _partition_page(
+            self._storage,
+            SUBJECT_FOLLOWERS,
+            subject,
+            select=["RowKey"],
+            limit=limit,
+            continuation=continuation,
+        )
+        return Page([entity["RowKey"] for entity in page.items], page.continuation)
 
     async def followers_between(self, subject: str, first: str, last: str) -> set[str]:
         """Followers of ``subject`` whose ids lie in ``[first, last]``."""

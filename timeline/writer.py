@@ -89,6 +89,8 @@ class PartitionWriter:
         self._flusher: asyncio.Task[None] | None = None
         self._flushing = 0
         self.requests = 0
+        self.close_timeout_s: float | None = None
+        """How long leaving the ``async with`` may spend flushing (None: until done)."""
         """Write requests this writer has sent, retries included."""
 
     async def __aenter__(self) -> PartitionWriter:
@@ -96,10 +98,35 @@ class PartitionWriter:
         return self
 
     async def __aexit__(self, *_exc: object) -> None:
-        await self.flush()
+        await self.close(self.close_timeout_s)
+
+    async def close(self, timeout_s: float | None) -> None:
+        """Flush for at most ``timeout_s``; then drop what is left, failing its trackers.
+
+        Dropping loses nothing: a message whose writes did not all commit is never deleted
+        from the queue, so it is delivered again once storage answers.
+        """
+        try:
+            await asyncio.wait_for(self.flush(), timeout_s)
+        except TimeoutError:
+            log.warning(
+                "closing with %d rows unwritten; their messages will be retried", self.buffered
+            )
         assert self._flusher is not None
         self._flusher.cancel()
-        await asyncio.gather(self._flusher, return_exceptions=True)
+        sends = list(self._sends)
+        for task in sends:
+            task.cancel()
+        await asyncio.gather(self._flusher, *sends, return_exceptions=True)
+        abandoned = StorageUnavailableError(
+            "the writer closed before this row was written", retry_after=1
+        )
+        for rows in self._buffers.values():
+            for pending in rows.values():
+                for tracker in pending.trackers:
+                    tracker.settle(abandoned)
+        self._buffers.clear()
+        self._deadlines.clear()
 
     @property
     def buffered(self) -> int:
@@ -197,15 +224,18 @@ class PartitionWriter:
         except Exception as failure:
             error = failure
             log.warning("writing %d rows of %s failed: %s", len(batch), partition, failure)
+        except asyncio.CancelledError:
+            error = StorageUnavailableError("the write was abandoned at close", retry_after=1)
+            raise
         finally:
             self._slots.release()
             for _ in batch:
                 self._space.release()
-        if error is None:
-            _record(batch)
-        for pending in batch:
-            for tracker in pending.trackers:
-                tracker.settle(error)
+            if error is None:
+                _record(batch)
+            for pending in batch:
+                for tracker in pending.trackers:
+                    tracker.settle(error)
 
     async def _write_with_retries(self, partition: str, operations: list[Operation]) -> None:
         """Retry the idempotent batch on outages: azure-core does not retry POST on a lost
