@@ -35,8 +35,8 @@ async def test_linger_coalesces_one_partition_into_one_request(
     async with PartitionWriter(storage, TIMELINES, linger_s=0.2) as writer:
         tracker = Tracker()
         for post in posts:
-            await writer.upsert(post.to_entity(owner), tracker)
-        await writer.upsert(posts[0].to_entity(other), tracker)
+            await writer.upsert(owner, post.row_key, post.properties(), tracker)
+        await writer.upsert(other, posts[0].row_key, posts[0].properties(), tracker)
         await asyncio.wait_for(tracker.wait(), 10)  # no flush(): the linger sends them
         assert writer.requests == 2
     assert sorted(await _rows(repos, owner)) == sorted(p.post_id for p in posts)
@@ -50,7 +50,7 @@ async def test_full_partition_goes_out_without_waiting_for_linger(
     async with PartitionWriter(storage, TIMELINES, linger_s=3600) as writer:
         tracker = Tracker()
         for post in _posts(100):
-            await writer.upsert(post.to_entity(owner), tracker)
+            await writer.upsert(owner, post.row_key, post.properties(), tracker)
         await asyncio.wait_for(tracker.wait(), 10)
         assert writer.requests == 1
     assert len(await _rows(repos, owner)) == 100
@@ -63,7 +63,7 @@ async def test_large_partition_is_split_into_batches_of_100(
     async with PartitionWriter(storage, TIMELINES, linger_s=3600) as writer:
         tracker = Tracker()
         for post in _posts(250):
-            await writer.upsert(post.to_entity(owner), tracker)
+            await writer.upsert(owner, post.row_key, post.properties(), tracker)
         await writer.flush()
         await tracker.wait()
         assert writer.requests == 3
@@ -77,8 +77,8 @@ async def test_same_row_twice_is_written_once_and_settles_both(
     [post] = _posts(1)
     async with PartitionWriter(storage, TIMELINES, linger_s=3600) as writer:
         first, second = Tracker(), Tracker()
-        await writer.upsert(post.to_entity(owner), first)
-        await writer.upsert(post.to_entity(owner), second)
+        await writer.upsert(owner, post.row_key, post.properties(), first)
+        await writer.upsert(owner, post.row_key, post.properties(), second)
         assert writer.buffered == 1
         await writer.flush()
         await first.wait()
@@ -112,7 +112,7 @@ async def test_permanent_failure_reaches_the_tracker(
     ):
         tracker = Tracker()  # no create_all(): the timelines table does not exist here
         for post in _posts(2):
-            await writer.upsert(post.to_entity(unique()), tracker)
+            await writer.upsert(unique(), post.row_key, post.properties(), tracker)
         with pytest.raises(Exception, match="TableNotFound"):
             await asyncio.wait_for(tracker.wait(), 10)
 
@@ -137,7 +137,7 @@ async def test_batches_are_retried_across_a_storage_outage(
         async with PartitionWriter(storage, TIMELINES, linger_s=3600, max_attempts=8) as writer:
             tracker = Tracker()
             for post in posts:
-                await writer.upsert(post.to_entity(owner), tracker)
+                await writer.upsert(owner, post.row_key, post.properties(), tracker)
             await asyncio.to_thread(durable_azurite.stop)
             flushing = asyncio.create_task(writer.flush())
             await asyncio.sleep(1.0)  # the batch fails and backs off while storage is down

@@ -37,11 +37,11 @@ class Settings(BaseSettings):
     storage_timeout_s: float = Field(default=5.0, gt=0)
     storage_retries: int = Field(default=2, ge=0)
 
-    worker_concurrency: int = Field(default=128, ge=1)
+    worker_concurrency: int = Field(default=256, ge=1)
     worker_receivers: int = Field(default=4, ge=1)
     worker_write_concurrency: int = Field(default=64, ge=1)
     worker_linger_s: float = Field(default=0.05, ge=0, le=5)
-    worker_max_buffered: int = Field(default=20_000, ge=100)
+    worker_max_buffered: int = Field(default=100_000, ge=100)
     worker_follower_page_size: int = Field(default=1000, ge=1, le=1000)
     worker_visibility_timeout_s: int = Field(default=30, ge=1)
     worker_max_deliveries: int = Field(default=5, ge=1)

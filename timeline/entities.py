@@ -35,14 +35,13 @@ class Post:
     def created_at(self) -> datetime:
         return ticks_to_datetime(post_id_ticks(self.post_id))
 
+    def properties(self) -> dict[str, str]:
+        """Everything but the keys: one dict can serve every copy of the post."""
+        return {"author": self.author, "text": self.text}
+
     def to_entity(self, partition_key: str) -> dict[str, Any]:
         """The same shape in ``posts`` (keyed by author) and ``timelines`` (keyed by owner)."""
-        return {
-            "PartitionKey": partition_key,
-            "RowKey": self.row_key,
-            "author": self.author,
-            "text": self.text,
-        }
+        return {"PartitionKey": partition_key, "RowKey": self.row_key, **self.properties()}
 
     @classmethod
     def from_entity(cls, entity: dict[str, Any]) -> Post:

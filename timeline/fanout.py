@@ -93,7 +93,7 @@ class FanoutProcessor:
         posts = (await self._repos.posts.page(subject, BACKFILL_POSTS, None)).items
         tracker = Tracker()
         for post in posts:
-            await self._writer.upsert(post.to_entity(follower), tracker)
+            await self._writer.upsert(follower, post.row_key, post.properties(), tracker)
         await tracker.wait()
         if not await self._repos.follows.is_following(follower, subject):
             await self.purge(follower, subject)
@@ -112,9 +112,9 @@ class FanoutProcessor:
 
     async def _put(self, owners: Iterable[str], post: Post) -> None:
         tracker = Tracker()
-        created = post_id_ticks(post.post_id)
+        created, row_key, properties = post_id_ticks(post.post_id), post.row_key, post.properties()
         for owner in owners:
-            await self._writer.upsert(post.to_entity(owner), tracker, created_ticks=created)
+            await self._writer.upsert(owner, row_key, properties, tracker, created_ticks=created)
         await tracker.wait()
 
     async def _remove(self, owners: Iterable[str], post_id: str) -> None:

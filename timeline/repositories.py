@@ -9,7 +9,11 @@ from datetime import datetime
 from typing import Any
 
 from azure.core import MatchConditions
-from azure.core.exceptions import ResourceExistsError, ResourceModifiedError
+from azure.core.exceptions import (
+    ResourceExistsError,
+    ResourceModifiedError,
+    ResourceNotFoundError,
+)
 from azure.data.tables import TableEntity, TableTransactionError, UpdateMode
 
 from timeline.entities import POST_SELECT, PROFILE_ROW_KEY, Edge, Page, Post, User
@@ -245,18 +249,13 @@ async def _get_entity(
     *,
     select: list[str] | None = None,
 ) -> TableEntity | None:
-    """One point read; None when the entity does not exist."""
+    """One point read by both keys (the cheapest call there is); None when missing."""
     client = storage.table(table, partition_key)
     async with storage.guard():
-        page = await query_page(
-            client,
-            f"{PARTITION} and RowKey eq @rk",
-            {"pk": partition_key, "rk": row_key},
-            select=select,
-            limit=1,
-            continuation=None,
-        )
-    return page.items[0] if page.items else None
+        try:
+            return await client.get_entity(partition_key, row_key, select=select)
+        except ResourceNotFoundError:
+            return None
 
 
 async def _delete_existing(storage: Storage, table: str, partition_key: str, row_key: str) -> bool:

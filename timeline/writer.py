@@ -56,11 +56,19 @@ class Tracker:
 
 @dataclass(slots=True)
 class _Pending:
-    """One row's latest operation and every tracker waiting for it."""
+    """One row's latest operation and every tracker waiting for it. ``properties`` is shared
+    by every copy of a post, so a buffered delivery costs a few pointers, not an entity."""
 
-    operation: Operation
+    row_key: str
+    properties: dict[str, Any] | None  # None: delete the row
     created_ticks: int | None
     trackers: list[Tracker] = field(default_factory=list)
+
+    def operation(self, partition: str) -> Operation:
+        keys = {"PartitionKey": partition, "RowKey": self.row_key}
+        if self.properties is None:
+            return ("delete", keys)
+        return ("upsert", keys | self.properties)
 
 
 class PartitionWriter:
@@ -133,15 +141,19 @@ class PartitionWriter:
         return sum(len(rows) for rows in self._buffers.values())
 
     async def upsert(
-        self, entity: dict[str, Any], tracker: Tracker, *, created_ticks: int | None = None
+        self,
+        partition: str,
+        row_key: str,
+        properties: dict[str, Any],
+        tracker: Tracker,
+        *,
+        created_ticks: int | None = None,
     ) -> None:
         """Queue an upsert (REPLACE); ``created_ticks`` marks a live delivery for the lag metric."""
-        await self._add(("upsert", entity), tracker, created_ticks)
+        await self._add(partition, row_key, properties, tracker, created_ticks)
 
-    async def delete(self, partition_key: str, row_key: str, tracker: Tracker) -> None:
-        await self._add(
-            ("delete", {"PartitionKey": partition_key, "RowKey": row_key}), tracker, None
-        )
+    async def delete(self, partition: str, row_key: str, tracker: Tracker) -> None:
+        await self._add(partition, row_key, None, tracker, None)
 
     async def flush(self) -> None:
         """Send everything buffered now, and wait until all of it is written."""
@@ -156,9 +168,15 @@ class PartitionWriter:
         finally:
             self._flushing -= 1
 
-    async def _add(self, operation: Operation, tracker: Tracker, created_ticks: int | None) -> None:
+    async def _add(
+        self,
+        partition: str,
+        row: str,
+        properties: dict[str, Any] | None,
+        tracker: Tracker,
+        created_ticks: int | None,
+    ) -> None:
         await self._space.acquire()
-        partition, row = operation[1]["PartitionKey"], operation[1]["RowKey"]
         rows = self._buffers.get(partition)
         if rows is None:
             rows = self._buffers[partition] = {}
@@ -166,10 +184,10 @@ class PartitionWriter:
             self._wakeup.set()
         pending = rows.get(row)
         if pending is None:
-            pending = rows[row] = _Pending(operation, created_ticks)
+            pending = rows[row] = _Pending(row, properties, created_ticks)
         else:  # the same row again (a redelivery): the latest operation wins, once
             self._space.release()
-            pending.operation = operation
+            pending.properties = properties
         pending.trackers.append(tracker)
         tracker.add()
         if len(rows) >= MAX_BATCH_OPERATIONS and self._deadlines.get(partition) != _NOW:
@@ -220,7 +238,8 @@ class PartitionWriter:
     async def _send(self, partition: str, batch: list[_Pending]) -> None:
         error: BaseException | None = None
         try:
-            await self._write_with_retries(partition, [pending.operation for pending in batch])
+            operations = [pending.operation(partition) for pending in batch]
+            await self._write_with_retries(partition, operations)
         except Exception as failure:
             error = failure
             log.warning("writing %d rows of %s failed: %s", len(batch), partition, failure)
@@ -258,7 +277,7 @@ def _record(batch: list[_Pending]) -> None:
     now = now_ticks()
     delivered = 0
     for pending in batch:
-        if pending.operation[0] == "delete":
+        if pending.properties is None:
             continue
         delivered += 1
         if pending.created_ticks is not None:

@@ -1,0 +1,30 @@
+"""The benchmark runs end to end at tiny sizes and prints its JSON line (no speed asserted)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+
+KEYS = {
+    "ceiling_single_eps", "ceiling_egt_eps", "live_eps", "live_requests_per_delivery",
+    "lag_p50_s", "lag_p99_s", "burst_eps", "burst_requests_per_delivery", "backfill_eps",
+    "bigfanout_followers", "bigfanout_delivered", "bigfanout_finished", "bigfanout_s",
+    "bigfanout_rss_mb", "azurite_same_rowkey_eps", "ratios",
+}  # fmt: skip
+
+
+async def test_bench_quick_prints_every_key() -> None:
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "loadtest.bench", "--quick"],
+        capture_output=True, text=True, timeout=600, check=True,
+    )  # fmt: skip
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert set(result) >= KEYS
+    assert result["bigfanout_finished"] is True
+    assert result["bigfanout_delivered"] == result["bigfanout_followers"] + 1
+    assert result["burst_eps"] > 0
+    assert result["live_eps"] > 0
+    assert 0 < result["bigfanout_rss_mb"] < 1000
