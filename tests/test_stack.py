@@ -102,6 +102,8 @@ async def test_stack_runs_stops_and_keeps_data(tmp_path: Path) -> None:
 
             await eventually(delivered, what="the post on bob's timeline")
 
+        assert "ready" in await asyncio.to_thread(stack.cli, "init")  # idempotent
+        assert await asyncio.to_thread(stack.cli, "poison", "list") == ""
         minted = (await asyncio.to_thread(stack.cli, "token", "alice")).strip()
         stats = await asyncio.to_thread(stack.cli, "stats")
         assert "table users: 2" in stats
