@@ -56,6 +56,14 @@ async def _hold_then_release(
     await task
 
 
+async def _unfollow(
+    repos: Repositories, processor: FanoutProcessor, follower: str, author: str
+) -> None:
+    """What the API and then the worker do for an unfollow, to the end."""
+    await repos.follows.remove(follower, author)
+    await processor.purge(follower, author)
+
+
 async def test_delete_beats_in_flight_delivery(storage: Storage, repos: Repositories) -> None:
     author, follower, [post] = await _author_and_follower(repos)
     async with (
@@ -76,10 +84,6 @@ async def test_delete_beats_in_flight_delivery(storage: Storage, repos: Reposito
 async def test_unfollow_beats_in_flight_delivery(storage: Storage, repos: Repositories) -> None:
     author, follower, [post] = await _author_and_follower(repos)
 
-    async def unfollow(processor: FanoutProcessor) -> None:
-        await repos.follows.remove(follower, author)
-        await processor.purge(follower, author)
-
     async with (
         PartitionWriter(storage, TIMELINES, linger_s=3600) as held,
         PartitionWriter(storage, TIMELINES, linger_s=0) as prompt,
@@ -89,7 +93,7 @@ async def test_unfollow_beats_in_flight_delivery(storage: Storage, repos: Reposi
             FanoutProcessor.on(storage, held).deliver(
                 PostCreated(author=author, post_id=post.post_id)
             ),
-            unfollow(FanoutProcessor.on(storage, prompt)),
+            _unfollow(repos, FanoutProcessor.on(storage, prompt), follower, author),
         )
     assert await _ids(repos, follower) == []
     assert await _ids(repos, author) == [post.post_id]
@@ -98,10 +102,6 @@ async def test_unfollow_beats_in_flight_delivery(storage: Storage, repos: Reposi
 async def test_unfollow_beats_in_flight_backfill(storage: Storage, repos: Repositories) -> None:
     author, follower, _ = await _author_and_follower(repos, posts=5)
 
-    async def unfollow(processor: FanoutProcessor) -> None:
-        await repos.follows.remove(follower, author)
-        await processor.purge(follower, author)
-
     async with (
         PartitionWriter(storage, TIMELINES, linger_s=3600) as held,
         PartitionWriter(storage, TIMELINES, linger_s=0) as prompt,
@@ -109,7 +109,7 @@ async def test_unfollow_beats_in_flight_backfill(storage: Storage, repos: Reposi
         await _hold_then_release(
             held,
             FanoutProcessor.on(storage, held).backfill(follower, author),
-            unfollow(FanoutProcessor.on(storage, prompt)),
+            _unfollow(repos, FanoutProcessor.on(storage, prompt), follower, author),
         )
     assert await _ids(repos, follower) == []
 

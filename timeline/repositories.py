@@ -130,26 +130,9 @@ class TimelinesRepository:
     def __init__(self, storage: Storage) -> None:
         self._storage = storage
 
-    async def put(self, owner: str, post: Post) -> None:
-        client = self._storage.table(TIMELINES, owner)
-        async with self._storage.guard():
-            await client.upsert_entity(post.to_entity(owner), mode=UpdateMode.REPLACE)
-
     async def put_many(self, owner: str, posts: Iterable[Post]) -> None:
         """Upsert into one partition, 100 operations per Entity Group Transaction."""
         operations: list[Operation] = [("upsert", post.to_entity(owner)) for post in posts]
-        await _submit_batches(self._storage, TIMELINES, owner, operations)
-
-    async def remove(self, owner: str, post_id: str) -> None:
-        client = self._storage.table(TIMELINES, owner)
-        async with self._storage.guard():
-            await client.delete_entity(owner, post_row_key(post_id))
-
-    async def remove_many(self, owner: str, row_keys: Iterable[str]) -> None:
-        """Delete row keys from one partition in batches; already-missing rows are fine."""
-        operations: list[Operation] = [
-            ("delete", {"PartitionKey": owner, "RowKey": key}) for key in row_keys
-        ]
         await _submit_batches(self._storage, TIMELINES, owner, operations)
 
     async def row_keys_by_author(self, owner: str, author: str) -> list[str]:
