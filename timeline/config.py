@@ -37,7 +37,7 @@ class Settings(BaseSettings):
     storage_timeout_s: float = Field(default=5.0, gt=0)
     storage_retries: int = Field(default=2, ge=0)
 
-    worker_concurrency: int = Field(default=256, ge=1)
+    worker_concurrency: int = Field(default=1024, ge=1)
     worker_receivers: int = Field(default=4, ge=1)
     worker_write_concurrency: int = Field(default=64, ge=1)
     worker_linger_s: float = Field(default=0.05, ge=0, le=5)
