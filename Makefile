@@ -19,6 +19,9 @@ lint: setup
 bench: setup
 	$(BIN)/python -m loadtest.bench
 
+loadtest: setup
+	$(BIN)/python -m loadtest.run
+
 fmt: setup
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .

@@ -1,0 +1,76 @@
+"""Timeline users: mostly reading (as on every timeline service), sometimes posting and
+following. Tokens come from ``loadtest/results/tokens.json``, written by ``loadtest.seed``."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from pathlib import Path
+
+from locust import FastHttpUser, between, task
+
+TOKENS: dict[str, str] = json.loads(
+    Path(os.environ.get("TIMELINE_LOADTEST_TOKENS", "loadtest/results/tokens.json")).read_text()
+)
+USERS = sorted(TOKENS)
+
+
+class TimelineUser(FastHttpUser):
+    wait_time = between(0.5, 2.0)
+
+    def on_start(self) -> None:
+        self.me = random.choice(USERS)
+        self.headers = {"Authorization": f"Bearer {TOKENS[self.me]}"}
+        self.continuation: str | None = None
+
+    @task(10)
+    def home_timeline(self) -> None:
+        with self.client.get(
+            f"/users/{self.me}/timeline", headers=self.headers, name="read: timeline",
+            catch_response=True,
+        ) as response:  # fmt: skip
+            if response.status_code == 200:
+                self.continuation = response.json()["continuation"]
+
+    @task(3)
+    def next_page(self) -> None:
+        if not self.continuation:
+            return
+        self.client.get(
+            f"/users/{self.me}/timeline", params={"continuation": self.continuation},
+            headers=self.headers, name="read: timeline next page",
+        )  # fmt: skip
+        self.continuation = None
+
+    @task(3)
+    def profile(self) -> None:
+        self.client.get(f"/users/{random.choice(USERS)}", name="read: profile")
+
+    @task(3)
+    def their_posts(self) -> None:
+        # popular accounts are read more often: bias towards low user numbers
+        author = USERS[min(len(USERS) - 1, int(random.paretovariate(1.2)) - 1)]
+        self.client.get(f"/users/{author}/posts", params={"limit": "50"}, name="read: posts")
+
+    @task(2)
+    def post(self) -> None:
+        self.client.post(
+            f"/users/{self.me}/posts", json={"text": f"load test post {random.random()}"},
+            headers=self.headers, name="write: post",
+        )  # fmt: skip
+
+    @task(1)
+    def follow(self) -> None:
+        target = random.choice(USERS)
+        if target != self.me:
+            self.client.put(
+                f"/users/{self.me}/following/{target}", headers=self.headers, name="write: follow"
+            )
+
+    @task(1)
+    def unfollow(self) -> None:
+        self.client.delete(
+            f"/users/{self.me}/following/{random.choice(USERS)}", headers=self.headers,
+            name="write: unfollow",
+        )  # fmt: skip

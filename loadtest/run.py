@@ -1,0 +1,192 @@
+"""``make loadtest``: the whole stack on free ports, seeded, under Locust; one JSON line.
+
+Starts ``timeline run`` (embedded Azurite, API, one worker with metrics), seeds the graph,
+runs Locust headless, samples the fan-out queue depth every second, measures the same
+250-item page read straight through the SDK for comparison, writes Locust's CSV and HTML and
+a PNG plot under ``loadtest/results/``, and prints one JSON object as its last line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import csv
+import json
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from loadtest.bench import histogram_quantile
+from timeline.azurite import free_ports
+from timeline.config import Settings
+from timeline.repositories import TimelinesRepository
+from timeline.storage import Storage
+
+RESULTS = Path("loadtest/results")
+
+
+@contextlib.asynccontextmanager
+async def stack(env: dict[str, str], base: str) -> AsyncIterator[subprocess.Popen[bytes]]:
+    process = subprocess.Popen(  # noqa: ASYNC220 - starts our own stack, once
+        [sys.executable, "-m", "timeline.cli", "run"], env=env, stderr=subprocess.DEVNULL
+    )
+    try:
+        async with aiohttp.ClientSession() as session:
+            deadline = time.monotonic() + 90
+            while True:
+                with contextlib.suppress(aiohttp.ClientError):
+                    async with session.get(f"{base}/readyz") as response:
+                        if response.status == 200:
+                            break
+                if time.monotonic() > deadline or process.poll() is not None:
+                    raise RuntimeError("the stack did not become ready")
+                await asyncio.sleep(0.2)
+        yield process
+    finally:
+        process.send_signal(signal.SIGTERM)
+        await asyncio.to_thread(process.wait, 60)
+
+
+async def scrape(session: aiohttp.ClientSession, url: str) -> dict[str, float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    async with session.get(url) as response:
+        text = await response.text()
+    samples: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            label = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
+            samples[f"{sample.name}{{{label}}}" if label else sample.name] = sample.value
+    return samples
+
+
+async def raw_page_p50_ms(settings: Settings, users: list[str], reads: int = 200) -> float:
+    """The page the API serves (a random user's first 250), read straight through the SDK."""
+    rng = random.Random(1)
+    async with Storage(settings.connection_string(), settings.storage_options()) as storage:
+        timelines = TimelinesRepository(storage)
+        timings = []
+        for _ in range(reads):
+            owner = rng.choice(users)
+            started = time.perf_counter()
+            await timelines.page(owner, 250, None)
+            timings.append((time.perf_counter() - started) * 1000)
+    return statistics.median(timings)
+
+
+def locust_stats(prefix: Path) -> dict[str, dict[str, str]]:
+    with open(f"{prefix}_stats.csv", newline="") as handle:
+        return {row["Name"]: row for row in csv.DictReader(handle)}
+
+
+def plot(prefix: Path, output: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    with open(f"{prefix}_stats_history.csv", newline="") as handle:
+        rows = [r for r in csv.DictReader(handle) if r["Name"] == "Aggregated"]
+    start = float(rows[0]["Timestamp"])
+    seconds = [float(r["Timestamp"]) - start for r in rows]
+    figure, (latency, throughput) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
+    for column in ("50%", "95%", "99%"):
+        values = [float(r[column]) if r[column] not in ("", "N/A") else float("nan") for r in rows]
+        latency.plot(seconds, values, label=f"p{column.rstrip('%')}")
+    latency.set_ylabel("latency (ms)")
+    latency.legend()
+    latency.set_title("Timeline service under Locust (all requests)")
+    throughput.plot(seconds, [float(r["Requests/s"]) for r in rows], color="tab:green")
+    throughput.set_ylabel("requests/s")
+    throughput.set_xlabel("seconds")
+    figure.tight_layout()
+    figure.savefig(output, dpi=100)
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    RESULTS.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - once, at start
+    data_dir = Path(tempfile.mkdtemp(prefix="loadtest-"))
+    api_port, metrics_port = free_ports(2)
+    base = f"http://127.0.0.1:{api_port}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TIMELINE_")}
+    env |= {
+        "TIMELINE_DATA_DIR": str(data_dir),
+        "TIMELINE_PORT": str(api_port),
+        "TIMELINE_WORKER_METRICS_PORT": str(metrics_port),
+        "TIMELINE_POSTS_PER_MINUTE": "0",
+    }
+    settings = Settings(data_dir=data_dir)
+    tokens = RESULTS / "tokens.json"
+    async with stack(env, base):
+        seed_env = env | {"TIMELINE_LOADTEST_TOKENS": str(tokens)}
+        await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "-m", "loadtest.seed", "--users", str(args.seed_users),
+             "--tokens", str(tokens)],
+            env=seed_env, check=True,
+        )  # fmt: skip
+        metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
+        prefix = RESULTS / "locust"
+        async with aiohttp.ClientSession() as session:
+            before = await scrape(session, metrics_url)
+            locust = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "locust", "-f", "loadtest/locustfile.py", "--headless",
+                "-u", str(args.users), "-r", str(max(1, args.users // 5)),
+                "-t", f"{args.seconds}s", "--host", base, "--csv", str(prefix),
+                "--csv-full-history", "--html", str(RESULTS / "locust.html"), "--only-summary",
+                env=seed_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )  # fmt: skip
+            depth_max = 0.0
+            while locust.returncode is None:
+                with contextlib.suppress(aiohttp.ClientError):
+                    samples = await scrape(session, metrics_url)
+                    depth_max = max(depth_max, samples.get("fanout_queue_depth{queue=fanout}", 0))
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(locust.wait(), 1.0)
+            await asyncio.sleep(5)  # let the worker finish what the run queued
+            after = await scrape(session, metrics_url)
+        raw_p50 = await raw_page_p50_ms(settings, sorted(json.loads(tokens.read_text())))
+    stats = locust_stats(prefix)
+    timeline = stats["read: timeline"]
+    aggregated = stats["Aggregated"]
+    plot(prefix, RESULTS / "latency.png")
+    return {
+        "users": args.users,
+        "duration_s": args.seconds,
+        "rps": round(float(aggregated["Requests/s"]), 1),
+        "failures": int(aggregated["Failure Count"]),
+        "read_p50_ms": float(timeline["50%"]),
+        "read_p95_ms": float(timeline["95%"]),
+        "read_p99_ms": float(timeline["99%"]),
+        "reads": sum(int(r["Request Count"]) for n, r in stats.items() if n.startswith("read:")),
+        "post_p50_ms": float(stats["write: post"]["50%"]),
+        "raw_page_query_p50_ms": round(raw_p50, 1),
+        "fanout_lag_p99_s": round(
+            histogram_quantile(before, after, "fanout_delivery_lag_seconds", 0.99), 3
+        ),
+        "queue_depth_max": int(depth_max),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--users", type=int, default=50)
+    parser.add_argument("--seconds", type=int, default=60)
+    parser.add_argument("--seed-users", type=int, default=5000)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    print(json.dumps(asyncio.run(run(parser.parse_args()))))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,134 @@
+"""Seed a realistic social graph straight into storage, fast and deterministic.
+
+Follower counts follow a Zipf law (a few accounts with thousands of followers, most with a
+handful); the top authors already have posts, fanned out into their followers' timelines.
+Everything is an idempotent upsert, so seeding again with the same seed changes nothing.
+Bearer tokens are minted with the stack's secret (no storage read), one per user.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from loadtest.bench import write_rows
+from timeline.config import Settings
+from timeline.entities import Post, User
+from timeline.keys import new_post_id, now_ticks
+from timeline.storage import (
+    POSTS,
+    SUBJECT_FOLLOWERS,
+    SUBJECT_FOLLOWING,
+    TIMELINES,
+    USERS,
+    Storage,
+)
+from timeline.tokens import TokenSigner
+
+
+@dataclass(frozen=True)
+class Graph:
+    users: list[str]
+    followers: dict[str, list[str]]
+
+    @classmethod
+    def zipf(cls, count: int, *, seed: int, top: int = 3000, exponent: float = 1.1) -> Graph:
+        """User of rank r gets about ``top / r**exponent`` followers, chosen at random."""
+        rng = random.Random(seed)
+        users = [f"user{i:05d}" for i in range(count)]
+        followers = {}
+        for rank, user in enumerate(users, start=1):
+            wanted = min(count - 1, max(1, round(top / rank**exponent)))
+            others = rng.sample(users, wanted + 1)
+            followers[user] = sorted(set(others) - {user})[:wanted]
+        return cls(users, followers)
+
+    def following(self) -> dict[str, list[str]]:
+        result: dict[str, list[str]] = {user: [] for user in self.users}
+        for subject, fans in self.followers.items():
+            for fan in fans:
+                result[fan].append(subject)
+        return result
+
+
+async def seed(storage: Storage, graph: Graph, *, authors: int, posts_per_author: int) -> None:
+    now = datetime.now(UTC)
+    following = graph.following()
+    with_posts = set(graph.users[:authors])
+    users = [
+        User(
+            u, u, now, len(graph.followers[u]), len(following[u]),
+            posts_per_author if u in with_posts else 0,
+        ).to_entity()
+        for u in graph.users
+    ]  # fmt: skip
+    await write_rows(storage, USERS, users, "seed: users", in_flight=32)
+    await write_rows(
+        storage,
+        SUBJECT_FOLLOWERS,
+        [
+            {"PartitionKey": s, "RowKey": f, "since": now}
+            for s, fs in graph.followers.items()
+            for f in fs
+        ],
+        "seed: followers",
+    )
+    await write_rows(
+        storage,
+        SUBJECT_FOLLOWING,
+        [{"PartitionKey": f, "RowKey": s, "since": now} for f, ss in following.items() for s in ss],
+        "seed: following",
+        in_flight=32,
+    )
+    base = now_ticks() - 10**10  # a few minutes ago: older than anything the test posts
+    posts = [
+        Post(new_post_id(base + (a * posts_per_author + i) * 10), author, f"seeded post {i}")
+        for a, author in enumerate(graph.users[:authors])
+        for i in range(posts_per_author)
+    ]
+    await write_rows(storage, POSTS, [p.to_entity(p.author) for p in posts], "seed: posts")
+    copies: list[dict[str, Any]] = [
+        post.to_entity(owner)
+        for post in posts
+        for owner in [post.author, *graph.followers[post.author]]
+    ]
+    await write_rows(storage, TIMELINES, copies, "seed: timelines", in_flight=32)
+
+
+def mint_tokens(settings: Settings, users: list[str]) -> dict[str, str]:
+    signer = TokenSigner(settings.secret_bytes(), token_ttl_s=settings.token_ttl_s)
+    return {
+        user: signer.mint_bearer(user) for user in tqdm(users, desc="seed: tokens", leave=False)
+    }
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    settings = Settings()
+    graph = Graph.zipf(args.users, seed=args.seed)
+    async with Storage(settings.connection_string(), settings.storage_options()) as storage:
+        await storage.create_all()
+        await seed(storage, graph, authors=args.authors, posts_per_author=args.posts)
+    args.tokens.parent.mkdir(parents=True, exist_ok=True)
+    args.tokens.write_text(json.dumps(mint_tokens(settings, graph.users)))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--users", type=int, default=5000)
+    parser.add_argument("--authors", type=int, default=200, help="top users with seeded posts")
+    parser.add_argument("--posts", type=int, default=3, help="seeded posts per author")
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--tokens", type=Path, default=Path("loadtest/results/tokens.json"))
+    asyncio.run(main_async(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    main()
