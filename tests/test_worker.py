@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -261,3 +264,44 @@ async def test_stop_is_bounded_while_storage_is_down(
     await asyncio.to_thread(private_azurite.kill)
     worker.stop()
     await asyncio.wait_for(running, 30)
+
+
+async def test_worker_killed_mid_fan_out_is_taken_over(
+    private_azurite: Azurite, tmp_path: Path
+) -> None:
+    """SIGKILL a worker process mid fan-out; once its lease runs out another worker takes
+    the message over and every follower ends with the post exactly once."""
+    settings = make_settings(
+        private_azurite.connection_string, tmp_path, worker_visibility_timeout_s=4
+    )
+    async with opened(settings) as storage:
+        repos, queue = Repositories.on(storage), FanoutQueue(storage)
+        author, post = await _author_with_followers(storage, repos, 2500)
+        followers = [f"f{i:05d}" for i in range(2500)]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TIMELINE_")} | {
+            "TIMELINE_STORAGE_CONNECTION_STRING": private_azurite.connection_string,
+            "TIMELINE_DATA_DIR": str(tmp_path),
+            "TIMELINE_WORKER_VISIBILITY_TIMEOUT_S": "4",
+            "TIMELINE_WORKER_WRITE_CONCURRENCY": "2",
+            "TIMELINE_WORKER_IDLE_SLEEP_S": "0.05",
+        }
+        victim = subprocess.Popen(  # noqa: ASYNC220 - the worker under test
+            [sys.executable, "-m", "fanout_worker"], env=env, stderr=subprocess.DEVNULL
+        )
+        await queue.send(PostCreated(author=author, post_id=post.post_id))
+
+        async def started() -> bool:
+            return bool(await _timeline_ids(repos, followers[0]))
+
+        await eventually(started, timeout_s=30, what="the first deliveries")
+        victim.kill()
+        await asyncio.to_thread(victim.wait)
+        delivered = [f for f in followers[::50] if await _timeline_ids(repos, f)]
+        assert len(delivered) < len(followers[::50]), "killed too late to prove a takeover"
+
+        async with running_worker(settings):
+            await eventually(lambda: _work_depth_is(queue, 0), timeout_s=90, what="takeover")
+        for follower in followers:
+            assert await _timeline_ids(repos, follower) == [post.post_id]
+        assert await _timeline_ids(repos, author) == [post.post_id]
+        assert (await queue.depth()) == (0, 0)
