@@ -90,6 +90,18 @@ async def fresh_storage() -> AsyncIterator[tuple[Azurite, Storage]]:
         await asyncio.to_thread(azurite.stop)
 
 
+async def scrape(session: aiohttp.ClientSession, url: str) -> dict[str, float]:
+    """Counter and histogram-bucket samples by name (labels folded into the name)."""
+    async with session.get(url) as response:
+        text = await response.text()
+    samples: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            label = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
+            samples[f"{sample.name}{{{label}}}" if label else sample.name] = sample.value
+    return samples
+
+
 class WorkerProcess:
     """A real ``fanout-worker`` process, observed through its metrics endpoint and RSS."""
 
@@ -108,15 +120,7 @@ class WorkerProcess:
         self.session = aiohttp.ClientSession()
 
     async def metrics(self) -> dict[str, float]:
-        """Counter and histogram-bucket samples by name (labels folded into the name)."""
-        async with self.session.get(f"http://127.0.0.1:{self.port}/metrics") as response:
-            text = await response.text()
-        samples: dict[str, float] = {}
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                label = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
-                samples[f"{sample.name}{{{label}}}" if label else sample.name] = sample.value
-        return samples
+        return await scrape(self.session, f"http://127.0.0.1:{self.port}/metrics")
 
     async def ready(self) -> None:
         deadline = time.monotonic() + 30
