@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -37,6 +38,13 @@ def make_settings(connection_string: str, data_dir: Path, **overrides: Any) -> S
     }
     values.update(overrides)
     return Settings(**values)
+
+
+def program_env(**settings: object) -> dict[str, str]:
+    """This process's environment minus any ``TIMELINE_*``, plus ``settings`` as
+    ``TIMELINE_*`` variables: how tests configure the programs they spawn."""
+    inherited = {key: value for key, value in os.environ.items() if not key.startswith("TIMELINE_")}
+    return inherited | {f"TIMELINE_{name.upper()}": str(value) for name, value in settings.items()}
 
 
 def unique(prefix: str = "u") -> str:

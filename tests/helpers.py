@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from aiohttp import ClientResponse
+from aiohttp import ClientResponse, ClientSession
 from aiohttp.test_utils import TestClient
 from pydantic import BaseModel
 
@@ -32,7 +32,7 @@ def bearer(token: str) -> dict[str, str]:
 
 
 class Api:
-    def __init__(self, client: TestClient[Any, Any]) -> None:
+    def __init__(self, client: TestClient[Any, Any] | ClientSession) -> None:
         self.client = client
 
     async def register(self, user_id: str, display_name: str | None = None) -> str:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import stat
 import subprocess
@@ -15,7 +14,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.conftest import eventually
+from tests.conftest import eventually, program_env
 from timeline.azurite import free_ports
 from timeline.config import AUTH_SECRET_FILE, CONNECTION_FILE
 
@@ -23,14 +22,9 @@ from timeline.config import AUTH_SECRET_FILE, CONNECTION_FILE
 class StackProcess:
     def __init__(self, data_dir: Path, port: int, azurite_ports: tuple[int, ...]) -> None:
         self.base = f"http://127.0.0.1:{port}"
-        self.env = {
-            key: value for key, value in os.environ.items() if not key.startswith("TIMELINE_")
-        }
-        self.env |= {
-            "TIMELINE_DATA_DIR": str(data_dir),
-            "TIMELINE_PORT": str(port),
-            "TIMELINE_AZURITE_PORTS": ",".join(map(str, azurite_ports)),
-        }
+        self.env = program_env(
+            data_dir=data_dir, port=port, azurite_ports=",".join(map(str, azurite_ports))
+        )
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
@@ -14,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from fanout_worker.worker import Worker
-from tests.conftest import eventually, make_settings, running_worker, unique
+from tests.conftest import eventually, make_settings, program_env, running_worker, unique
 from timeline.azurite import Azurite
 from timeline.config import Settings
 from timeline.entities import Post, User
@@ -278,13 +277,13 @@ async def test_worker_killed_mid_fan_out_is_taken_over(
         repos, queue = Repositories.on(storage), FanoutQueue(storage)
         author, post = await _author_with_followers(storage, repos, 2500)
         followers = [f"f{i:05d}" for i in range(2500)]
-        env = {k: v for k, v in os.environ.items() if not k.startswith("TIMELINE_")} | {
-            "TIMELINE_STORAGE_CONNECTION_STRING": private_azurite.connection_string,
-            "TIMELINE_DATA_DIR": str(tmp_path),
-            "TIMELINE_WORKER_VISIBILITY_TIMEOUT_S": "4",
-            "TIMELINE_WORKER_WRITE_CONCURRENCY": "2",
-            "TIMELINE_WORKER_IDLE_SLEEP_S": "0.05",
-        }
+        env = program_env(
+            storage_connection_string=private_azurite.connection_string,
+            data_dir=tmp_path,
+            worker_visibility_timeout_s=4,
+            worker_write_concurrency=2,
+            worker_idle_sleep_s=0.05,
+        )
         victim = subprocess.Popen(  # noqa: ASYNC220 - the worker under test
             [sys.executable, "-m", "fanout_worker"], env=env, stderr=subprocess.DEVNULL
         )
