@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 from aiohttp import web
 
@@ -21,18 +22,24 @@ from timeline.tokens import TokenSigner
 API_VERSION = "1.0.0"
 
 
+def openapi_document(page_size: int, max_post_chars: int) -> dict[str, Any]:
+    """What ``GET /openapi.json`` serves."""
+    return build_openapi(
+        OPERATIONS,
+        title="Timeline fan-out service",
+        version=API_VERSION,
+        page_size=page_size,
+        max_post_chars=max_post_chars,
+    )
+
+
 def create_app(settings: Settings, connection_string: str) -> web.Application:
     app = web.Application(
         middlewares=[metrics_middleware, error_middleware],
         client_max_size=settings.max_body_bytes,
     )
     app[SETTINGS_KEY] = settings
-    app[OPENAPI_KEY] = build_openapi(
-        OPERATIONS,
-        title="Timeline fan-out service",
-        version=API_VERSION,
-        page_size=settings.page_size,
-    )
+    app[OPENAPI_KEY] = openapi_document(settings.page_size, settings.max_post_chars)
     for operation in OPERATIONS:
         operation.add_to(app)
 

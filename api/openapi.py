@@ -9,8 +9,9 @@ from aiohttp import web
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
-from api.schemas import ErrorBody
-from timeline.keys import POST_ID_PATTERN, USER_ID_PATTERN
+from api.schemas import ErrorBody, PostRequest
+from timeline.keys import POST_ID_PATTERN, USER_ID_PATTERN, text_pattern
+from timeline.tokens import CONTINUATION_PATTERN, MAX_CONTINUATION_CHARS
 
 Handler = Any
 PATH_PARAMETERS = {
@@ -19,8 +20,13 @@ PATH_PARAMETERS = {
     "post_id": POST_ID_PATTERN,
 }
 _REF = "#/components/schemas/{model}"
+_RAW_SCHEMAS: dict[str, dict[str, Any]] = {
+    "application/json": {"type": "object"},
+    "text/plain": {"type": "string"},
+}
 _STATUS_TEXT = {
-    400: "invalid input",
+    400: "invalid input (a request the HTTP parser itself rejects, such as a request line or "
+    "header over 8 KiB, gets aiohttp's plain-text 400)",
     401: "missing, invalid or expired bearer token",
     403: "the token's user may not do this",
     404: "unknown user or post",
@@ -58,7 +64,7 @@ class Operation:
 
 
 def build_openapi(
-    operations: list[Operation], *, title: str, version: str, page_size: int
+    operations: list[Operation], *, title: str, version: str, page_size: int, max_post_chars: int
 ) -> dict[str, Any]:
     models: set[type[BaseModel]] = {ErrorBody}
     for operation in operations:
@@ -67,6 +73,10 @@ def build_openapi(
         [(model, "validation") for model in sorted(models, key=lambda m: m.__name__)],
         ref_template=_REF,
     )
+    schemas = definitions.get("$defs", {})
+    if PostRequest.__name__ in schemas:  # the limit is a setting, so not in the model itself
+        post_text = schemas[PostRequest.__name__]["properties"]["text"]
+        post_text["pattern"] = text_pattern(max_post_chars)
     paths: dict[str, dict[str, Any]] = {}
     for operation in operations:
         paths.setdefault(operation.path, {})[operation.method.lower()] = _describe(
@@ -77,7 +87,7 @@ def build_openapi(
         "info": {"title": title, "version": version},
         "paths": paths,
         "components": {
-            "schemas": definitions.get("$defs", {}),
+            "schemas": schemas,
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },
     }
@@ -128,7 +138,12 @@ def _parameters(operation: Operation, page_size: int) -> list[dict[str, Any]]:
                 "name": "continuation",
                 "in": "query",
                 "required": False,
-                "schema": {"type": "string"},
+                "description": "opaque: the previous page's continuation, as given",
+                "schema": {
+                    "type": "string",
+                    "pattern": CONTINUATION_PATTERN,
+                    "maxLength": MAX_CONTINUATION_CHARS,
+                },
             },
         ]
     return parameters
@@ -139,7 +154,8 @@ def _responses(operation: Operation) -> dict[str, Any]:
     if operation.response is not None:
         success["content"] = {"application/json": {"schema": _ref(operation.response)}}
     elif operation.raw_content_type is not None:
-        success["content"] = {operation.raw_content_type: {"schema": {"type": "string"}}}
+        schema = _RAW_SCHEMAS[operation.raw_content_type]
+        success["content"] = {operation.raw_content_type: {"schema": schema}}
     if operation.headers:
         success["headers"] = {
             name: {"description": text, "schema": {"type": "string"}}
@@ -147,10 +163,10 @@ def _responses(operation: Operation) -> dict[str, Any]:
         }
     responses: dict[str, Any] = {str(operation.status): success}
     for status in sorted({*operation.errors, *_implied_errors(operation)}):
-        responses[str(status)] = {
-            "description": _STATUS_TEXT[status],
-            "content": {"application/json": {"schema": _ref(ErrorBody)}},
-        }
+        content: dict[str, Any] = {"application/json": {"schema": _ref(ErrorBody)}}
+        if status == 400:
+            content["text/plain"] = {"schema": _RAW_SCHEMAS["text/plain"]}
+        responses[str(status)] = {"description": _STATUS_TEXT[status], "content": content}
     return responses
 
 

@@ -72,7 +72,9 @@ def _limit(request: web.Request) -> int | None:
 
 
 def _continuation(request: web.Request) -> str | None:
-    return request.query.get("continuation") or None
+    """The continuation as given; an empty one is invalid (the service rejects it), like an
+    empty ``limit``."""
+    return request.query.get("continuation")
 
 
 def _page(page: PageOut) -> web.Response:

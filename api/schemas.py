@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from timeline.keys import POST_ID_PATTERN, USER_ID_PATTERN
+from timeline.keys import POST_ID_PATTERN, USER_ID_PATTERN, text_pattern
+from timeline.service import MAX_DISPLAY_NAME_CHARS
 
 
 class _Body(BaseModel):
@@ -14,7 +15,9 @@ class _Body(BaseModel):
 class RegisterRequest(_Body):
     user_id: str = Field(json_schema_extra={"pattern": USER_ID_PATTERN})
     display_name: str | None = Field(
-        default=None, description="1-64 characters; defaults to the id"
+        default=None,
+        description="1-64 characters after trimming; defaults to the id",
+        json_schema_extra={"pattern": text_pattern(MAX_DISPLAY_NAME_CHARS)},
     )
 
 

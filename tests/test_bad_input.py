@@ -90,6 +90,7 @@ CATALOGUE = [
     Bad("GET", "/users/{me}/timeline?limit=1e2", 400, "invalid_limit"),
     Bad("GET", "/users/{me}/timeline?limit=%EF%BC%91", 400, "invalid_limit"),
     Bad("GET", "/users/{me}/posts?continuation=not-a-token", 400, "invalid_continuation"),
+    Bad("GET", "/users/{me}/followers?continuation=", 400, "invalid_continuation"),
     Bad("GET", "/users/{me}/timeline?continuation=x%27%20or%20PartitionKey%20ne%20%27", 400,
         "invalid_continuation"),
     Bad("PATCH", "/users/{me}", 405, "method_not_allowed", auth="none"),

@@ -1,8 +1,11 @@
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from timeline.errors import InvalidInputError
 from timeline.keys import (
@@ -15,6 +18,7 @@ from timeline.keys import (
     post_id_ticks,
     post_row_key,
     reversed_ticks,
+    text_pattern,
     ticks_to_datetime,
     validate_post_id,
     validate_user_id,
@@ -86,3 +90,27 @@ def test_text_is_trimmed_and_counted_in_characters() -> None:
     for bad in ["", "   ", "x" * 281, "a\x00b", "a\x1bb"]:
         with pytest.raises(InvalidInputError):
             clean_text(bad, max_chars=280)
+
+
+EDGE_CHARACTERS = " \t\n\r\x0b\x0c\x00\x1f\x7f\x85\x9f\xa0\u2028\u3000\ufeffaé😀"
+
+
+@given(
+    text=st.text(
+        alphabet=st.one_of(
+            st.sampled_from(EDGE_CHARACTERS), st.characters(exclude_categories=["Cs"])
+        ),
+        max_size=8,
+    )
+)
+@pytest.mark.parametrize("max_chars", [1, 2, 5])
+def test_documented_text_pattern_accepts_exactly_what_clean_text_does(
+    text: str, max_chars: int
+) -> None:
+    """The OpenAPI pattern and the validator must agree, or fuzzing and clients are misled."""
+    try:
+        clean_text(text, max_chars=max_chars)
+        accepted = True
+    except InvalidInputError:
+        accepted = False
+    assert (re.search(text_pattern(max_chars), text) is not None) == accepted

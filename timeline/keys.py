@@ -19,7 +19,8 @@ USER_ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
 POST_ID_PATTERN = r"^[0-9a-f]{26}$"
 _USER_ID = re.compile(USER_ID_PATTERN.replace("$", r"\Z"))
 _POST_ID = re.compile(POST_ID_PATTERN.replace("$", r"\Z"))
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+_CONTROL_CHARS = r"\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f"
+_CONTROL = re.compile(f"[{_CONTROL_CHARS}]")
 
 
 def now_ticks() -> int:
@@ -70,6 +71,15 @@ def validate_post_id(post_id: str) -> str:
     if not _POST_ID.match(post_id):
         raise InvalidInputError("post ids are 26 lowercase hex digits", code="invalid_post_id")
     return post_id
+
+
+def text_pattern(max_chars: int) -> str:
+    """The regular expression (for OpenAPI) matching exactly what ``clean_text`` accepts:
+    edge whitespace, then 1..max_chars characters that start and end with a non-space and
+    hold no control character."""
+    edge, inner = rf"[^\s{_CONTROL_CHARS}]", f"[^{_CONTROL_CHARS}]"
+    between = f"|{edge}{inner}{{0,{max_chars - 2}}}{edge}" if max_chars > 1 else ""
+    return rf"^\s*(?:{edge}{between})\s*$"
 
 
 def clean_text(text: str, *, max_chars: int, field: str = "text") -> str:

@@ -13,7 +13,9 @@ import orjson
 from timeline.errors import AuthenticationError, InvalidInputError
 from timeline.keys import validate_user_id
 
-_MAX_CONTINUATION_CHARS = 4096
+MAX_CONTINUATION_CHARS = 4096
+CONTINUATION_PATTERN = r"^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$"
+"""The shape of a continuation token (base64url payload, a dot, base64url signature)."""
 _CONTINUATION_KEYS = frozenset({"PartitionKey", "RowKey", "NextPartitionKey", "NextRowKey"})
 
 
@@ -67,7 +69,7 @@ class TokenSigner:
             "the continuation token is malformed, tampered with or from another list",
             code="invalid_continuation",
         )
-        if len(text) > _MAX_CONTINUATION_CHARS or text.count(".") != 1:
+        if len(text) > MAX_CONTINUATION_CHARS or text.count(".") != 1:
             raise invalid
         payload_text, signature_text = text.split(".")
         try:
