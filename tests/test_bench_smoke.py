@@ -11,7 +11,8 @@ KEYS = {
     "ceiling_single_eps", "ceiling_egt_eps", "live_eps", "live_requests_per_delivery",
     "lag_p50_s", "lag_p99_s", "burst_eps", "burst_requests_per_delivery", "backfill_eps",
     "bigfanout_followers", "bigfanout_delivered", "bigfanout_finished", "bigfanout_s",
-    "bigfanout_rss_mb", "azurite_same_rowkey_eps", "ratios",
+    "bigfanout_rss_mb", "azurite_same_rowkey_eps", "ratios", "live_adjacent_single_eps",
+    "burst_adjacent_single_eps",
 }  # fmt: skip
 
 
@@ -27,4 +28,5 @@ async def test_bench_quick_prints_every_key() -> None:
     assert result["bigfanout_delivered"] == result["bigfanout_followers"] + 1
     assert result["burst_eps"] > 0
     assert result["live_eps"] > 0
+    assert result["ratios"]["live_vs_adjacent_single"] > 0
     assert 0 < result["bigfanout_rss_mb"] < 1000
