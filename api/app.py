@@ -13,7 +13,7 @@ from api.openapi import build_openapi
 from api.routes import OPERATIONS
 from timeline.config import Settings
 from timeline.queue import FanoutQueue
-from timeline.ratelimit import PostRateLimiter
+from timeline.ratelimit import RateLimits
 from timeline.repositories import Repositories
 from timeline.service import TimelineService
 from timeline.storage import Storage
@@ -54,12 +54,16 @@ def create_app(settings: Settings, connection_string: str) -> web.Application:
 
 
 def _build_service(settings: Settings, storage: Storage) -> TimelineService:
-    limiter = PostRateLimiter(settings.posts_per_minute) if settings.posts_per_minute else None
+    limits = RateLimits.per_minute(
+        posts=settings.posts_per_minute,
+        writes=settings.writes_per_minute,
+        registrations=settings.registrations_per_minute,
+    )
     return TimelineService(
         Repositories.on(storage),
         FanoutQueue(storage),
         TokenSigner(settings.secret_bytes(), token_ttl_s=settings.token_ttl_s),
         page_size=settings.page_size,
         max_post_chars=settings.max_post_chars,
-        rate_limiter=limiter,
+        limits=limits,
     )

@@ -10,7 +10,7 @@ from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
 from api.schemas import ErrorBody, PostRequest
-from timeline.keys import POST_ID_PATTERN, USER_ID_PATTERN, text_pattern
+from timeline.keys import IDEMPOTENCY_KEY_PATTERN, POST_ID_PATTERN, USER_ID_PATTERN, text_pattern
 from timeline.tokens import CONTINUATION_PATTERN, MAX_CONTINUATION_CHARS
 
 Handler = Any
@@ -54,6 +54,8 @@ class Operation:
     errors: tuple[int, ...] = ()
     headers: dict[str, str] = field(default_factory=dict)
     raw_content_type: str | None = None
+    idempotent: bool = False
+    """Takes an ``Idempotency-Key`` header: a retry with the same key repeats nothing."""
 
     def add_to(self, app: web.Application) -> None:
         app.router.add_route(self.method, self.path, self.handler, name=self.operation_id)
@@ -121,6 +123,17 @@ def _parameters(operation: Operation, page_size: int) -> list[dict[str, Any]]:
         for name, pattern in PATH_PARAMETERS.items()
         if f"{{{name}}}" in operation.path
     ]
+    if operation.idempotent:
+        parameters.append(
+            {
+                "name": "Idempotency-Key",
+                "in": "header",
+                "required": False,
+                "description": "any unique string (a UUID): a retry with the same key returns "
+                "the first result and changes nothing",
+                "schema": {"type": "string", "pattern": IDEMPOTENCY_KEY_PATTERN},
+            }
+        )
     if operation.paged:
         parameters += [
             {
@@ -176,7 +189,7 @@ def _implied_errors(operation: Operation) -> set[int]:
         implied |= {401, 403}
     if operation.request is not None:
         implied |= {400, 413, 415}
-    if operation.paged or "{" in operation.path:
+    if operation.paged or operation.idempotent or "{" in operation.path:
         implied |= {400}
     return implied
 

@@ -30,12 +30,17 @@ def _service(request: web.Request) -> TimelineService:
 
 
 def _actor(request: web.Request) -> str:
-    """The user the bearer token acts as; verified by signature alone, no storage read."""
-    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
-    if not token:
-        raise AuthenticationError("send 'Authorization: Bearer <token>'", code="missing_token")
-    if scheme.lower() != "bearer":
+    """The user the bearer token acts as; verified by signature alone, no storage read.
+
+    A header that is present but garbled (say one non-UTF-8 byte) is an invalid token, not a
+    missing one; the token itself is left to ``verify_bearer``, which rejects anything not ASCII.
+    """
+    header = request.headers.get("Authorization", "").strip()
+    scheme, _, token = header.partition(" ")
+    if header and scheme.lower() != "bearer":
         raise AuthenticationError("only Bearer tokens are accepted", code="invalid_token")
+    if not token.strip():
+        raise AuthenticationError("send 'Authorization: Bearer <token>'", code="missing_token")
     return _service(request).authenticate(token.strip())
 
 
@@ -77,13 +82,22 @@ def _continuation(request: web.Request) -> str | None:
     return request.query.get("continuation")
 
 
+def _idempotency_key(request: web.Request) -> str | None:
+    return request.headers.get("Idempotency-Key")
+
+
 def _page(page: PageOut) -> web.Response:
     return json_response({"items": page.items, "continuation": page.continuation})
 
 
 async def register(request: web.Request) -> web.Response:
     body = await _body(request, schemas.RegisterRequest)
-    user, token = await _service(request).register(body.user_id, body.display_name)
+    user, token = await _service(request).register(
+        body.user_id,
+        body.display_name,
+        client=request.remote or "unknown",
+        idempotency_key=_idempotency_key(request),
+    )
     return json_response(
         {"user_id": user.user_id, "display_name": user.display_name, "token": token},
         status=201,
@@ -100,7 +114,9 @@ async def create_post(request: web.Request) -> web.Response:
     actor = _actor(request)
     body = await _body(request, schemas.PostRequest)
     author = request.match_info["user_id"]
-    post = await _service(request).create_post(actor, author, body.text)
+    post = await _service(request).create_post(
+        actor, author, body.text, idempotency_key=_idempotency_key(request)
+    )
     return json_response(
         post.to_json(), status=202, headers={"Location": f"/users/{author}/posts/{post.post_id}"}
     )
@@ -188,25 +204,26 @@ async def openapi(request: web.Request) -> web.Response:
 
 OPERATIONS = [
     Operation("POST", "/users", register, "Register a user", status=201,
-              request=schemas.RegisterRequest, response=schemas.Registered, errors=(409,),
-              headers={"Location": "the new user's profile"}),
+              request=schemas.RegisterRequest, response=schemas.Registered, errors=(409, 429),
+              headers={"Location": "the new user's profile"}, idempotent=True),
     Operation("GET", "/users/{user_id}", get_user, "A user's profile with counts",
               response=schemas.Profile, errors=(404,)),
     Operation("POST", "/users/{user_id}/posts", create_post, "Publish a post", status=202,
               request=schemas.PostRequest, response=schemas.PostOut, auth=True, errors=(429,),
-              headers={"Location": "the new post"}),
+              headers={"Location": "the new post"}, idempotent=True),
     Operation("GET", "/users/{user_id}/posts", list_posts, "A user's own posts, newest first",
               response=schemas.PostPage, paged=True, errors=(404,)),
     Operation("GET", "/users/{user_id}/posts/{post_id}", get_post, "One post",
               response=schemas.PostOut, errors=(404,)),
     Operation("DELETE", "/users/{user_id}/posts/{post_id}", delete_post,
               "Delete a post (removed from timelines asynchronously)", status=204, auth=True,
-              errors=(404,)),
+              errors=(404, 429)),
     Operation("PUT", "/users/{user_id}/following/{target}", follow,
               "Follow a user (idempotent; their recent posts are backfilled)", status=204,
-              auth=True, errors=(404,)),
+              auth=True, errors=(404, 429)),
     Operation("DELETE", "/users/{user_id}/following/{target}", unfollow,
-              "Unfollow a user (idempotent; their posts are purged)", status=204, auth=True),
+              "Unfollow a user (idempotent; their posts are purged)", status=204, auth=True,
+              errors=(429,)),
     Operation("GET", "/users/{user_id}/followers", list_followers, "Who follows the user",
               response=schemas.EdgePage, paged=True, errors=(404,)),
     Operation("GET", "/users/{user_id}/following", list_following, "Whom the user follows",

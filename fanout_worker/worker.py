@@ -6,14 +6,20 @@ import asyncio
 import contextlib
 import logging
 import signal
+from dataclasses import dataclass
 
 from azure.storage.queue import QueueMessage
 
 from fanout_worker.metrics import IN_FLIGHT, MESSAGES, POISONED, QUEUE_DEPTH
 from timeline.config import Settings
-from timeline.errors import MalformedMessageError, StorageUnavailableError, TimelineError
-from timeline.fanout import FanoutProcessor
-from timeline.messages import decode
+from timeline.errors import (
+    MalformedMessageError,
+    RetryableError,
+    StorageUnavailableError,
+    TimelineError,
+)
+from timeline.fanout import Continue, Defer, Done, FanoutProcessor, Outcome
+from timeline.messages import FanoutMessage, decode
 from timeline.queue import FanoutQueue
 from timeline.retry import backoff_delay
 from timeline.storage import TIMELINES, Storage
@@ -31,22 +37,24 @@ class Worker:
     Several receivers lease up to 32 messages each; concurrency is capped by counting
     in-flight messages plus leases being requested. Timeline writes of all messages meet in
     one ``PartitionWriter``, which coalesces them per partition into EGT batches.
-    At-least-once: a message is deleted only after every write it caused succeeded; a message
-    that fails comes back when its lease runs out, and after ``worker_max_deliveries`` tries it
-    is parked in ``fanout-poison``. SIGTERM stops receiving, drains, then cancels.
+
+    Every lease ends in one of four ways, decided in ``_settle``: done (deleted), continued
+    (rewritten in place: the next page, or a delayed second pass), deferred (state not there
+    yet, or storage trouble: rewritten with backoff, not counted as a failure), or failed (a
+    real error: counted, and parked in ``fanout-poison`` with its reason at the limit). A lease
+    that ends in a crash is noticed from the queue's dequeue count.
     """
 
     def __init__(self, settings: Settings, connection_string: str) -> None:
         self._settings = settings
         self._connection_string = connection_string
+        self._policy = settings.retry_policy()
         self._stopping = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         self._reserved = 0
-        self._wake: asyncio.Future[None] | None = None
         self._capacity = asyncio.Condition()
-        self._queue: FanoutQueue | None = None
-        self._processor: FanoutProcessor | None = None
-        self._writer: PartitionWriter | None = None
+        self._wake: asyncio.Future[None] | None = None
+        self._notifiers: set[asyncio.Future[None]] = set()
 
     def run(self) -> None:
         asyncio.run(self.async_run(install_signal_handlers=True))
@@ -62,37 +70,60 @@ class Worker:
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(signum, self.stop)
         settings = self._settings
-        async with (
-            Storage(self._connection_string, settings.storage_options()) as storage,
-            PartitionWriter(
+        async with Storage(self._connection_string, settings.storage_options()) as storage:
+            writer = PartitionWriter(
                 storage,
                 TIMELINES,
                 linger_s=settings.worker_linger_s,
                 max_in_flight=settings.worker_write_concurrency,
                 max_buffered=settings.worker_max_buffered,
-            ) as writer,
-        ):
-            self._writer = writer
-            self._queue = FanoutQueue(storage)
-            self._processor = FanoutProcessor.on(
-                storage, writer, follower_page_size=settings.worker_follower_page_size
             )
-            log.info(
-                "fan-out worker started: %d messages in flight, %d write requests in flight",
-                settings.worker_concurrency,
-                settings.worker_write_concurrency,
+            queue = FanoutQueue(storage)
+            processor = FanoutProcessor.on(
+                storage,
+                writer,
+                follower_page_size=settings.worker_follower_page_size,
+                timing=settings.fanout_timing(),
             )
-            sampler = asyncio.create_task(self._sample_depth())
+            await writer.start()
             try:
-                async with asyncio.TaskGroup() as receivers:
-                    for _ in range(settings.worker_receivers):
-                        receivers.create_task(self._receive())
+                await self._consume(queue, processor)
             finally:
-                sampler.cancel()
-                await self._drain()
+                await self._shutdown(writer)
         log.info("fan-out worker stopped")
 
-    async def _receive(self) -> None:
+    async def _consume(self, queue: FanoutQueue, processor: FanoutProcessor) -> None:
+        log.info(
+            "fan-out worker started: %d messages in flight, %d write requests in flight",
+            self._settings.worker_concurrency,
+            self._settings.worker_write_concurrency,
+        )
+        sampler = asyncio.create_task(self._sample_depth(queue))
+        try:
+            async with asyncio.TaskGroup() as receivers:
+                for _ in range(self._settings.worker_receivers):
+                    receivers.create_task(self._receive(queue, processor))
+        finally:
+            sampler.cancel()
+
+    async def _shutdown(self, writer: PartitionWriter) -> None:
+        """Stop in this order, within the grace period: receivers have returned (no new
+        leases); in-flight messages finish or are cancelled (their leases expire and they come
+        back); then the writer flushes what is left of the grace period and drops the rest
+        (those rows belong to messages that were never deleted); storage closes last."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._settings.worker_shutdown_grace_s
+        if self._tasks:
+            log.info("draining %d in-flight message(s)", len(self._tasks))
+            _, pending = await asyncio.wait(
+                self._tasks, timeout=self._settings.worker_shutdown_grace_s
+            )
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        await writer.close(max(0.0, deadline - loop.time()))
+
+    async def _receive(self, queue: FanoutQueue, processor: FanoutProcessor) -> None:
         """One receiver: lease as many messages as there is room for, start each one."""
         failures = 0
         while not self._stopping.is_set():
@@ -100,9 +131,7 @@ class Worker:
             if not count:
                 return
             try:
-                messages = await self._leased_queue().receive(
-                    count, self._settings.worker_visibility_timeout_s
-                )
+                messages = await queue.receive(count, self._settings.worker_visibility_timeout_s)
                 failures = 0
             except StorageUnavailableError:
                 failures += 1
@@ -110,7 +139,7 @@ class Worker:
             finally:
                 await self._release(count)
             for message in messages:
-                self._start(message)
+                self._start(queue, processor, message)
             if failures:
                 await self._sleep(backoff_delay(failures, base=0.2, cap=10))
             elif not messages:
@@ -138,93 +167,119 @@ class Worker:
         async with self._capacity:
             self._capacity.notify_all()
 
-    def _start(self, message: QueueMessage) -> None:
-        task = asyncio.create_task(self._process(message))
+    def _start(self, queue: FanoutQueue, processor: FanoutProcessor, message: QueueMessage) -> None:
+        task = asyncio.create_task(self._process(queue, processor, message))
         self._tasks.add(task)
-
-    async def _process(self, message: QueueMessage) -> None:
         IN_FLIGHT.inc()
-        try:
-            await self._handle(message)
-        finally:
-            IN_FLIGHT.dec()
-            task = asyncio.current_task()
-            if task is not None:
-                self._tasks.discard(task)
-            await self._finished()
+        task.add_done_callback(self._done)
 
-    async def _handle(self, message: QueueMessage) -> None:
-        queue = self._leased_queue()
+    def _done(self, task: asyncio.Task[None]) -> None:
+        """Release the message's place (arq-style, from the task's own callback)."""
+        self._tasks.discard(task)
+        IN_FLIGHT.dec()
+        if not task.cancelled() and task.exception() is not None:
+            log.error("message task failed", exc_info=task.exception())
+        notifier = asyncio.ensure_future(self._finished())
+        self._notifiers.add(notifier)
+        notifier.add_done_callback(self._notifiers.discard)
+
+    async def _process(
+        self, queue: FanoutQueue, processor: FanoutProcessor, leased: QueueMessage
+    ) -> None:
         try:
-            decoded = decode(message.content)
+            message = decode(leased.content)
         except MalformedMessageError as error:
-            await self._poison(message, "malformed", error.message)
+            await self._poison(queue, leased, "malformed", error.message)
             return
-        deliveries = message.dequeue_count or 1
-        if deliveries > self._settings.worker_max_deliveries:
-            await self._poison(
-                message, "too_many_deliveries", f"failed {deliveries - 1} deliveries"
-            )
+        crashes = (leased.dequeue_count or 1) - 1 - message.released
+        if crashes >= self._settings.worker_max_crashes:
+            detail = f"{crashes} leases ended without an outcome (a worker died each time)"
+            await self._poison(queue, leased, "crashed", detail)
             return
-        lease = _Lease(queue, message, self._settings.worker_visibility_timeout_s)
+        lease = _Lease(queue, leased, self._settings.worker_visibility_timeout_s)
+        async with lease:
+            outcome = await _outcome_of(processor, message)
         try:
-            async with lease:
-                assert self._processor is not None
-                await self._processor.handle(decoded)
-            await queue.delete(lease.message)
+            await self._settle(queue, lease.message, message, outcome)
         except StorageUnavailableError:
-            MESSAGES.labels(decoded.type, "storage_unavailable").inc()
-            log.warning("storage unavailable; %s %s will be retried", decoded.type, message.id)
-            return
-        except Exception:
-            MESSAGES.labels(decoded.type, "failed").inc()
-            log.exception("%s message %s failed; it will be retried", decoded.type, message.id)
-            return
-        MESSAGES.labels(decoded.type, "done").inc()
+            log.warning("could not settle %s message %s; its lease will expire", message.type,
+                        leased.id)  # fmt: skip
 
-    async def _poison(self, message: QueueMessage, reason: str, detail: str) -> None:
+    async def _settle(
+        self, queue: FanoutQueue, leased: QueueMessage, message: FanoutMessage, outcome: _Result
+    ) -> None:
+        """The one outcome ladder: delete, rewrite for the next step, back off, or poison."""
+        released = message.released + 1
+        match outcome:
+            case Done():
+                await queue.delete(leased)
+            case Continue(message=following, delay_s=delay):
+                reset = {"released": released, "attempt": 0, "failures": 0}
+                await queue.rewrite(leased, following.model_copy(update=reset), delay)
+            case Defer(reason=reason):
+                attempt = message.attempt + 1
+                log.info("%s message %s deferred: %s", message.type, leased.id, reason)
+                update = {"released": released, "attempt": attempt}
+                await queue.rewrite(
+                    leased, message.model_copy(update=update), self._policy.delay(attempt)
+                )
+            case _Failed(reason=reason):
+                failures, attempt = message.failures + 1, message.attempt + 1
+                if failures >= self._settings.worker_max_deliveries:
+                    await self._poison(queue, leased, "failed", f"{failures} failures: {reason}")
+                    return
+                update = {"released": released, "attempt": attempt, "failures": failures}
+                await queue.rewrite(
+                    leased, message.model_copy(update=update), self._policy.delay(attempt)
+                )
+        MESSAGES.labels(message.type, type(outcome).__name__.strip("_").lower()).inc()
+
+    async def _poison(
+        self, queue: FanoutQueue, message: QueueMessage, reason: str, detail: str
+    ) -> None:
         log.warning("poisoning message %s: %s", message.id, detail)
         try:
-            await self._leased_queue().poison(message, f"{reason}: {detail}")
+            await queue.poison(message, f"{reason}: {detail}")
         except TimelineError:
             log.warning("could not poison %s now; it will come back", message.id)
             return
         POISONED.labels(reason).inc()
-
-    def _leased_queue(self) -> FanoutQueue:
-        assert self._queue is not None, "async_run() sets the queue"
-        return self._queue
 
     async def _sleep(self, seconds: float) -> None:
         """Sleep, but wake at once when asked to stop."""
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._stopping.wait(), seconds)
 
-    async def _sample_depth(self) -> None:
+    async def _sample_depth(self, queue: FanoutQueue) -> None:
         while True:
             try:
-                work, poison = await self._leased_queue().depth()
+                work, poison = await queue.depth()
                 QUEUE_DEPTH.labels("fanout").set(work)
                 QUEUE_DEPTH.labels("fanout-poison").set(poison)
             except StorageUnavailableError:
                 pass
             await asyncio.sleep(5)
 
-    async def _drain(self) -> None:
-        """Let in-flight messages finish within the grace period, then cancel the rest; the
-        writer gets what is left of the grace period to flush (shutdown stays bounded)."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._settings.worker_shutdown_grace_s
-        if self._tasks:
-            log.info("draining %d in-flight message(s)", len(self._tasks))
-            _, pending = await asyncio.wait(
-                self._tasks, timeout=self._settings.worker_shutdown_grace_s
-            )
-            for task in pending:
-                task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
-        if self._writer is not None:
-            self._writer.close_timeout_s = max(0.0, deadline - loop.time())
+
+@dataclass(frozen=True, slots=True)
+class _Failed:
+    """A real, non-retryable error: counted towards poisoning."""
+
+    reason: str
+
+
+_Result = Outcome | _Failed
+
+
+async def _outcome_of(processor: FanoutProcessor, message: FanoutMessage) -> _Result:
+    """Run the message; storage trouble is a deferral, never a failure."""
+    try:
+        return await processor.handle(message)
+    except RetryableError as error:
+        return Defer(f"{error.code}: {error.message}")
+    except Exception as error:
+        log.exception("%s message failed", message.type)
+        return _Failed(f"{type(error).__name__}: {error}")
 
 
 class _Lease:

@@ -15,6 +15,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from api.app import create_app
+from fanout_worker.metrics import MESSAGES
 from fanout_worker.worker import Worker
 from timeline.azurite import Azurite
 from timeline.config import Settings
@@ -31,6 +32,13 @@ def make_settings(connection_string: str, data_dir: Path, **overrides: Any) -> S
         "data_dir": data_dir,
         "auth_secret": TEST_SECRET,
         "posts_per_minute": 0,
+        "writes_per_minute": 0,
+        "registrations_per_minute": 0,
+        "worker_write_deadline_s": 1.5,
+        "worker_sweep_delay_s": 7.0,
+        "worker_arrival_window_s": 3.0,
+        "worker_retry_base_s": 0.1,
+        "worker_retry_cap_s": 2.0,
         "storage_timeout_s": 5.0,
         "worker_idle_sleep_s": 0.05,
         "worker_visibility_timeout_s": 10,
@@ -61,6 +69,11 @@ async def eventually(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
         await asyncio.sleep(0.05)
+
+
+def messages_done(kind: str) -> float:
+    """How many messages of ``kind`` this process's workers have completed."""
+    return float(MESSAGES.labels(kind, "done")._value.get())
 
 
 @pytest.fixture(scope="session")

@@ -15,7 +15,7 @@ from tests.conftest import eventually, unique
 from timeline.entities import Post, User
 from timeline.fanout import FanoutProcessor
 from timeline.keys import new_post_id, now_ticks
-from timeline.messages import PostCreated, PostDeleted
+from timeline.messages import Followed, PostCreated, PostDeleted
 from timeline.repositories import Repositories
 from timeline.storage import TIMELINES, Storage
 from timeline.writer import PartitionWriter
@@ -39,7 +39,7 @@ async def _ids(repos: Repositories, owner: str) -> list[str]:
 
 
 async def _hold_then_release(
-    writer: PartitionWriter, work: Awaitable[None], interfere: Awaitable[None]
+    writer: PartitionWriter, work: Awaitable[object], interfere: Awaitable[object]
 ) -> None:
     """Run ``work`` until its writes are buffered, run ``interfere`` to the end, then let the
     held writes (and any the re-check adds) go out until ``work`` finishes."""
@@ -108,7 +108,7 @@ async def test_unfollow_beats_in_flight_backfill(storage: Storage, repos: Reposi
     ):
         await _hold_then_release(
             held,
-            FanoutProcessor.on(storage, held).backfill(follower, author),
+            FanoutProcessor.on(storage, held).backfill(Followed(follower=follower, subject=author)),
             _unfollow(repos, FanoutProcessor.on(storage, prompt), follower, author),
         )
     assert await _ids(repos, follower) == []
@@ -123,7 +123,7 @@ async def test_delete_beats_in_flight_backfill(storage: Storage, repos: Reposito
     ):
         await _hold_then_release(
             held,
-            FanoutProcessor.on(storage, held).backfill(follower, author),
+            FanoutProcessor.on(storage, held).backfill(Followed(follower=follower, subject=author)),
             FanoutProcessor.on(storage, prompt).retract(
                 PostDeleted(author=author, post_id=doomed.post_id)
             ),

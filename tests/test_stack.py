@@ -127,3 +127,38 @@ async def test_stack_runs_stops_and_keeps_data(tmp_path: Path) -> None:
             assert status == 200
     finally:
         stack.stop()
+
+
+async def _line_with(stream: asyncio.StreamReader, marker: bytes) -> bytes:
+    """Read ``stream`` up to the first line containing ``marker``; fail if it ends first."""
+    seen: list[bytes] = []
+    while line := await stream.readline():
+        if marker in line:
+            return line
+        seen.append(line)
+    raise AssertionError(
+        f"no {marker!r} line before EOF:\n{b''.join(seen).decode(errors='replace')}"
+    )
+
+
+@pytest.mark.filterwarnings("ignore::ResourceWarning")
+async def test_stack_running_means_the_api_answers(tmp_path: Path) -> None:
+    port, *azurite_ports = free_ports(4)
+    stack = StackProcess(tmp_path / "data", port, tuple(azurite_ports))
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "timeline.cli", "run", env=stack.env, stderr=asyncio.subprocess.PIPE
+    )
+    assert process.stderr is not None
+    try:
+        line = await asyncio.wait_for(_line_with(process.stderr, b"stack running"), 90)
+        async with aiohttp.ClientSession() as session:  # one GET, no retry: it must answer now
+            status, body = await _request(session, "GET", f"{stack.base}/healthz")
+        assert (status, body) == (200, {"status": "ok"})
+        assert f"stack running: API {stack.base}/" in line.decode()
+    finally:
+        if process.returncode is None:
+            process.send_signal(signal.SIGTERM)
+        _, returncode = await asyncio.wait_for(  # the children share the pipe: keep draining it
+            asyncio.gather(process.stderr.read(), process.wait()), 30
+        )
+    assert returncode == 0

@@ -11,6 +11,7 @@ import pytest
 from tests.conftest import make_settings, unique
 from timeline.azurite import Azurite
 from timeline.entities import Post
+from timeline.errors import DeadlineExceededError
 from timeline.keys import new_post_id, now_ticks
 from timeline.metrics import WRITE_RETRIES
 from timeline.repositories import Repositories
@@ -21,6 +22,11 @@ from timeline.writer import PartitionWriter, Tracker
 def _posts(count: int) -> list[Post]:
     base = now_ticks()
     return [Post(new_post_id(base + i * 10), "someone", f"#{i}") for i in range(count)]
+
+
+def _far() -> float:
+    """A write deadline no test reaches."""
+    return asyncio.get_running_loop().time() + 3600
 
 
 async def _rows(repos: Repositories, owner: str) -> list[str]:
@@ -35,8 +41,10 @@ async def test_linger_coalesces_one_partition_into_one_request(
     async with PartitionWriter(storage, TIMELINES, linger_s=0.2) as writer:
         tracker = Tracker()
         for post in posts:
-            await writer.upsert(owner, post.row_key, post.properties(), tracker)
-        await writer.upsert(other, posts[0].row_key, posts[0].properties(), tracker)
+            await writer.upsert(owner, post.row_key, post.properties(), tracker, deadline=_far())
+        await writer.upsert(
+            other, posts[0].row_key, posts[0].properties(), tracker, deadline=_far()
+        )
         await asyncio.wait_for(tracker.wait(), 10)  # no flush(): the linger sends them
         assert writer.requests == 2
     assert sorted(await _rows(repos, owner)) == sorted(p.post_id for p in posts)
@@ -50,7 +58,7 @@ async def test_full_partition_goes_out_without_waiting_for_linger(
     async with PartitionWriter(storage, TIMELINES, linger_s=3600) as writer:
         tracker = Tracker()
         for post in _posts(100):
-            await writer.upsert(owner, post.row_key, post.properties(), tracker)
+            await writer.upsert(owner, post.row_key, post.properties(), tracker, deadline=_far())
         await asyncio.wait_for(tracker.wait(), 10)
         assert writer.requests == 1
     assert len(await _rows(repos, owner)) == 100
@@ -63,7 +71,7 @@ async def test_large_partition_is_split_into_batches_of_100(
     async with PartitionWriter(storage, TIMELINES, linger_s=3600) as writer:
         tracker = Tracker()
         for post in _posts(250):
-            await writer.upsert(owner, post.row_key, post.properties(), tracker)
+            await writer.upsert(owner, post.row_key, post.properties(), tracker, deadline=_far())
         await writer.flush()
         await tracker.wait()
         assert writer.requests == 3
@@ -77,8 +85,8 @@ async def test_same_row_twice_is_written_once_and_settles_both(
     [post] = _posts(1)
     async with PartitionWriter(storage, TIMELINES, linger_s=3600) as writer:
         first, second = Tracker(), Tracker()
-        await writer.upsert(owner, post.row_key, post.properties(), first)
-        await writer.upsert(owner, post.row_key, post.properties(), second)
+        await writer.upsert(owner, post.row_key, post.properties(), first, deadline=_far())
+        await writer.upsert(owner, post.row_key, post.properties(), second, deadline=_far())
         assert writer.buffered == 1
         await writer.flush()
         await first.wait()
@@ -112,7 +120,7 @@ async def test_permanent_failure_reaches_the_tracker(
     ):
         tracker = Tracker()  # no create_all(): the timelines table does not exist here
         for post in _posts(2):
-            await writer.upsert(unique(), post.row_key, post.properties(), tracker)
+            await writer.upsert(unique(), post.row_key, post.properties(), tracker, deadline=_far())
         with pytest.raises(Exception, match="TableNotFound"):
             await asyncio.wait_for(tracker.wait(), 10)
 
@@ -137,7 +145,9 @@ async def test_batches_are_retried_across_a_storage_outage(
         async with PartitionWriter(storage, TIMELINES, linger_s=3600, max_attempts=8) as writer:
             tracker = Tracker()
             for post in posts:
-                await writer.upsert(owner, post.row_key, post.properties(), tracker)
+                await writer.upsert(
+                    owner, post.row_key, post.properties(), tracker, deadline=_far()
+                )
             await asyncio.to_thread(durable_azurite.stop)
             flushing = asyncio.create_task(writer.flush())
             await asyncio.sleep(1.0)  # the batch fails and backs off while storage is down
@@ -148,3 +158,38 @@ async def test_batches_are_retried_across_a_storage_outage(
         assert sorted(await _rows(Repositories.on(storage), owner)) == sorted(
             p.post_id for p in posts
         )
+
+
+async def test_tracker_waits_for_writes_added_after_early_ones_committed(
+    storage: Storage, repos: Repositories
+) -> None:
+    """Issue 9.1: with a small buffer the producer blocks while the first 100 rows commit;
+    the tracker must not resolve then, only once every row added before ``wait`` landed."""
+    owner = unique()
+    posts = _posts(250)
+    async with PartitionWriter(storage, TIMELINES, linger_s=3600, max_buffered=100) as writer:
+        tracker = Tracker()
+        for post in posts:
+            await writer.upsert(owner, post.row_key, post.properties(), tracker, deadline=_far())
+        flushing = asyncio.create_task(writer.flush())
+        await asyncio.wait_for(tracker.wait(), 30)
+        assert len(await _rows(repos, owner)) == 250
+        await flushing
+
+
+async def test_upserts_past_their_deadline_are_dropped_and_fail_their_tracker(
+    storage: Storage, repos: Repositories
+) -> None:
+    """A write whose reason was read too long ago is never sent; deletes always are."""
+    owner = unique()
+    stale, fresh = _posts(2)
+    async with PartitionWriter(storage, TIMELINES, linger_s=3600) as writer:
+        late, timely = Tracker(), Tracker()
+        past = asyncio.get_running_loop().time() - 1
+        await writer.upsert(owner, stale.row_key, stale.properties(), late, deadline=past)
+        await writer.upsert(owner, fresh.row_key, fresh.properties(), timely, deadline=_far())
+        await writer.flush()
+        with pytest.raises(DeadlineExceededError):
+            await late.wait()
+        await timely.wait()
+    assert await _rows(repos, owner) == [fresh.post_id]

@@ -10,6 +10,8 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from timeline.errors import ConfigurationError
+from timeline.fanout import Timing
+from timeline.retry import RetryPolicy
 from timeline.storage import StorageOptions
 
 AUTH_SECRET_FILE = "auth-secret"  # noqa: S105 - a file name, not a secret
@@ -29,6 +31,10 @@ class Settings(BaseSettings):
     auth_secret: str | None = None
     page_size: int = Field(default=250, ge=1, le=1000)
     posts_per_minute: int = Field(default=300, ge=0)
+    writes_per_minute: int = Field(default=600, ge=0)
+    """Follows, unfollows and deletes per user per minute (429 beyond); 0 disables."""
+    registrations_per_minute: int = Field(default=60, ge=0)
+    """Registrations per client address per minute (429 beyond); 0 disables."""
     azurite_ports: tuple[int, int, int] | None = None
 
     max_post_chars: int = Field(default=280, ge=1, le=10_000)
@@ -45,6 +51,14 @@ class Settings(BaseSettings):
     worker_follower_page_size: int = Field(default=1000, ge=1, le=1000)
     worker_visibility_timeout_s: int = Field(default=30, ge=1)
     worker_max_deliveries: int = Field(default=5, ge=1)
+    """Real (non-retryable) failures before a message is parked in ``fanout-poison``."""
+    worker_max_crashes: int = Field(default=20, ge=1)
+    """Leases that ended with the worker dead before a message is parked as ``crashed``."""
+    worker_retry_base_s: float = Field(default=0.5, gt=0)
+    worker_retry_cap_s: float = Field(default=60.0, gt=0)
+    worker_write_deadline_s: float = Field(default=60.0, gt=0)
+    worker_sweep_delay_s: float | None = Field(default=None, gt=0)
+    worker_arrival_window_s: float = Field(default=30.0, gt=0)
     worker_idle_sleep_s: float = Field(default=0.5, ge=0)
     worker_shutdown_grace_s: float = Field(default=10.0, ge=0)
     worker_metrics_port: int | None = Field(default=None, ge=0, le=65535)
@@ -62,7 +76,32 @@ class Settings(BaseSettings):
         return self.storage_connection_string is None
 
     def storage_options(self) -> StorageOptions:
-        return StorageOptions(timeout_s=self.storage_timeout_s, retries=self.storage_retries)
+        return StorageOptions(
+            timeout_s=self.storage_timeout_s,
+            retries=self.storage_retries,
+            table_connections=max(100, self.worker_write_concurrency + 64),
+        )
+
+    def retry_policy(self) -> RetryPolicy:
+        return RetryPolicy(base_s=self.worker_retry_base_s, cap_s=self.worker_retry_cap_s)
+
+    def fanout_timing(self) -> Timing:
+        """The protocol's time bounds; the sweep must come after any write that can still
+        land: the write deadline plus one whole storage call, plus margin."""
+        earliest = self.worker_write_deadline_s + self.storage_timeout_s
+        sweep = self.worker_sweep_delay_s
+        if sweep is None:
+            sweep = earliest + 10
+        elif sweep <= earliest:
+            raise ConfigurationError(
+                f"TIMELINE_WORKER_SWEEP_DELAY_S must exceed the write deadline plus the "
+                f"storage timeout ({earliest:g} s)"
+            )
+        return Timing(
+            write_deadline_s=self.worker_write_deadline_s,
+            sweep_delay_s=sweep,
+            arrival_window_s=self.worker_arrival_window_s,
+        )
 
     def connection_string(self) -> str:
         """The configured storage, else the embedded Azurite of a running ``make run``."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
@@ -70,14 +70,12 @@ class User:
     posts: int = 0
 
     def to_entity(self) -> dict[str, Any]:
+        """The profile row; the counters live beside the facts they count."""
         return {
             "PartitionKey": self.user_id,
             "RowKey": PROFILE_ROW_KEY,
             "display_name": self.display_name,
             "created_at": self.created_at,
-            "followers": self.followers,
-            "following": self.following,
-            "posts": self.posts,
         }
 
     @classmethod
@@ -86,10 +84,10 @@ class User:
             user_id=entity["PartitionKey"],
             display_name=entity["display_name"],
             created_at=entity["created_at"],
-            followers=int(entity.get("followers", 0)),
-            following=int(entity.get("following", 0)),
-            posts=int(entity.get("posts", 0)),
         )
+
+    def with_counts(self, *, followers: int, following: int, posts: int) -> User:
+        return replace(self, followers=followers, following=following, posts=posts)
 
     def to_json(self) -> dict[str, Any]:
         return {

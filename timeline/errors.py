@@ -83,6 +83,15 @@ class StorageUnavailableError(RetryableError):
     code = "storage_unavailable"
 
 
+class DeadlineExceededError(RetryableError):
+    """A write waited so long that the storage read justifying it is too old to trust."""
+
+    code = "write_deadline"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, retry_after=1)
+
+
 class MalformedMessageError(TimelineError):
     """A queue message cannot be decoded; retrying will never help."""
 

@@ -1,120 +1,256 @@
-"""What the fan-out worker does with each message: idempotent, bounded, and race-safe.
+"""What the fan-out worker does with each message, and why the end state is always right.
 
-A post or delete message covers one page of the author's followers (1,000 by default); if
-there are more, it first queues a continuation message for the next page, so several
-workers share a huge fan-out and each message does bounded work in bounded memory.
+Every decision is taken from storage: a copy is written only after reading that its post
+exists and (for followers) that the follow exists, and it must be sent within
+``write_deadline_s`` of that read or not at all (``PartitionWriter`` drops it). Undo happens
+twice: at once, by re-checking after the write (the common race, fixed in milliseconds), and
+for good by a second pass of every delete and unfollow that runs ``sweep_delay_s`` later,
+after any write that read the old state has landed or been dropped. The full argument, one
+interleaving at a time, is in the README ("Why it is correct").
 
-Every write is followed by a re-check of the reason for it (the post still exists, the
-follow still holds); if the reason is gone the write is undone. A delete or unfollow that
-races a delivery therefore always wins, whichever order the storage sees them in.
+A post or delete covers one page of followers per lease; the message's cursor is advanced in
+place (the worker rewrites the message), so a redelivered page never forks the chain.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from timeline.entities import Post
-from timeline.keys import post_id_ticks, post_row_key
+from timeline.keys import now_ticks, post_id_ticks, post_row_key
 from timeline.messages import FanoutMessage, Followed, PostCreated, PostDeleted, Unfollowed
-from timeline.queue import FanoutQueue
 from timeline.repositories import Repositories
 from timeline.storage import Storage
 from timeline.writer import PartitionWriter, Tracker
 
 BACKFILL_POSTS = 250
 """A follow backfills one page: the newest posts a reader sees first."""
+_TICKS_PER_SECOND = 10_000_000
+_ARRIVAL_POLLS = (0.05, 0.1, 0.2)
+"""Short in-process waits for a row the API is writing right after it queued the message."""
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    """The time bounds the protocol rests on (see the README for how they relate)."""
+
+    write_deadline_s: float = 60.0
+    """A copy is sent within this long of the reads that justified it, or never."""
+    sweep_delay_s: float = 75.0
+    """When the second pass of a delete or unfollow runs: past the write deadline plus the
+    longest a sent write can take (the storage timeout), with margin."""
+    arrival_window_s: float = 30.0
+    """How long after the API queued a message its own storage write may still arrive."""
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    """Everything this message asked for is done: delete it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Continue:
+    """Rewrite the message as ``message`` and let it come back after ``delay_s``."""
+
+    message: FanoutMessage
+    delay_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Defer:
+    """Not yet: the state this message acts on has not arrived; retry with backoff."""
+
+    reason: str
+
+
+Outcome = Done | Continue | Defer
+DONE = Done()
 
 
 class FanoutProcessor:
     def __init__(
         self,
         repositories: Repositories,
-        queue: FanoutQueue,
         writer: PartitionWriter,
         *,
         follower_page_size: int = 1000,
+        timing: Timing | None = None,
     ) -> None:
         self._repos = repositories
-        self._queue = queue
         self._writer = writer
         self._page_size = follower_page_size
+        self._timing = timing or Timing()
 
     @classmethod
-    def on(cls, storage: Storage, writer: PartitionWriter, **options: int) -> FanoutProcessor:
-        return cls(Repositories.on(storage), FanoutQueue(storage), writer, **options)
+    def on(
+        cls,
+        storage: Storage,
+        writer: PartitionWriter,
+        *,
+        follower_page_size: int = 1000,
+        timing: Timing | None = None,
+    ) -> FanoutProcessor:
+        return cls(
+            Repositories.on(storage), writer, follower_page_size=follower_page_size, timing=timing
+        )
 
-    async def handle(self, message: FanoutMessage) -> None:
+    async def handle(self, message: FanoutMessage) -> Outcome:
         match message:
             case PostCreated():
-                await self.deliver(message)
+                return await self.deliver(message)
             case PostDeleted():
-                await self.retract(message)
+                return await self.retract(message)
             case Followed():
-                await self.backfill(message.follower, message.subject)
+                return await self.backfill(message)
             case Unfollowed():
-                await self.purge(message.follower, message.subject)
+                return await self.unfollowed(message)
 
-    async def deliver(self, message: PostCreated) -> None:
+    async def deliver(self, message: PostCreated) -> Outcome:
         """Write the post into one page of followers' timelines (and the author's own)."""
-        post = await self._repos.posts.get(message.author, message.post_id)
+        deadline = self._deadline()
+        post = await self._arrived_post(message)
         if post is None:
-            return
+            return await self._missing_post(message)
         page = await self._repos.follows.follower_ids_page(
             post.author, self._page_size, message.cursor
         )
+        owners = page.items if message.cursor is not None else [post.author, *page.items]
+        await self._put(owners, post, deadline)
+        await self._undo_lost_reasons(post, owners, page.items)
         if page.continuation is not None:
-            await self._queue.send(message.model_copy(update={"cursor": page.continuation}))
-        followers = page.items
-        owners = followers if message.cursor is not None else [post.author, *followers]
-        await self._put(owners, post)
+            return Continue(message.model_copy(update={"cursor": page.continuation}))
+        return DONE
+
+    async def _arrived_post(self, message: PostCreated) -> Post | None:
+        """The post; the API queues the message before it stores the post, so wait briefly."""
+        post = await self._repos.posts.get(message.author, message.post_id)
+        for pause in _ARRIVAL_POLLS:
+            if post is not None or message.cursor is not None or not self._young_post(message):
+                break
+            await asyncio.sleep(pause)
+            post = await self._repos.posts.get(message.author, message.post_id)
+        return post
+
+    async def _missing_post(self, message: PostCreated) -> Outcome:
+        """No post: not stored yet, deleted, or never stored (then claim its id as void)."""
+        if message.cursor is None and self._young_post(message):
+            return Defer("the post is not stored yet")
+        if message.cursor is None and not await self._repos.posts.void(
+            message.author, message.post_id
+        ):
+            return Defer("the post was stored just now")
+        return DONE  # gone: its delete's passes remove every copy
+
+    async def _undo_lost_reasons(self, post: Post, owners: list[str], followers: list[str]) -> None:
+        """Re-check after writing: undo copies whose follow or post disappeared meanwhile."""
         if followers:
             still = await self._repos.follows.followers_between(
                 post.author, followers[0], followers[-1]
             )
-            await self._remove([f for f in followers if f not in still], post.post_id)
+            for follower in followers:
+                if follower not in still:
+                    await self._unput_if_unfollowed(follower, post)
         if await self._repos.posts.get(post.author, post.post_id) is None:
             await self._remove(owners, post.post_id)
 
-    async def retract(self, message: PostDeleted) -> None:
-        """Delete the source row first (so deliveries see it gone), then the copies."""
-        author, post_id = message.author, message.post_id
-        if message.cursor is None and await self._repos.posts.delete(author, post_id):
-            await self._repos.users.adjust_counters(author, posts=-1)
-        page = await self._repos.follows.follower_ids_page(author, self._page_size, message.cursor)
-        if page.continuation is not None:
-            await self._queue.send(message.model_copy(update={"cursor": page.continuation}))
-        followers = page.items
-        await self._remove(followers if message.cursor else [author, *followers], post_id)
+    async def _unput_if_unfollowed(self, owner: str, post: Post) -> None:
+        """Read the copy, then the follow; delete the copy only if unchanged since that read,
+        so a re-follow's backfill that rewrote it in between is kept."""
+        etag = await self._repos.timelines.etag_of(owner, post.row_key)
+        if etag is not None and not await self._repos.follows.is_following(owner, post.author):
+            await self._repos.timelines.remove_unchanged(owner, [(post.row_key, etag)])
 
-    async def backfill(self, follower: str, subject: str) -> None:
-        """Copy the subject's newest page of posts into the follower's timeline."""
-        if not await self._repos.follows.is_following(follower, subject):
-            return
-        posts = (await self._repos.posts.page(subject, BACKFILL_POSTS, None)).items
-        tracker = Tracker()
-        for post in posts:
-            await self._writer.upsert(follower, post.row_key, post.properties(), tracker)
-        await tracker.wait()
-        if not await self._repos.follows.is_following(follower, subject):
+    async def retract(self, message: PostDeleted) -> Outcome:
+        """Delete the source row first (so deliveries see it gone), then the copies, page by
+        page; then once more after ``sweep_delay_s`` for copies that landed late."""
+        author, post_id = message.author, message.post_id
+        if message.cursor is None and not message.confirm:
+            await self._repos.posts.delete(author, post_id)
+        page = await self._repos.follows.follower_ids_page(author, self._page_size, message.cursor)
+        await self._remove(page.items if message.cursor else [author, *page.items], post_id)
+        if page.continuation is not None:
+            return Continue(message.model_copy(update={"cursor": page.continuation}))
+        if not message.confirm:
+            sweep = message.model_copy(update={"cursor": None, "confirm": True})
+            return Continue(sweep, delay_s=self._timing.sweep_delay_s)
+        return DONE
+
+    async def backfill(self, message: Followed) -> Outcome:
+        """Copy the subject's newest posts into the follower's timeline; undo what lost its
+        reason by the time the copies landed."""
+        deadline = self._deadline()
+        follower, subject = message.follower, message.subject
+        follows = self._repos.follows
+        if not await follows.is_following(follower, subject):
+            if self._young(message.requested):
+                return Defer("the follow is not stored yet")
+            await follows.sync_index(follower, subject)
+            return DONE  # unfollowed since: the unfollow's passes remove any earlier copies
+        posts = await self._repos.posts.newest(subject, BACKFILL_POSTS)
+        await self._put_rows(follower, posts, deadline)
+        if await follows.is_following(follower, subject):
+            surviving = await self._repos.posts.surviving(subject, posts)
+            gone = [post.row_key for post in posts if post.post_id not in surviving]
+            await self._remove_rows(follower, gone)
+        else:
             await self.purge(follower, subject)
-            return
-        surviving = await self._repos.posts.surviving(subject, posts)
-        await self._remove_rows(
-            follower, [post.row_key for post in posts if post.post_id not in surviving]
-        )
+        await follows.sync_index(follower, subject)
+        return DONE
+
+    async def unfollowed(self, message: Unfollowed) -> Outcome:
+        """Purge the subject's posts from the follower's timeline, now and once more later."""
+        follower, subject = message.follower, message.subject
+        if await self._repos.follows.is_following(follower, subject):
+            if not message.confirm and self._young(message.requested):
+                return Defer("the unfollow is not stored yet")
+            await self._repos.follows.sync_index(follower, subject)
+            return DONE  # followed again: every copy has its reason back
+        await self.purge(follower, subject)
+        if message.confirm:
+            return DONE
+        await self._repos.follows.sync_index(follower, subject)
+        sweep = message.model_copy(update={"confirm": True})
+        return Continue(sweep, delay_s=self._timing.sweep_delay_s)
 
     async def purge(self, follower: str, subject: str) -> None:
-        """Remove the subject's posts from the follower's timeline, unless followed again."""
-        if await self._repos.follows.is_following(follower, subject):
-            return
-        keys = await self._repos.timelines.row_keys_by_author(follower, subject)
-        await self._remove_rows(follower, keys)
+        """Remove the subject's copies from the follower's timeline, unless followed again.
 
-    async def _put(self, owners: Iterable[str], post: Post) -> None:
+        Each page is read (with etags) before the follow is checked, and deleted only where
+        unchanged: a re-follow before the read is seen by the check; a backfill after the read
+        changed the etag. Either way the re-follow's copies stay."""
+        timelines, follows = self._repos.timelines, self._repos.follows
+        async for rows in timelines.rows_by_author(follower, subject):
+            if await follows.is_following(follower, subject):
+                return
+            await timelines.remove_unchanged(follower, rows)
+
+    def _deadline(self) -> float:
+        return asyncio.get_running_loop().time() + self._timing.write_deadline_s
+
+    def _young(self, requested_ticks: int) -> bool:
+        window = self._timing.arrival_window_s * _TICKS_PER_SECOND
+        return now_ticks() - requested_ticks < window
+
+    def _young_post(self, message: PostCreated) -> bool:
+        return self._young(post_id_ticks(message.post_id))
+
+    async def _put(self, owners: Iterable[str], post: Post, deadline: float) -> None:
         tracker = Tracker()
         created, row_key, properties = post_id_ticks(post.post_id), post.row_key, post.properties()
         for owner in owners:
-            await self._writer.upsert(owner, row_key, properties, tracker, created_ticks=created)
+            await self._writer.upsert(
+                owner, row_key, properties, tracker, deadline=deadline, created_ticks=created
+            )
+        await tracker.wait()
+
+    async def _put_rows(self, owner: str, posts: Iterable[Post], deadline: float) -> None:
+        tracker = Tracker()
+        for post in posts:
+            await self._writer.upsert(
+                owner, post.row_key, post.properties(), tracker, deadline=deadline
+            )
         await tracker.wait()
 
     async def _remove(self, owners: Iterable[str], post_id: str) -> None:

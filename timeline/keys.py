@@ -17,8 +17,10 @@ _DOTNET_EPOCH = datetime(1, 1, 1, tzinfo=UTC)
 
 USER_ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
 POST_ID_PATTERN = r"^[0-9a-f]{26}$"
+IDEMPOTENCY_KEY_PATTERN = r"^[!-~]{1,255}$"
 _USER_ID = re.compile(USER_ID_PATTERN.replace("$", r"\Z"))
 _POST_ID = re.compile(POST_ID_PATTERN.replace("$", r"\Z"))
+_IDEMPOTENCY_KEY = re.compile(IDEMPOTENCY_KEY_PATTERN.replace("$", r"\Z"))
 _CONTROL_CHARS = r"\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f"
 _CONTROL = re.compile(f"[{_CONTROL_CHARS}]")
 
@@ -71,6 +73,14 @@ def validate_post_id(post_id: str) -> str:
     if not _POST_ID.match(post_id):
         raise InvalidInputError("post ids are 26 lowercase hex digits", code="invalid_post_id")
     return post_id
+
+
+def validate_idempotency_key(key: str | None) -> str | None:
+    if key is not None and not _IDEMPOTENCY_KEY.match(key):
+        raise InvalidInputError(
+            "Idempotency-Key is 1-255 visible ASCII characters", code="invalid_idempotency_key"
+        )
+    return key
 
 
 def text_pattern(max_chars: int) -> str:

@@ -23,7 +23,18 @@ Cursor = Annotated[
 
 
 class _Message(BaseModel):
+    """What every message carries besides its work: the bookkeeping of its own retries,
+    rewritten in place when the worker hands the message back to the queue."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+    released: int = Field(default=0, ge=0)
+    """Leases that ended with a recorded outcome; the queue's dequeue count minus this (and
+    the current lease) is how many leases ended in a crash."""
+    failures: int = Field(default=0, ge=0)
+    """Real, non-retryable failures so far (storage trouble is not counted)."""
+    attempt: int = Field(default=0, ge=0)
+    """Leases in a row that made no progress: the exponent of the next backoff."""
 
 
 class PostCreated(_Message):
@@ -38,12 +49,14 @@ class PostCreated(_Message):
 
 class PostDeleted(_Message):
     """Remove the post from one page of followers' timelines, starting at ``cursor``; the
-    first page (no cursor) also deletes the source row and the author's own copy."""
+    first page (no cursor) also deletes the source row and the author's own copy. After the
+    last page the message comes back once more, ``confirm``ed, to sweep late writes."""
 
     type: Literal["delete"] = "delete"
     author: UserId
     post_id: PostId
     cursor: Cursor | None = None
+    confirm: bool = False
 
 
 class Followed(_Message):
@@ -52,6 +65,9 @@ class Followed(_Message):
     type: Literal["follow"] = "follow"
     follower: UserId
     subject: UserId
+    requested: int = Field(default=0, ge=0)
+    """When the API sent it (.NET ticks): until the API's write is due, a missing follow
+    may still be on its way."""
 
 
 class Unfollowed(_Message):
@@ -60,6 +76,10 @@ class Unfollowed(_Message):
     type: Literal["unfollow"] = "unfollow"
     follower: UserId
     subject: UserId
+    requested: int = Field(default=0, ge=0)
+    """When the API sent it (.NET ticks); see ``Followed.requested``."""
+    confirm: bool = False
+    """The second, delayed purge that sweeps writes which landed after the first."""
 
 
 FanoutMessage = Annotated[
@@ -69,7 +89,10 @@ _ADAPTER: TypeAdapter[FanoutMessage] = TypeAdapter(FanoutMessage)
 
 
 def encode(message: FanoutMessage) -> str:
-    return orjson.dumps(message.model_dump(exclude_none=True)).decode()
+    """Compact JSON: fields at their defaults are left out (``type`` always stays)."""
+    data = message.model_dump(exclude_defaults=True)
+    data["type"] = message.type
+    return orjson.dumps(data).decode()
 
 
 def decode(text: str) -> FanoutMessage:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Histogram
 
+MESSAGES_SENT = Counter("timeline_messages_sent_total", "Fan-out messages queued", ["type"])
+
 STORAGE_REQUESTS = Counter(
     "timeline_storage_requests_total", "Storage calls made (one per guarded call)"
 )
@@ -23,3 +25,6 @@ LAG = Histogram(
     buckets=(0.01, 0.025, 0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10, 30, 60),
 )
 WRITE_RETRIES = Counter("fanout_write_retries_total", "Timeline write requests retried")
+WRITES_EXPIRED = Counter(
+    "fanout_writes_expired_total", "Timeline upserts dropped because their reason was too old"
+)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import orjson
 from azure.storage.queue import QueueMessage
 
 from timeline.messages import FanoutMessage, encode
+from timeline.metrics import MESSAGES_SENT
 from timeline.storage import FANOUT_QUEUE, POISON_QUEUE, Storage
 
 
@@ -26,12 +28,13 @@ class FanoutQueue:
         self._poison = storage.queue(POISON_QUEUE)
 
     async def send(self, message: FanoutMessage) -> None:
-        async with self._storage.guard():
-            await self._queue.send_message(encode(message))
+        await self.send_raw(encode(message))
+        MESSAGES_SENT.labels(message.type).inc()
 
     async def send_raw(self, content: str) -> None:
+        """Enqueue with no time-to-live: a backlog must never silently drop a delete."""
         async with self._storage.guard():
-            await self._queue.send_message(content)
+            await self._queue.send_message(content, time_to_live=-1)
 
     async def receive(self, count: int, visibility_timeout_s: int) -> list[QueueMessage]:
         """Lease up to ``count`` (≤ 32) messages for ``visibility_timeout_s`` seconds."""
@@ -50,6 +53,18 @@ class FanoutQueue:
         message.pop_receipt = updated.pop_receipt
         message.next_visible_on = updated.next_visible_on
         return message
+
+    async def rewrite(
+        self, message: QueueMessage, replacement: FanoutMessage, visibility_timeout_s: float
+    ) -> None:
+        """End the lease by replacing the message's content in place; it is visible again
+        after ``visibility_timeout_s`` (rounded up to whole seconds, as the queue counts)."""
+        async with self._storage.guard():
+            await self._queue.update_message(
+                message,
+                content=encode(replacement),
+                visibility_timeout=math.ceil(visibility_timeout_s),
+            )
 
     async def delete(self, message: QueueMessage) -> None:
         async with self._storage.guard():

@@ -1,19 +1,30 @@
-"""Async repositories: the only code that knows table layouts and OData filters."""
+"""Async repositories: the only code that knows table layouts and OData filters.
+
+Each fact has one home, and every change of a fact and of the counter that counts it is one
+Entity Group Transaction in that home's partition, so counters are exact after any crash:
+
+- a post lives in ``posts`` (its author's partition) with the author's ``~count`` row;
+- a follow lives in ``subjectFollowers`` (the subject's partition, the one fan-out reads)
+  with the subject's follower ``~count``: this row is the truth about who follows whom;
+- ``subjectFollowing`` is an index derived from it (the follower's partition, with the
+  follower's ``~count``), kept in step by ``FollowsRepository.sync_index``.
+
+Rows whose key starts with ``~`` are metadata; user ids and post row keys never do, and every
+listing query stops below ``~``.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import logging
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from azure.core import MatchConditions
-from azure.core.exceptions import (
-    ResourceExistsError,
-    ResourceModifiedError,
-    ResourceNotFoundError,
-)
+from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
 from azure.data.tables import TableEntity, TableTransactionError, UpdateMode
 
 from timeline.entities import POST_SELECT, PROFILE_ROW_KEY, Edge, Page, Post, User
@@ -27,36 +38,66 @@ from timeline.storage import (
     USERS,
     Operation,
     Storage,
+    TransactionOperation,
     chunked,
+    failed_index,
     query_page,
     submit_batch,
+    transact,
 )
 
 log = logging.getLogger(__name__)
 
+META = "~"
+"""Row keys from here on are metadata: counters and idempotency keys."""
+COUNT_ROW = "~count"
 PARTITION = "PartitionKey eq @pk"
-_COUNTER_ATTEMPTS = 20
+LISTING = "PartitionKey eq @pk and RowKey lt @meta"
+_ATTEMPTS = 20
+"""Optimistic-concurrency rounds before contention is reported as a retryable 503."""
+
+
+def key_digest(idempotency_key: str) -> str:
+    """What is stored of a client's idempotency key: its SHA-256, never the key itself."""
+    return hashlib.sha256(idempotency_key.encode()).hexdigest()
 
 
 class UsersRepository:
-    """Profiles and their follower/following/post counters in ``users``."""
+    """Profiles in ``users``; their counters are read from the partitions that own them."""
 
     def __init__(self, storage: Storage) -> None:
         self._storage = storage
 
-    async def create(self, user: User) -> None:
+    async def create(self, user: User, idempotency_key: str | None = None) -> bool:
+        """Create the profile; False when the same idempotency key created it before."""
+        entity = user.to_entity()
+        if idempotency_key is not None:
+            entity["idempotency"] = key_digest(idempotency_key)
         client = self._storage.table(USERS, user.user_id)
         async with self._storage.guard():
             try:
-                await client.create_entity(user.to_entity())
+                await client.create_entity(entity)
+                return True
             except ResourceExistsError:
-                raise ConflictError(
-                    f"user {user.user_id!r} already exists", code="user_exists"
-                ) from None
+                pass
+        existing = await _get_entity(self._storage, USERS, user.user_id, PROFILE_ROW_KEY)
+        digest = None if idempotency_key is None else key_digest(idempotency_key)
+        if existing is not None and digest is not None and existing.get("idempotency") == digest:
+            return False
+        raise ConflictError(f"user {user.user_id!r} already exists", code="user_exists")
 
     async def get(self, user_id: str) -> User | None:
-        entity = await _get_entity(self._storage, USERS, user_id, PROFILE_ROW_KEY)
-        return None if entity is None else User.from_entity(entity)
+        profile, posts, followers, following = await asyncio.gather(
+            _get_entity(self._storage, USERS, user_id, PROFILE_ROW_KEY),
+            count_of(self._storage, POSTS, user_id),
+            count_of(self._storage, SUBJECT_FOLLOWERS, user_id),
+            count_of(self._storage, SUBJECT_FOLLOWING, user_id),
+        )
+        if profile is None:
+            return None
+        return User.from_entity(profile).with_counts(
+            followers=followers, following=following, posts=posts
+        )
 
     async def exists(self, user_id: str) -> bool:
         entity = await _get_entity(
@@ -64,55 +105,108 @@ class UsersRepository:
         )
         return entity is not None
 
-    async def adjust_counters(self, user_id: str, **deltas: int) -> None:
-        """Add ``deltas`` to named counters with optimistic concurrency (ETag, retried)."""
-        client = self._storage.table(USERS, user_id)
-        for _ in range(_COUNTER_ATTEMPTS):
-            entity = await _get_entity(self._storage, USERS, user_id, PROFILE_ROW_KEY)
-            if entity is None:
-                return
-            patch: dict[str, Any] = {"PartitionKey": user_id, "RowKey": PROFILE_ROW_KEY}
-            for name, delta in deltas.items():
-                patch[name] = max(0, int(entity.get(name, 0)) + delta)
-            async with self._storage.guard():
-                try:
-                    await client.update_entity(
-                        patch,
-                        mode=UpdateMode.MERGE,
-                        etag=entity.metadata["etag"],
-                        match_condition=MatchConditions.IfNotModified,
-                    )
-                except ResourceModifiedError:
-                    continue
-            return
-        raise StorageUnavailableError("too much contention on a profile", retry_after=1)
-
 
 class PostsRepository:
-    """The source of truth for posts: ``posts``, one partition per author."""
+    """The source of truth for posts: ``posts``, one partition per author.
+
+    A post row is written once by the API, or claimed as ``void`` by the worker when the API
+    never wrote it in time (so a late write cannot publish a post nobody fans out)."""
 
     def __init__(self, storage: Storage) -> None:
         self._storage = storage
 
-    async def add(self, post: Post) -> None:
-        client = self._storage.table(POSTS, post.author)
-        async with self._storage.guard():
-            await client.create_entity(post.to_entity(post.author))
+    async def add(self, post: Post, idempotency_key: str | None = None) -> Post:
+        """Store the post and count it, atomically; with a key already used, the earlier post."""
+        rows: list[TransactionOperation] = [("create", post.to_entity(post.author))]
+        if idempotency_key is not None:
+            rows.append(("create", self._key_row(post.author, idempotency_key, post.post_id)))
+        try:
+            await _transact_counted(self._storage, POSTS, post.author, rows, +1)
+        except TableTransactionError as error:
+            if idempotency_key is not None and failed_index(error, 409) == 1:
+                earlier = await self.by_key(post.author, idempotency_key)
+                if earlier is not None:
+                    return earlier
+            if failed_index(error, 409) == 0:
+                raise StorageUnavailableError(
+                    "the post was not stored in time; try again", retry_after=1
+                ) from None
+            raise
+        return post
+
+    def _key_row(self, author: str, key: str, post_id: str) -> dict[str, Any]:
+        return {"PartitionKey": author, "RowKey": f"{META}key-{key_digest(key)}", "post": post_id}
+
+    async def by_key(self, author: str, idempotency_key: str) -> Post | None:
+        """The post an earlier request with this idempotency key created, if it still exists."""
+        row_key = f"{META}key-{key_digest(idempotency_key)}"
+        entity = await _get_entity(self._storage, POSTS, author, row_key)
+        return None if entity is None else await self.get(author, str(entity["post"]))
 
     async def get(self, author: str, post_id: str) -> Post | None:
-        entity = await _get_entity(
-            self._storage, POSTS, author, post_row_key(post_id), select=POST_SELECT
+        entity = await self._row(author, post_id)
+        return None if entity is None or entity.get("void") else Post.from_entity(entity)
+
+    async def _row(self, author: str, post_id: str) -> TableEntity | None:
+        return await _get_entity(
+            self._storage, POSTS, author, post_row_key(post_id), select=[*POST_SELECT, "void"]
         )
-        return None if entity is None else Post.from_entity(entity)
+
+    async def void(self, author: str, post_id: str) -> bool:
+        """Claim a post id the API never stored in time, so a late write of it fails and the
+        post can never appear unfanned; False when a real post was stored first."""
+        client = self._storage.table(POSTS, author)
+        entity = {"PartitionKey": author, "RowKey": post_row_key(post_id), "void": True}
+        async with self._storage.guard():
+            try:
+                await client.create_entity(entity)
+                return True
+            except ResourceExistsError:
+                pass
+        row = await self._row(author, post_id)
+        return row is None or bool(row.get("void"))
 
     async def delete(self, author: str, post_id: str) -> bool:
-        """Delete the post; False when it was already gone."""
-        return await _delete_existing(self._storage, POSTS, author, post_row_key(post_id))
+        """Delete the post and uncount it, atomically; False when it was not there."""
+        for _ in range(_ATTEMPTS):
+            entity = await self._row(author, post_id)
+            if entity is None or entity.get("void"):
+                return False
+            keys = {"PartitionKey": author, "RowKey": post_row_key(post_id)}
+            row: TransactionOperation = ("delete", keys, _if_unchanged(entity))
+            try:
+                await _transact_counted(self._storage, POSTS, author, [row], -1)
+                return True
+            except TableTransactionError as error:
+                if failed_index(error, 404, 412) != 0:
+                    raise
+        raise _contention()
 
     async def page(
         self, author: str, limit: int, continuation: dict[str, str] | None
     ) -> Page[Post]:
-        return await _post_page(self._storage, POSTS, author, limit, continuation)
+        page = await _partition_page(
+            self._storage,
+            POSTS,
+            author,
+            select=[*POST_SELECT, "void"],
+            limit=limit,
+            continuation=continuation,
+        )
+        posts = [Post.from_entity(entity) for entity in page.items if not entity.get("void")]
+        return Page(posts, page.continuation)
+
+    async def newest(self, author: str, count: int) -> list[Post]:
+        """The newest ``count`` posts, following continuations through short pages."""
+        posts: list[Post] = []
+        continuation: dict[str, str] | None = None
+        while len(posts) < count:
+            page = await self.page(author, count - len(posts), continuation)
+            posts.extend(page.items)
+            continuation = page.continuation
+            if continuation is None:
+                break
+        return posts
 
     async def surviving(self, author: str, posts: list[Post]) -> set[str]:
         """The ids among ``posts`` (newest first, as stored) that still exist."""
@@ -133,56 +227,130 @@ class TimelinesRepository:
     async def put_many(self, owner: str, posts: Iterable[Post]) -> None:
         """Upsert into one partition, 100 operations per Entity Group Transaction."""
         operations: list[Operation] = [("upsert", post.to_entity(owner)) for post in posts]
-        await _submit_batches(self._storage, TIMELINES, owner, operations)
+        for batch in chunked(operations):
+            await submit_batch(self._storage, TIMELINES, owner, batch)
 
-    async def row_keys_by_author(self, owner: str, author: str) -> list[str]:
-        """Every row key in ``owner``'s timeline delivered from ``author``."""
-        scan = _scan(self._storage, TIMELINES, owner, "author eq @author", {"author": author})
-        return [key async for key in scan]
+    async def rows_by_author(self, owner: str, author: str) -> AsyncIterator[list[tuple[str, str]]]:
+        """Pages of ``(row key, etag)`` of every copy in ``owner``'s timeline from ``author``."""
+        continuation: dict[str, str] | None = None
+        client = self._storage.table(TIMELINES, owner)
+        while True:
+            async with self._storage.guard():
+                page = await query_page(
+                    client,
+                    f"{PARTITION} and author eq @author",
+                    {"pk": owner, "author": author},
+                    select=["RowKey"],
+                    limit=1000,
+                    continuation=continuation,
+                )
+            yield [(entity["RowKey"], _etag(entity)) for entity in page.items]
+            continuation = page.continuation
+            if continuation is None:
+                return
+
+    async def etag_of(self, owner: str, row_key: str) -> str | None:
+        entity = await _get_entity(self._storage, TIMELINES, owner, row_key, select=["RowKey"])
+        return None if entity is None else _etag(entity)
+
+    async def remove_unchanged(self, owner: str, rows: list[tuple[str, str]]) -> int:
+        """Delete each row only if it still has the etag it was read with; a row rewritten
+        since (a re-follow's backfill) stays. Returns how many were deleted."""
+        deleted = 0
+        for chunk in chunked(rows):
+            batch: list[TransactionOperation] = [
+                ("delete", {"PartitionKey": owner, "RowKey": key}, _if_unchanged_etag(etag))
+                for key, etag in chunk
+            ]
+            while batch:
+                try:
+                    await transact(self._storage, TIMELINES, owner, batch)
+                    deleted += len(batch)
+                    break
+                except TableTransactionError as error:
+                    index = failed_index(error, 404, 412)
+                    if index is None:
+                        raise
+                    del batch[index]
+        return deleted
 
     async def page(self, owner: str, limit: int, continuation: dict[str, str] | None) -> Page[Post]:
         return await _post_page(self._storage, TIMELINES, owner, limit, continuation)
 
 
 class FollowsRepository:
-    """Both sides of every follow: ``subjectFollowers`` and its reverse ``subjectFollowing``."""
+    """Follows: ``subjectFollowers`` is the truth, ``subjectFollowing`` its derived index."""
 
     def __init__(self, storage: Storage) -> None:
         self._storage = storage
 
     async def add(self, follower: str, subject: str, since: datetime) -> bool:
-        """Record the follow; True if it is new. ``subjectFollowing`` decides, atomically."""
-        following = self._storage.table(SUBJECT_FOLLOWING, follower)
-        followers = self._storage.table(SUBJECT_FOLLOWERS, subject)
-        created = True
-        async with self._storage.guard():
-            try:
-                await following.create_entity(
-                    {"PartitionKey": follower, "RowKey": subject, "since": since}
-                )
-            except ResourceExistsError:
-                created = False
-        if not created:  # keep the first ``since``; the reverse row may be missing after a crash
-            existing = await _get_entity(self._storage, SUBJECT_FOLLOWING, follower, subject)
-            since = existing["since"] if existing is not None else since
-        async with self._storage.guard():
-            await followers.upsert_entity(
-                {"PartitionKey": subject, "RowKey": follower, "since": since},
-                mode=UpdateMode.REPLACE,
+        """Record the follow and count it, atomically; False if it already existed."""
+        edge = {"PartitionKey": subject, "RowKey": follower, "since": since}
+        try:
+            await _transact_counted(
+                self._storage, SUBJECT_FOLLOWERS, subject, [("create", edge)], +1
             )
-        return created
+        except TableTransactionError as error:
+            if failed_index(error, 409) == 0:
+                return False
+            raise
+        return True
 
     async def remove(self, follower: str, subject: str) -> bool:
-        """Remove the follow; True if it existed."""
-        existed = await _delete_existing(self._storage, SUBJECT_FOLLOWING, follower, subject)
-        client = self._storage.table(SUBJECT_FOLLOWERS, subject)
-        async with self._storage.guard():
-            await client.delete_entity(subject, follower)
-        return existed
+        """Remove the follow and uncount it, atomically; False if there was none."""
+        for _ in range(_ATTEMPTS):
+            edge = await _get_entity(self._storage, SUBJECT_FOLLOWERS, subject, follower)
+            if edge is None:
+                return False
+            keys = {"PartitionKey": subject, "RowKey": follower}
+            row: TransactionOperation = ("delete", keys, _if_unchanged(edge))
+            try:
+                await _transact_counted(self._storage, SUBJECT_FOLLOWERS, subject, [row], -1)
+                return True
+            except TableTransactionError as error:
+                if failed_index(error, 404, 412) != 0:
+                    raise
+        raise _contention()
+
+    async def sync_index(self, follower: str, subject: str) -> None:
+        """Make ``subjectFollowing`` agree with the truth for one pair.
+
+        Read the index row, then the truth, then write the index row on the condition that it
+        is unchanged since it was read; it is never deleted (only marked inactive), so a stale
+        sync can never recreate a row another sync has since written. Always writing (even
+        when nothing changed) is what makes every later sync invalidate an earlier stale one.
+        """
+        for _ in range(_ATTEMPTS):
+            index = await _get_entity(self._storage, SUBJECT_FOLLOWING, follower, subject)
+            truth = await _get_entity(self._storage, SUBJECT_FOLLOWERS, subject, follower)
+            was_active = index is not None and bool(index.get("active"))
+            row = _index_row(follower, subject, truth, index)
+            write: TransactionOperation = (
+                ("create", row)
+                if index is None
+                else ("update", row, {"mode": UpdateMode.REPLACE, **_if_unchanged(index)})
+            )
+            delta = int(truth is not None) - int(was_active)
+            try:
+                await _transact_counted(self._storage, SUBJECT_FOLLOWING, follower, [write], delta)
+                return
+            except TableTransactionError as error:
+                if failed_index(error, 409, 412, 404) is None:
+                    raise
+        raise _contention()
+
+    async def repair_index(self, follower: str, subject: str) -> None:
+        """Sync the index only if it disagrees with the truth (a change made elsewhere, or a
+        request that died between the two writes)."""
+        index = await _get_entity(self._storage, SUBJECT_FOLLOWING, follower, subject)
+        truth = await self.is_following(follower, subject)
+        if (index is not None and bool(index.get("active"))) != truth:
+            await self.sync_index(follower, subject)
 
     async def is_following(self, follower: str, subject: str) -> bool:
         entity = await _get_entity(
-            self._storage, SUBJECT_FOLLOWING, follower, subject, select=["RowKey"]
+            self._storage, SUBJECT_FOLLOWERS, subject, follower, select=["RowKey"]
         )
         return entity is not None
 
@@ -194,7 +362,16 @@ class FollowsRepository:
     async def following_page(
         self, follower: str, limit: int, continuation: dict[str, str] | None
     ) -> Page[Edge]:
-        return await _edge_page(self._storage, SUBJECT_FOLLOWING, follower, limit, continuation)
+        page = await _partition_page(
+            self._storage,
+            SUBJECT_FOLLOWING,
+            follower,
+            select=["RowKey", "since", "active"],
+            limit=limit,
+            continuation=continuation,
+        )
+        edges = [Edge(e["RowKey"], e["since"]) for e in page.items if e.get("active")]
+        return Page(edges, page.continuation)
 
     async def follower_ids_page(
         self, subject: str, limit: int, continuation: dict[str, str] | None
@@ -213,6 +390,77 @@ class FollowsRepository:
     async def followers_between(self, subject: str, first: str, last: str) -> set[str]:
         """Followers of ``subject`` whose ids lie in ``[first, last]``."""
         return await _row_keys_between(self._storage, SUBJECT_FOLLOWERS, subject, first, last)
+
+
+def _index_row(
+    follower: str, subject: str, truth: TableEntity | None, index: TableEntity | None
+) -> dict[str, Any]:
+    source = truth if truth is not None else index
+    since = source.get("since") if source is not None else None
+    return {
+        "PartitionKey": follower,
+        "RowKey": subject,
+        "since": since or datetime.now(UTC),
+        "active": truth is not None,
+    }
+
+
+async def count_of(storage: Storage, table: str, partition_key: str) -> int:
+    """The ``~count`` row of one partition (0 when it was never written)."""
+    entity = await _get_entity(storage, table, partition_key, COUNT_ROW)
+    return 0 if entity is None else int(entity["n"])
+
+
+async def _transact_counted(
+    storage: Storage,
+    table: str,
+    partition_key: str,
+    rows: list[TransactionOperation],
+    delta: int,
+) -> None:
+    """Submit ``rows`` and move the partition's ``~count`` by ``delta`` in one transaction.
+
+    The counter is written on the condition that it is unchanged since it was read, so two
+    writers never lose an update; a conflict on the counter alone is retried."""
+    for _ in range(_ATTEMPTS):
+        operations = list(rows)
+        if delta:
+            counter = await _get_entity(storage, table, partition_key, COUNT_ROW)
+            operations = [*operations, _count_operation(partition_key, counter, delta)]
+        try:
+            await transact(storage, table, partition_key, operations)
+            return
+        except TableTransactionError as error:
+            if delta and failed_index(error, 409, 412) == len(operations) - 1:
+                continue
+            raise
+    raise _contention()
+
+
+def _count_operation(
+    partition_key: str, counter: TableEntity | None, delta: int
+) -> TransactionOperation:
+    current = 0 if counter is None else int(counter["n"])
+    row = {"PartitionKey": partition_key, "RowKey": COUNT_ROW, "n": max(0, current + delta)}
+    if counter is None:
+        return ("create", row)
+    return ("update", row, {"mode": UpdateMode.REPLACE, **_if_unchanged(counter)})
+
+
+def _etag(entity: TableEntity) -> str:
+    return str(entity.metadata["etag"])
+
+
+def _if_unchanged(entity: TableEntity) -> dict[str, Any]:
+    return _if_unchanged_etag(_etag(entity))
+
+
+def _if_unchanged_etag(etag: str) -> dict[str, Any]:
+    return {"etag": etag, "match_condition": MatchConditions.IfNotModified}
+
+
+def _contention() -> StorageUnavailableError:
+    return StorageUnavailableError("too much contention on one partition", retry_after=1)
 
 
 async def _row_keys_between(
@@ -241,29 +489,6 @@ async def _get_entity(
             return None
 
 
-async def _delete_existing(storage: Storage, table: str, partition_key: str, row_key: str) -> bool:
-    """Delete one entity and say whether it was there (a one-operation transaction fails on 404,
-    where ``delete_entity`` would silently succeed)."""
-    client = storage.table(table, partition_key)
-    async with storage.guard():
-        try:
-            await client.submit_transaction(
-                [("delete", {"PartitionKey": partition_key, "RowKey": row_key})]
-            )
-        except TableTransactionError as error:
-            if error.status_code == 404:
-                return False
-            raise
-    return True
-
-
-async def _submit_batches(
-    storage: Storage, table: str, partition_key: str, operations: list[Operation]
-) -> None:
-    for batch in chunked(operations):
-        await submit_batch(storage, table, partition_key, batch)
-
-
 async def _partition_page(
     storage: Storage,
     table: str,
@@ -273,13 +498,13 @@ async def _partition_page(
     limit: int,
     continuation: dict[str, str] | None,
 ) -> Page[TableEntity]:
-    """One page of one partition in row-key order: exactly one storage query."""
+    """One page of one partition's listing rows (metadata excluded): one storage query."""
     client = storage.table(table, partition_key)
     async with storage.guard():
         return await query_page(
             client,
-            PARTITION,
-            {"pk": partition_key},
+            LISTING,
+            {"pk": partition_key, "meta": META},
             select=select,
             limit=limit,
             continuation=continuation,

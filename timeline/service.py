@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -13,22 +12,20 @@ from timeline.errors import (
     InvalidInputError,
     NotFoundError,
     PermissionDeniedError,
-    TimelineError,
 )
 from timeline.keys import (
     clean_text,
     new_post_id,
     now_ticks,
+    validate_idempotency_key,
     validate_post_id,
     validate_user_id,
 )
 from timeline.messages import Followed, PostCreated, PostDeleted, Unfollowed
 from timeline.queue import FanoutQueue
-from timeline.ratelimit import PostRateLimiter
+from timeline.ratelimit import RateLimits
 from timeline.repositories import Repositories
 from timeline.tokens import TokenSigner
-
-log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 MAX_DISPLAY_NAME_CHARS = 64
@@ -43,6 +40,12 @@ class PageOut:
 
 
 class TimelineService:
+    """What the API does. Every write queues its message *before* it changes storage, so a
+    stored change always has its fan-out queued; the worker waits for a change that is
+    still on its way, and treats one that never arrived as never made. A request repeated
+    after a lost answer changes nothing twice: facts and their counters change together in
+    one transaction, and no message is sent unless the state really changes."""
+
     def __init__(
         self,
         repositories: Repositories,
@@ -51,28 +54,34 @@ class TimelineService:
         *,
         page_size: int,
         max_post_chars: int,
-        rate_limiter: PostRateLimiter | None,
+        limits: RateLimits,
     ) -> None:
         self._repos = repositories
         self._queue = queue
         self._signer = signer
         self._page_size = page_size
         self._max_post_chars = max_post_chars
-        self._rate_limiter = rate_limiter
+        self._limits = limits
 
     def authenticate(self, token: str) -> str:
         """The user id a bearer token acts as (no storage read)."""
         return self._signer.verify_bearer(token)
 
-    async def register(self, user_id: str, display_name: str | None) -> tuple[User, str]:
+    async def register(
+        self, user_id: str, display_name: str | None, *, client: str, idempotency_key: str | None
+    ) -> tuple[User, str]:
+        """Create the user; a retry with the first request's idempotency key gets a token too."""
         validate_user_id(user_id)
+        validate_idempotency_key(idempotency_key)
         name = (
             user_id
             if display_name is None
             else clean_text(display_name, max_chars=MAX_DISPLAY_NAME_CHARS, field="display_name")
         )
+        await self._limits.registrations.check(client)
         user = User(user_id=user_id, display_name=name, created_at=datetime.now(UTC))
-        await self._repos.users.create(user)
+        if not await self._repos.users.create(user, idempotency_key):
+            user = await self.profile(user_id)
         return user, self._signer.mint_bearer(user_id)
 
     async def profile(self, user_id: str) -> User:
@@ -81,30 +90,20 @@ class TimelineService:
             raise _user_not_found(user_id)
         return user
 
-    async def create_post(self, actor: str, author: str, text: str) -> Post:
+    async def create_post(
+        self, actor: str, author: str, text: str, *, idempotency_key: str | None = None
+    ) -> Post:
         _require_self(actor, author)
-        post = Post(
-            post_id=new_post_id(now_ticks()),
-            author=author,
-            text=clean_text(text, max_chars=self._max_post_chars),
-        )
-        if self._rate_limiter is not None:
-            await self._rate_limiter.check(author)
-        await self._repos.posts.add(post)
-        try:
-            await self._queue.send(PostCreated(author=author, post_id=post.post_id))
-        except TimelineError:
-            await self._undo_post(post)
-            raise
-        await self._repos.users.adjust_counters(author, posts=1)
-        return post
-
-    async def _undo_post(self, post: Post) -> None:
-        """Best effort: a post that could not be queued is not kept half-published."""
-        try:
-            await self._repos.posts.delete(post.author, post.post_id)
-        except TimelineError:
-            log.warning("post %s kept without fan-out: storage failed twice", post.post_id)
+        validate_idempotency_key(idempotency_key)
+        cleaned = clean_text(text, max_chars=self._max_post_chars)
+        await self._limits.posts.check(author)
+        if idempotency_key is not None:
+            earlier = await self._repos.posts.by_key(author, idempotency_key)
+            if earlier is not None:
+                return earlier
+        post = Post(post_id=new_post_id(now_ticks()), author=author, text=cleaned)
+        await self._queue.send(PostCreated(author=author, post_id=post.post_id))
+        return await self._repos.posts.add(post, idempotency_key)
 
     async def get_post(self, author: str, post_id: str) -> Post:
         validate_user_id(author)
@@ -114,33 +113,43 @@ class TimelineService:
         return post
 
     async def delete_post(self, actor: str, author: str, post_id: str) -> None:
-        """Queue the delete first: the worker deletes the source row before purging copies, so
-        a fan-out that re-checks the source after writing can never outlive the delete."""
+        """Queue the delete, then delete the source row; the worker deletes it too if this
+        request dies first, so a queued delete always happens."""
         _require_self(actor, author)
         await self.get_post(author, post_id)
+        await self._limits.writes.check(actor)
         await self._queue.send(PostDeleted(author=author, post_id=post_id))
-        if await self._repos.posts.delete(author, post_id):
-            await self._repos.users.adjust_counters(author, posts=-1)
+        await self._repos.posts.delete(author, post_id)
 
     async def follow(self, actor: str, follower: str, subject: str) -> None:
         _require_self(actor, follower)
         validate_user_id(subject)
         if subject == follower:
             raise InvalidInputError("users cannot follow themselves", code="self_follow")
+        await self._limits.writes.check(actor)
         if not await self._repos.users.exists(subject):
             raise _user_not_found(subject)
-        if await self._repos.follows.add(follower, subject, datetime.now(UTC)):
-            await self._repos.users.adjust_counters(follower, following=1)
-            await self._repos.users.adjust_counters(subject, followers=1)
-        await self._queue.send(Followed(follower=follower, subject=subject))
+        follows = self._repos.follows
+        if await follows.is_following(follower, subject):
+            await follows.repair_index(follower, subject)
+            return
+        await self._queue.send(Followed(follower=follower, subject=subject, requested=now_ticks()))
+        await follows.add(follower, subject, datetime.now(UTC))
+        await follows.sync_index(follower, subject)
 
     async def unfollow(self, actor: str, follower: str, subject: str) -> None:
         _require_self(actor, follower)
         validate_user_id(subject)
-        if await self._repos.follows.remove(follower, subject):
-            await self._repos.users.adjust_counters(follower, following=-1)
-            await self._repos.users.adjust_counters(subject, followers=-1)
-        await self._queue.send(Unfollowed(follower=follower, subject=subject))
+        await self._limits.writes.check(actor)
+        follows = self._repos.follows
+        if not await follows.is_following(follower, subject):
+            await follows.repair_index(follower, subject)
+            return
+        await self._queue.send(
+            Unfollowed(follower=follower, subject=subject, requested=now_ticks())
+        )
+        await follows.remove(follower, subject)
+        await follows.sync_index(follower, subject)
 
     async def home_timeline(
         self, actor: str, owner: str, limit: int | None, continuation: str | None

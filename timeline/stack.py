@@ -13,6 +13,9 @@ import signal
 import subprocess
 import sys
 import threading
+import time
+import urllib.request
+from http.client import HTTPException
 from types import FrameType
 
 from timeline.azurite import Azurite
@@ -22,6 +25,25 @@ from timeline.storage import Storage
 log = logging.getLogger(__name__)
 
 SERVICES = ("api", "fanout_worker")
+API_READY_TIMEOUT_S = 60.0
+_POLL_S = 0.1
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+"""Probes go straight to the local API, whatever ``http_proxy`` says."""
+
+
+def api_base(host: str, port: int) -> str:
+    """The API's base URL as reachable from this machine, also when it binds a wildcard."""
+    host = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)  # noqa: S104
+    return f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"
+
+
+def answers_ok(url: str) -> bool:
+    """One GET: True on a 200; refused, reset, timed out, non-2xx or not HTTP are all False."""
+    try:
+        with _DIRECT.open(url, timeout=1.0) as response:
+            return bool(response.status == 200)
+    except (OSError, HTTPException):  # URLError and HTTPError are OSErrors
+        return False
 
 
 async def init_storage(connection_string: str, settings: Settings) -> None:
@@ -66,13 +88,35 @@ class Stack:
             self._children.append(
                 subprocess.Popen([sys.executable, "-m", module], env=env, start_new_session=True)  # noqa: S603
             )
-        log.info("stack running: API on http://%s:%s", settings.host, settings.port)
+        base = api_base(settings.host, settings.port)
+        if not self._wait_for_api(base):
+            return 0 if self._stop.is_set() else 1
+        log.info("stack running: API %s", base)
         while not self._stop.wait(0.2):
-            for child in self._children:
-                if child.poll() is not None:
-                    log.error("%s exited with %s; stopping the stack", child.args, child.returncode)
-                    return 1
+            if self._child_died():
+                return 1
         return 0
+
+    def _child_died(self) -> bool:
+        for child in self._children:
+            if child.poll() is not None:
+                log.error("%s exited with %s; stopping the stack", child.args, child.returncode)
+                return True
+        return False
+
+    def _wait_for_api(self, base: str) -> bool:
+        """Poll ``/healthz`` so that ``stack running`` means the README's first curl works."""
+        deadline = time.monotonic() + API_READY_TIMEOUT_S
+        while not self._stop.is_set() and not self._child_died():
+            if answers_ok(f"{base}healthz"):
+                return True
+            if time.monotonic() > deadline:
+                log.error(
+                    "the API did not answer %shealthz within %.0fs", base, API_READY_TIMEOUT_S
+                )
+                return False
+            self._stop.wait(_POLL_S)
+        return False
 
     def _publish(self, connection_string: str) -> None:
         path = self._settings.data_dir / CONNECTION_FILE

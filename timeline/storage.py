@@ -55,6 +55,9 @@ _UNAVAILABLE_ERRORS = (
 class StorageOptions:
     timeout_s: float = 5.0
     retries: int = 2
+    table_connections: int = 256
+    """Open connections for table calls; queue calls have a pool of their own, so lease
+    renewals never wait behind a backlog of timeline writes."""
 
 
 def is_retryable(error: BaseException) -> bool:
@@ -77,6 +80,7 @@ class Storage:
         self._connection_string = connection_string
         self.options = options or StorageOptions()
         self._session: aiohttp.ClientSession | None = None
+        self._queue_session: aiohttp.ClientSession | None = None
         self._tables: dict[str, TableClient] = {}
         self._queues: dict[str, QueueClient] = {}
 
@@ -88,7 +92,9 @@ class Storage:
         await self.close()
 
     async def open(self) -> None:
-        self._session = aiohttp.ClientSession()
+        connector = aiohttp.TCPConnector(limit=self.options.table_connections)
+        self._session = aiohttp.ClientSession(connector=connector)
+        self._queue_session = aiohttp.ClientSession()
         self._tables = {name: self._table_client(name) for name in TABLES}
         self._queues = {name: self._queue_client(name) for name in QUEUES}
 
@@ -98,15 +104,17 @@ class Storage:
             await client.close()
         self._tables.clear()
         self._queues.clear()
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        for session in (self._session, self._queue_session):
+            if session is not None:
+                await session.close()
+        self._session = self._queue_session = None
 
-    def _transport_kwargs(self) -> dict[str, Any]:
-        assert self._session is not None, "Storage.open() was not called"
+    def _transport_kwargs(self, session: aiohttp.ClientSession | None = None) -> dict[str, Any]:
+        session = session or self._session
+        assert session is not None, "Storage.open() was not called"
         timeout = self.options.timeout_s
         return {
-            "transport": AioHttpTransport(session=self._session, session_owner=False),
+            "transport": AioHttpTransport(session=session, session_owner=False),
             "connection_timeout": timeout,
             "read_timeout": timeout,
         }
@@ -129,7 +137,7 @@ class Storage:
             initial_backoff=0.5,  # the SDK's default waits 15 s before its first retry
             increment_base=2,
             random_jitter_range=0.5,
-            **self._transport_kwargs(),
+            **self._transport_kwargs(self._queue_session),
         )
 
     def table(self, name: str, partition_key: str) -> TableClient:
@@ -256,3 +264,22 @@ def chunked(items: Iterable[Any], size: int = MAX_BATCH_OPERATIONS) -> Iterable[
             chunk = []
     if chunk:
         yield chunk
+
+
+TransactionOperation = tuple[Any, ...]
+"""An SDK transaction operation: ``(kind, entity)`` or ``(kind, entity, options)``."""
+
+
+async def transact(
+    storage: Storage, table: str, partition_key: str, operations: list[TransactionOperation]
+) -> None:
+    """One Entity Group Transaction, all or nothing; raises ``TableTransactionError`` with the
+    failing operation's index (conflicts and failed conditions are the caller's to judge)."""
+    client = storage.table(table, partition_key)
+    async with storage.guard():
+        await client.submit_transaction(operations)
+
+
+def failed_index(error: TableTransactionError, *statuses: int) -> int | None:
+    """The index of the operation that failed the transaction with one of ``statuses``."""
+    return error.index if error.status_code in statuses else None

@@ -6,17 +6,20 @@ import base64
 import binascii
 import hashlib
 import hmac
+import re
 import time
 
 import orjson
 
 from timeline.errors import AuthenticationError, InvalidInputError
-from timeline.keys import validate_user_id
+from timeline.keys import USER_ID_PATTERN, validate_user_id
 
 MAX_CONTINUATION_CHARS = 4096
 CONTINUATION_PATTERN = r"^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$"
 """The shape of a continuation token (base64url payload, a dot, base64url signature)."""
 _CONTINUATION_KEYS = frozenset({"PartitionKey", "RowKey", "NextPartitionKey", "NextRowKey"})
+_BEARER = re.compile(USER_ID_PATTERN.removesuffix("$") + r"\.[0-9]{1,19}\.[A-Za-z0-9_-]{43}\Z")
+"""The shape ``mint_bearer`` produces: user id, expiry in seconds, base64url HMAC-SHA256."""
 
 
 def _b64encode(raw: bytes) -> str:
@@ -44,15 +47,18 @@ class TokenSigner:
         return f"{body}.{_b64encode(self._sign(b'bearer', body.encode()))}"
 
     def verify_bearer(self, token: str, *, now: float | None = None) -> str:
-        """Return the token's user id, or raise ``AuthenticationError``."""
-        user_id, _, rest = token.partition(".")
-        expires, _, signature = rest.partition(".")
-        body = f"{user_id}.{expires}"
-        expected = _b64encode(self._sign(b"bearer", body.encode()))
-        if not (expires.isascii() and expires.isdigit()) or not hmac.compare_digest(
-            signature.encode(), expected.encode()
-        ):
-            raise AuthenticationError("the bearer token is not valid", code="invalid_token")
+        """Return the token's user id, or raise ``AuthenticationError`` and nothing else.
+
+        The shape is checked before anything is parsed or encoded: a header aiohttp decoded
+        with surrogate escapes (non-UTF-8 bytes) must be a 401, not a ``UnicodeEncodeError``.
+        """
+        invalid = AuthenticationError("the bearer token is not valid", code="invalid_token")
+        if not _BEARER.match(token):
+            raise invalid
+        user_id, expires, signature = token.split(".")
+        expected = _b64encode(self._sign(b"bearer", f"{user_id}.{expires}".encode("ascii")))
+        if not hmac.compare_digest(signature.encode("ascii"), expected.encode("ascii")):
+            raise invalid
         if int(expires) <= (now if now is not None else time.time()):
             raise AuthenticationError("the bearer token has expired", code="expired_token")
         return user_id

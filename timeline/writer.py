@@ -15,9 +15,17 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from timeline.errors import StorageUnavailableError
+from timeline.errors import DeadlineExceededError, StorageUnavailableError
 from timeline.keys import now_ticks
-from timeline.metrics import BATCH_SIZE, DELIVERIES, LAG, REMOVALS, WRITE_REQUESTS, WRITE_RETRIES
+from timeline.metrics import (
+    BATCH_SIZE,
+    DELIVERIES,
+    LAG,
+    REMOVALS,
+    WRITE_REQUESTS,
+    WRITE_RETRIES,
+    WRITES_EXPIRED,
+)
 from timeline.retry import backoff_delay, retry_after_of
 from timeline.storage import MAX_BATCH_OPERATIONS, Operation, Storage, submit_batch
 
@@ -28,10 +36,14 @@ _NOW = float("-inf")
 
 
 class Tracker:
-    """Counts the outstanding writes of one unit of work (one message's share of a fan-out)."""
+    """Counts the outstanding writes of one unit of work (one message's share of a fan-out).
+
+    It resolves only once its producer has said it is done adding (``wait``) and every write
+    added has committed: early rows may commit while later ones are still being added."""
 
     def __init__(self) -> None:
         self._pending = 0
+        self._sealed = False
         self._done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     def add(self) -> None:
@@ -44,14 +56,18 @@ class Tracker:
             self._done.set_exception(error)
             return
         self._pending -= 1
-        if self._pending == 0:
-            self._done.set_result(None)
+        self._resolve_if_complete()
 
     async def wait(self) -> None:
-        """Return when every added write has committed; raise the first failure."""
-        if self._pending == 0 and not self._done.done():
-            self._done.set_result(None)
+        """Seal the tracker (nothing more will be added), then return when every write has
+        committed; raise the first failure."""
+        self._sealed = True
+        self._resolve_if_complete()
         await self._done
+
+    def _resolve_if_complete(self) -> None:
+        if self._sealed and self._pending == 0 and not self._done.done():
+            self._done.set_result(None)
 
 
 @dataclass(slots=True)
@@ -62,6 +78,8 @@ class _Pending:
     row_key: str
     properties: dict[str, Any] | None  # None: delete the row
     created_ticks: int | None
+    deadline: float | None
+    """Loop time after which this upsert may no longer be sent (None: a delete, always safe)."""
     trackers: list[Tracker] = field(default_factory=list)
 
     def operation(self, partition: str) -> Operation:
@@ -96,24 +114,30 @@ class PartitionWriter:
         self._sends: set[asyncio.Task[None]] = set()
         self._flusher: asyncio.Task[None] | None = None
         self._flushing = 0
+        self._closed = False
         self.requests = 0
-        self.close_timeout_s: float | None = None
-        """How long leaving the ``async with`` may spend flushing (None: until done)."""
         """Write requests this writer has sent, retries included."""
 
     async def __aenter__(self) -> PartitionWriter:
-        self._flusher = asyncio.create_task(self._run(), name=f"flush-{self._table}")
+        await self.start()
         return self
 
     async def __aexit__(self, *_exc: object) -> None:
-        await self.close(self.close_timeout_s)
+        await self.close(None)
+
+    async def start(self) -> None:
+        self._flusher = asyncio.create_task(self._run(), name=f"flush-{self._table}")
 
     async def close(self, timeout_s: float | None) -> None:
-        """Flush for at most ``timeout_s``; then drop what is left, failing its trackers.
+        """Flush for at most ``timeout_s`` (None: until done); then drop what is left, failing
+        its trackers. Idempotent.
 
         Dropping loses nothing: a message whose writes did not all commit is never deleted
         from the queue, so it is delivered again once storage answers.
         """
+        if self._closed:
+            return
+        self._closed = True
         try:
             await asyncio.wait_for(self.flush(), timeout_s)
         except TimeoutError:
@@ -147,13 +171,18 @@ class PartitionWriter:
         properties: dict[str, Any],
         tracker: Tracker,
         *,
+        deadline: float,
         created_ticks: int | None = None,
     ) -> None:
-        """Queue an upsert (REPLACE); ``created_ticks`` marks a live delivery for the lag metric."""
-        await self._add(partition, row_key, properties, tracker, created_ticks)
+        """Queue an upsert (REPLACE) that must be sent before ``deadline`` (loop time) or not at
+        all: the reason for it was read from storage at a known time, and the sweeps that undo
+        stale copies count on no copy landing long after that. ``created_ticks`` marks a live
+        delivery for the lag metric."""
+        await self._add(partition, row_key, properties, tracker, created_ticks, deadline)
 
     async def delete(self, partition: str, row_key: str, tracker: Tracker) -> None:
-        await self._add(partition, row_key, None, tracker, None)
+        """Queue an unconditional delete: only for copies whose post is gone for good."""
+        await self._add(partition, row_key, None, tracker, None, None)
 
     async def flush(self) -> None:
         """Send everything buffered now, and wait until all of it is written."""
@@ -175,6 +204,7 @@ class PartitionWriter:
         properties: dict[str, Any] | None,
         tracker: Tracker,
         created_ticks: int | None,
+        deadline: float | None,
     ) -> None:
         await self._space.acquire()
         rows = self._buffers.get(partition)
@@ -184,10 +214,11 @@ class PartitionWriter:
             self._wakeup.set()
         pending = rows.get(row)
         if pending is None:
-            pending = rows[row] = _Pending(row, properties, created_ticks)
+            pending = rows[row] = _Pending(row, properties, created_ticks, deadline)
         else:  # the same row again (a redelivery): the latest operation wins, once
             self._space.release()
             pending.properties = properties
+            pending.deadline = _later(pending.deadline, deadline) if properties else None
         pending.trackers.append(tracker)
         tracker.add()
         if len(rows) >= MAX_BATCH_OPERATIONS and self._deadlines.get(partition) != _NOW:
@@ -236,10 +267,10 @@ class PartitionWriter:
         return batch
 
     async def _send(self, partition: str, batch: list[_Pending]) -> None:
+        sent = batch
         error: BaseException | None = None
         try:
-            operations = [pending.operation(partition) for pending in batch]
-            await self._write_with_retries(partition, operations)
+            sent = await self._write_with_retries(partition, batch)
         except Exception as failure:
             error = failure
             log.warning("writing %d rows of %s failed: %s", len(batch), partition, failure)
@@ -251,25 +282,49 @@ class PartitionWriter:
             for _ in batch:
                 self._space.release()
             if error is None:
-                _record(batch)
-            for pending in batch:
+                _record(sent)
+            for pending in sent:
                 for tracker in pending.trackers:
                     tracker.settle(error)
 
-    async def _write_with_retries(self, partition: str, operations: list[Operation]) -> None:
+    async def _write_with_retries(self, partition: str, batch: list[_Pending]) -> list[_Pending]:
         """Retry the idempotent batch on outages: azure-core does not retry POST on a lost
-        connection, and throttling (503/429) asks the client to back off."""
+        connection, and throttling (503/429) asks the client to back off. Before each attempt,
+        upserts past their deadline are dropped (their trackers fail, so their messages are
+        retried with a fresh read). Returns the rows that were written."""
         for attempt in range(1, self._max_attempts + 1):
+            batch = _drop_expired(batch)
+            if not batch:
+                return batch
             try:
                 WRITE_REQUESTS.inc()
                 self.requests += 1
+                operations = [pending.operation(partition) for pending in batch]
                 await submit_batch(self._storage, self._table, partition, operations)
-                return
+                return batch
             except StorageUnavailableError as error:
                 if attempt == self._max_attempts:
                     raise
                 WRITE_RETRIES.inc()
                 await asyncio.sleep(backoff_delay(attempt, retry_after=retry_after_of(error)))
+        return batch
+
+
+def _drop_expired(batch: list[_Pending]) -> list[_Pending]:
+    now = asyncio.get_running_loop().time()
+    keep = [p for p in batch if p.deadline is None or p.deadline >= now]
+    if len(keep) < len(batch):
+        late = DeadlineExceededError("a write's reason is too old to send; it will be re-read")
+        for pending in batch:
+            if pending.deadline is not None and pending.deadline < now:
+                for tracker in pending.trackers:
+                    tracker.settle(late)
+        WRITES_EXPIRED.inc(len(batch) - len(keep))
+    return keep
+
+
+def _later(first: float | None, second: float | None) -> float | None:
+    return second if first is None else first if second is None else max(first, second)
 
 
 def _record(batch: list[_Pending]) -> None:

@@ -1,0 +1,78 @@
+"""Fault injection in front of a real storage account: fail, hold or shorten chosen calls.
+
+Nothing here fakes storage: every call still goes to Azurite, unless a test asked for that
+call to fail (as a lost connection does) or to wait until the test lets it go.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from typing import Any, cast
+
+from azure.core.exceptions import ServiceRequestError
+from azure.data.tables.aio import TableClient
+
+from timeline.storage import Storage
+
+WRITES = frozenset(
+    {"create_entity", "upsert_entity", "update_entity", "delete_entity", "submit_transaction"}
+)
+DELETES = frozenset({"delete_entity", "submit_transaction"})
+
+
+class FaultyStorage(Storage):
+    """A ``Storage`` whose table calls can be failed, held at a gate, or paged short."""
+
+    def __init__(self, connection_string: str) -> None:
+        super().__init__(connection_string)
+        self.fail_writes: Counter[str] = Counter()
+        """Table name -> how many of its next write calls fail as a lost connection would."""
+        self.held_tables: set[str] = set()
+        """Tables whose deletes wait at ``gate`` (``held`` is set once one is waiting)."""
+        self.gate = asyncio.Event()
+        self.held = asyncio.Event()
+        self.page_limit: int | None = None
+        """Cap on ``results_per_page``: storage then pages short, as real Azure may."""
+
+    async def __aenter__(self) -> FaultyStorage:
+        await self.open()
+        return self
+
+    def table(self, name: str, partition_key: str) -> TableClient:
+        return cast(TableClient, _TableProxy(super().table(name, partition_key), name, self))
+
+
+class _TableProxy:
+    def __init__(self, client: TableClient, table: str, faults: FaultyStorage) -> None:
+        self._client = client
+        self._table = table
+        self._faults = faults
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self._client, name)
+        if name == "query_entities":
+            return self._query
+        if name not in WRITES:
+            return attribute
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            await self._before_write(name)
+            return await attribute(*args, **kwargs)
+
+        return call
+
+    async def _before_write(self, method: str) -> None:
+        faults = self._faults
+        if faults.fail_writes[self._table] > 0:
+            faults.fail_writes[self._table] -= 1
+            raise ServiceRequestError(f"injected: {self._table}.{method} lost its connection")
+        if self._table in faults.held_tables and method in DELETES:
+            faults.held.set()
+            await faults.gate.wait()
+
+    def _query(self, *args: Any, **kwargs: Any) -> Any:
+        limit = self._faults.page_limit
+        if limit is not None:
+            kwargs["results_per_page"] = min(limit, kwargs.get("results_per_page") or limit)
+        return self._client.query_entities(*args, **kwargs)

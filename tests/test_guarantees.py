@@ -1,0 +1,513 @@
+"""Issue 9: each way the delivery guarantees used to break, as a test on real storage.
+
+Each test names the numbered item it proves fixed; each failed on the code before the fix.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient
+
+from fanout_worker.metrics import MESSAGES
+from tests.conftest import (
+    api_client,
+    eventually,
+    make_settings,
+    running_worker,
+    unique,
+)
+from tests.faults import FaultyStorage
+from tests.helpers import Api, bearer
+from timeline.azurite import Azurite, free_ports
+from timeline.config import Settings
+from timeline.entities import Post, User
+from timeline.errors import StorageUnavailableError
+from timeline.fanout import FanoutProcessor
+from timeline.keys import new_post_id, now_ticks
+from timeline.messages import FanoutMessage, Followed, PostCreated, PostDeleted, Unfollowed
+from timeline.metrics import MESSAGES_SENT
+from timeline.queue import FanoutQueue
+from timeline.ratelimit import RateLimits
+from timeline.repositories import Repositories
+from timeline.service import TimelineService
+from timeline.storage import SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING, TIMELINES, Storage
+from timeline.tokens import TokenSigner
+from timeline.writer import PartitionWriter
+
+Client = TestClient[Any, Any]
+
+
+@pytest.fixture
+def private_azurite() -> Iterator[Azurite]:
+    server = Azurite(location=None)
+    server.start()
+    yield server
+    server.stop()
+
+
+@contextlib.asynccontextmanager
+async def opened(settings: Settings) -> AsyncIterator[Storage]:
+    async with Storage(settings.connection_string(), settings.storage_options()) as storage:
+        await storage.create_all()
+        yield storage
+
+
+def _count(kind: str, outcome: str) -> float:
+    return float(MESSAGES.labels(kind, outcome)._value.get())
+
+
+def _sent(kind: str) -> float:
+    return float(MESSAGES_SENT.labels(kind)._value.get())
+
+
+async def _users(repos: Repositories, *names: str) -> None:
+    for name in names:
+        await repos.users.create(User(name, name, created_at=datetime.now(UTC)))
+
+
+async def _follow(repos: Repositories, follower: str, subject: str) -> None:
+    await repos.follows.add(follower, subject, datetime.now(UTC))
+    await repos.follows.sync_index(follower, subject)
+
+
+async def _unfollow(repos: Repositories, follower: str, subject: str) -> None:
+    await repos.follows.remove(follower, subject)
+    await repos.follows.sync_index(follower, subject)
+
+
+async def _posts(repos: Repositories, author: str, count: int) -> list[Post]:
+    base = now_ticks()
+    posts = [Post(new_post_id(base + i * 10), author, f"#{i}") for i in range(count)]
+    for post in posts:
+        await repos.posts.add(post)
+    return posts
+
+
+async def _ids(repos: Repositories, owner: str) -> list[str]:
+    return [post.post_id for post in (await repos.timelines.page(owner, 1000, None)).items]
+
+
+def _service(storage: Storage, queue: FanoutQueue | None = None) -> TimelineService:
+    return TimelineService(
+        Repositories.on(storage),
+        queue or FanoutQueue(storage),
+        TokenSigner(b"test", token_ttl_s=3600),
+        page_size=250,
+        max_post_chars=280,
+        limits=RateLimits.per_minute(posts=0, writes=0, registrations=0),
+    )
+
+
+# --- 1: the tracker (tests/test_writer.py::test_tracker_waits_for_writes_added_after_...) ---
+
+
+# --- 2: a crash between a delivery's write and its re-check --------------------------------
+
+
+async def _crash_after_write(storage: Storage, held: PartitionWriter, post: Post) -> None:
+    """Run a delivery until its copies are buffered, then kill it before its re-check: the
+    copies are still in flight (they land when ``held`` is flushed), nothing undoes them."""
+    delivering = FanoutProcessor.on(storage, held)
+    task = asyncio.create_task(
+        delivering.deliver(PostCreated(author=post.author, post_id=post.post_id))
+    )
+
+    async def buffered() -> bool:
+        return held.buffered > 0
+
+    await eventually(buffered, timeout_s=10, what="the delivery's copies to be buffered")
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+async def _first_pass_done(kind: str, before: float) -> None:
+    async def rewritten() -> bool:
+        return _count(kind, "continue") > before
+
+    await eventually(rewritten, timeout_s=20, what=f"the {kind}'s first pass")
+
+
+async def test_copy_landing_after_delete_and_crash_is_swept(
+    settings: Settings, storage: Storage, repos: Repositories, queue: FanoutQueue
+) -> None:
+    author, reader = unique("author"), unique("reader")
+    await _users(repos, author, reader)
+    await _follow(repos, reader, author)
+    [post] = await _posts(repos, author, 1)
+    async with (
+        PartitionWriter(storage, TIMELINES, linger_s=3600) as held,
+        running_worker(settings),
+    ):
+        await _crash_after_write(storage, held, post)
+        before = _count("delete", "continue")
+        await queue.send(PostDeleted(author=author, post_id=post.post_id))
+        await _first_pass_done("delete", before)
+        await held.flush()  # the dead delivery's copy lands after the delete's first pass
+        assert await _ids(repos, reader) == [post.post_id]
+
+        async def swept() -> bool:
+            return await _ids(repos, reader) == [] and await _ids(repos, author) == []
+
+        await eventually(swept, timeout_s=30, what="the delete's second pass")
+    assert await repos.posts.get(author, post.post_id) is None
+
+
+async def test_copy_landing_after_unfollow_and_crash_is_swept(
+    settings: Settings, storage: Storage, repos: Repositories, queue: FanoutQueue
+) -> None:
+    author, reader = unique("author"), unique("reader")
+    await _users(repos, author, reader)
+    await _follow(repos, reader, author)
+    [post] = await _posts(repos, author, 1)
+    async with (
+        PartitionWriter(storage, TIMELINES, linger_s=3600) as held,
+        running_worker(settings),
+    ):
+        await _crash_after_write(storage, held, post)
+        before = _count("unfollow", "continue")
+        await queue.send(Unfollowed(follower=reader, subject=author, requested=now_ticks()))
+        await _unfollow(repos, reader, author)
+        await _first_pass_done("unfollow", before)
+        await held.flush()
+        assert await _ids(repos, reader) == [post.post_id]
+
+        async def swept() -> bool:
+            return await _ids(repos, reader) == []
+
+        await eventually(swept, timeout_s=30, what="the unfollow's second pass")
+    assert await _ids(repos, author) == [post.post_id]
+
+
+# --- 3: continuations (tests/test_worker.py::test_huge_fan_out_is_split_...) ---------------
+
+
+# --- 4: storage trouble is not a failure ---------------------------------------------------
+
+
+def _tables_unreachable(connection_string: str) -> str:
+    """The same account with its table endpoint on a port nobody listens on."""
+    dead = free_ports(1)[0]
+    parts = [
+        f"TableEndpoint=http://127.0.0.1:{dead}/devstoreaccount1"
+        if part.startswith("TableEndpoint=")
+        else part
+        for part in connection_string.split(";")
+    ]
+    return ";".join(parts)
+
+
+async def test_storage_trouble_never_poisons(private_azurite: Azurite, tmp_path: Path) -> None:
+    settings = make_settings(
+        private_azurite.connection_string,
+        tmp_path,
+        worker_visibility_timeout_s=1,
+        worker_max_deliveries=1,
+        storage_timeout_s=1,
+        storage_retries=0,
+    )
+    async with opened(settings) as storage:
+        repos, queue = Repositories.on(storage), FanoutQueue(storage)
+        author, reader = unique("author"), unique("reader")
+        await _users(repos, author, reader)
+        await _follow(repos, reader, author)
+        [post] = await _posts(repos, author, 1)
+        await queue.send(PostCreated(author=author, post_id=post.post_id))
+        broken = settings.model_copy(
+            update={"storage_connection_string": _tables_unreachable(settings.connection_string())}
+        )
+        deferred = _count("post", "defer")
+
+        async def deferred_often() -> bool:
+            return _count("post", "defer") >= deferred + 4
+
+        async with running_worker(broken):  # every table call fails: throttling, an outage
+            await eventually(deferred_often, timeout_s=60, what="four leases lost to storage")
+        assert (await queue.depth())[1] == 0, "storage trouble poisoned a message"
+        async with running_worker(settings):
+
+            async def delivered() -> bool:
+                return await _ids(repos, reader) == [post.post_id]
+
+            await eventually(delivered, timeout_s=30, what="delivery once storage is back")
+        assert (await queue.depth())[1] == 0
+
+
+# --- 5: ghosts ---------------------------------------------------------------------------
+
+
+class _SendThenFail(FanoutQueue):
+    """A send that reached the queue (and was even processed) but whose answer was lost."""
+
+    def __init__(self, storage: Storage, processor: FanoutProcessor) -> None:
+        super().__init__(storage)
+        self._processor = processor
+
+    async def send(self, message: FanoutMessage) -> None:
+        await super().send(message)
+        await self._processor.handle(message)
+        raise StorageUnavailableError("injected: the answer to the send was lost", retry_after=1)
+
+
+class _CrashOnSend(FanoutQueue):
+    async def send(self, message: FanoutMessage) -> None:
+        raise RuntimeError("injected: the API process died here")
+
+
+async def _no_ghost(repos: Repositories, author: str, reader: str) -> None:
+    """A post either exists and is delivered, or is nowhere; counted exactly."""
+    posts = [post.post_id for post in (await repos.posts.page(author, 100, None)).items]
+    assert await _ids(repos, reader) == posts
+    user = await repos.users.get(author)
+    assert user is not None
+    assert user.posts == len(posts)
+
+
+async def test_lost_send_answer_leaves_no_ghost(private_azurite: Azurite, tmp_path: Path) -> None:
+    settings = make_settings(private_azurite.connection_string, tmp_path)
+    async with opened(settings) as storage, PartitionWriter(storage, TIMELINES) as writer:
+        repos = Repositories.on(storage)
+        author, reader = unique("author"), unique("reader")
+        await _users(repos, author, reader)
+        await _follow(repos, reader, author)
+        processor = FanoutProcessor.on(storage, writer, timing=settings.fanout_timing())
+        service = _service(storage, _SendThenFail(storage, processor))
+        with pytest.raises(StorageUnavailableError):
+            await service.create_post(author, author, "lost")
+        async with running_worker(settings):
+            await eventually(lambda: _queue_drained(storage), timeout_s=30, what="the queue")
+        await _no_ghost(repos, author, reader)
+
+
+async def test_crash_at_send_leaves_no_ghost(private_azurite: Azurite, tmp_path: Path) -> None:
+    settings = make_settings(private_azurite.connection_string, tmp_path)
+    async with opened(settings) as storage:
+        repos = Repositories.on(storage)
+        author, reader = unique("author"), unique("reader")
+        await _users(repos, author, reader)
+        await _follow(repos, reader, author)
+        with pytest.raises(RuntimeError):
+            await _service(storage, _CrashOnSend(storage)).create_post(author, author, "x")
+        async with running_worker(settings):
+            await eventually(lambda: _queue_drained(storage), timeout_s=30, what="the queue")
+        await _no_ghost(repos, author, reader)
+
+
+async def _queue_drained(storage: Storage) -> bool:
+    return (await FanoutQueue(storage).depth()) == (0, 0)
+
+
+async def test_retried_post_with_idempotency_key_publishes_once(client: Client) -> None:
+    api = Api(client)
+    author = unique("author")
+    token = await api.register(author)
+    headers = {**bearer(token), "Idempotency-Key": unique("key")}
+    ids = []
+    for _ in range(2):
+        response = await client.post(
+            f"/users/{author}/posts", json={"text": "once"}, headers=headers
+        )
+        assert response.status == 202, await response.text()
+        ids.append((await response.json())["post_id"])
+    assert ids[0] == ids[1]
+    listed = await client.get(f"/users/{author}/posts")
+    assert [item["post_id"] for item in (await listed.json())["items"]] == ids[:1]
+    assert (await api.profile(author))["posts"] == 1
+
+
+async def test_register_retried_with_its_key_gets_a_token(client: Client) -> None:
+    user, key = unique(), unique("key")
+    for _ in range(2):
+        response = await client.post(
+            "/users", json={"user_id": user}, headers={"Idempotency-Key": key}
+        )
+        assert response.status == 201, await response.text()
+    other = await client.post("/users", json={"user_id": user}, headers={"Idempotency-Key": "x"})
+    assert other.status == 409
+
+
+# --- 6: a purge never wipes a re-follow's backfill -----------------------------------------
+
+
+async def test_purge_keeps_a_refollows_backfill(
+    settings: Settings, storage: Storage, repos: Repositories
+) -> None:
+    author, reader = unique("author"), unique("reader")
+    await _users(repos, author, reader)
+    await _follow(repos, reader, author)
+    posts = await _posts(repos, author, 3)
+    async with PartitionWriter(storage, TIMELINES, linger_s=0) as writer:
+        prompt = FanoutProcessor.on(storage, writer)
+        await prompt.backfill(Followed(follower=reader, subject=author))
+        await _unfollow(repos, reader, author)
+        async with (
+            FaultyStorage(settings.connection_string()) as faulty,
+            PartitionWriter(faulty, TIMELINES, linger_s=0) as held_writer,
+        ):
+            faulty.held_tables.add(TIMELINES)
+            purging = asyncio.create_task(FanoutProcessor.on(faulty, held_writer).purge(
+                reader, author
+            ))  # fmt: skip
+            await asyncio.wait_for(faulty.held.wait(), 10)  # read the rows, about to delete
+            await _follow(repos, reader, author)
+            await prompt.backfill(Followed(follower=reader, subject=author))
+            faulty.gate.set()
+            await purging
+    assert sorted(await _ids(repos, reader)) == sorted(post.post_id for post in posts)
+
+
+# --- 7: one truth for a follow, exact counters ---------------------------------------------
+
+
+@pytest.mark.parametrize("failing", [SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING])
+async def test_follow_half_written_then_retried_is_whole_and_counted(
+    settings: Settings, repos: Repositories, failing: str
+) -> None:
+    follower, subject = unique("f"), unique("s")
+    await _users(repos, follower, subject)
+    async with FaultyStorage(settings.connection_string()) as faulty:
+        service = _service(faulty)
+        faulty.fail_writes[failing] = 1
+        with pytest.raises(StorageUnavailableError):
+            await service.follow(follower, follower, subject)
+        await service.follow(follower, follower, subject)
+        await _assert_follow(repos, follower, subject, following=True)
+        faulty.fail_writes[failing] = 1
+        with pytest.raises(StorageUnavailableError):
+            await service.unfollow(follower, follower, subject)
+        await service.unfollow(follower, follower, subject)
+        await _assert_follow(repos, follower, subject, following=False)
+
+
+async def _assert_follow(
+    repos: Repositories, follower: str, subject: str, *, following: bool
+) -> None:
+    followers = [
+        edge.user_id for edge in (await repos.follows.followers_page(subject, 10, None)).items
+    ]
+    followed = [
+        edge.user_id for edge in (await repos.follows.following_page(follower, 10, None)).items
+    ]
+    assert followers == ([follower] if following else [])
+    assert followed == ([subject] if following else [])
+    assert await repos.follows.is_following(follower, subject) is following
+    follower_user, subject_user = await repos.users.get(follower), await repos.users.get(subject)
+    assert follower_user is not None
+    assert subject_user is not None
+    assert (follower_user.following, subject_user.followers) == (int(following), int(following))
+
+
+# --- 8: no message without a change; every write is rate limited ---------------------------
+
+
+async def test_repeated_follow_and_unfollow_queue_one_message_each(client: Client) -> None:
+    api = Api(client)
+    follower, subject = unique("f"), unique("s")
+    token = await api.register(follower)
+    await api.register(subject)
+    follows, unfollows = _sent("follow"), _sent("unfollow")
+    for _ in range(3):
+        await api.follow(follower, token, subject)
+    for _ in range(3):
+        await api.unfollow(follower, token, subject)
+    await api.unfollow(follower, token, unique("never-followed"))
+    assert (_sent("follow") - follows, _sent("unfollow") - unfollows) == (1, 1)
+
+
+async def test_every_write_is_rate_limited(settings: Settings) -> None:
+    limited = make_settings(
+        settings.connection_string(), settings.data_dir, writes_per_minute=2,
+        registrations_per_minute=3,
+    )  # fmt: skip
+    async with api_client(limited) as client:
+        api = Api(client)
+        user, other, third = unique(), unique(), unique()
+        token = await api.register(user)
+        await api.register(other)
+        await api.register(third)
+        refused = await client.post("/users", json={"user_id": unique()})
+        assert refused.status == 429
+        assert "Retry-After" in refused.headers
+        await api.follow(user, token, other)
+        await api.unfollow(user, token, other)
+        for response in (
+            await client.put(f"/users/{user}/following/{third}", headers=bearer(token)),
+            await client.delete(f"/users/{user}/following/{third}", headers=bearer(token)),
+        ):
+            assert response.status == 429
+            assert (await response.json())["error"]["code"] == "rate_limited"
+
+
+# --- 9: the smaller ones -------------------------------------------------------------------
+
+
+async def test_work_messages_never_expire(private_azurite: Azurite, tmp_path: Path) -> None:
+    settings = make_settings(private_azurite.connection_string, tmp_path)
+    async with opened(settings) as storage:
+        queue = FanoutQueue(storage)
+        await queue.send(PostDeleted(author="a", post_id="0" * 26))
+        [message] = await queue.peek_work()
+        assert message.expires_on is not None
+        assert message.expires_on.year == 9999
+
+
+async def test_backfill_reads_through_short_pages(
+    settings: Settings, storage: Storage, repos: Repositories
+) -> None:
+    author, reader = unique("author"), unique("reader")
+    await _users(repos, author, reader)
+    await _follow(repos, reader, author)
+    posts = await _posts(repos, author, 20)
+    async with (
+        FaultyStorage(settings.connection_string()) as faulty,
+        PartitionWriter(faulty, TIMELINES, linger_s=0) as writer,
+    ):
+        faulty.page_limit = 7  # as real Azure may: short pages with a continuation
+        await FanoutProcessor.on(faulty, writer).backfill(Followed(follower=reader, subject=author))
+    assert sorted(await _ids(repos, reader)) == sorted(post.post_id for post in posts)
+
+
+async def test_lease_renewals_do_not_wait_behind_table_calls(
+    private_azurite: Azurite, tmp_path: Path
+) -> None:
+    """Table calls that hang (a slow account) hold every table connection; queue calls (lease
+    renewals) have their own pool and still answer."""
+    hung: list[asyncio.StreamWriter] = []
+
+    async def never_answer(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        hung.append(writer)
+
+    server = await asyncio.start_server(never_answer, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    settings = make_settings(private_azurite.connection_string, tmp_path, storage_timeout_s=5)
+    mixed = ";".join(
+        f"TableEndpoint=http://127.0.0.1:{port}/devstoreaccount1"
+        if part.startswith("TableEndpoint=")
+        else part
+        for part in settings.connection_string().split(";")
+    )
+    async with server, Storage(mixed, settings.storage_options()) as storage:
+        queue = FanoutQueue(storage)
+        async with Storage(settings.connection_string()) as real:
+            await real.create_all()
+        repos = Repositories.on(storage)
+        table_calls = [asyncio.create_task(repos.users.exists(f"u{i}")) for i in range(300)]
+
+        async def pool_full() -> bool:
+            return len(hung) >= 100
+
+        await eventually(pool_full, timeout_s=10, what="the table connections to hang")
+        assert await queue.depth() == (0, 0)
+        assert not any(task.done() for task in table_calls), "queue call waited for the tables"
+        for task in table_calls:
+            task.cancel()
+        await asyncio.gather(*table_calls, return_exceptions=True)
+        for writer in hung:
+            writer.close()
