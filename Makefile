@@ -3,7 +3,10 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test lint fmt setup bench loadtest clean
+.PHONY: run test lint fmt setup bench loadtest chaos clean
+
+SEEDS ?= 5
+CHAOS_DURATION_S ?= 30
 
 run: setup
 	$(BIN)/timeline run
@@ -15,6 +18,10 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+
+# Hunt for broken guarantees: SEEDS seeds of each chaos variant, CHAOS_DURATION_S each.
+chaos: setup
+	CHAOS_SEEDS=$(SEEDS) CHAOS_DURATION_S=$(CHAOS_DURATION_S) $(BIN)/pytest -s tests/test_chaos.py
 
 bench: setup
 	$(BIN)/python -m loadtest.bench

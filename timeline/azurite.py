@@ -139,6 +139,11 @@ class Azurite:
             self._process.wait()
             self._process = None
 
+    def signal(self, signum: int) -> None:
+        """Send ``signum`` (SIGSTOP, SIGCONT: a frozen storage account, for fault tests)."""
+        if self._process is not None:
+            self._process.send_signal(signum)
+
     @property
     def running(self) -> bool:
         return self._process is not None and self._process.poll() is None

@@ -87,11 +87,12 @@ class Settings(BaseSettings):
 
     def fanout_timing(self) -> Timing:
         """The protocol's time bounds; the sweep must come after any write that can still
-        land: the write deadline plus one whole storage call, plus margin."""
+        land: the write deadline plus one whole storage call, plus margin (by default 30 s,
+        the longest Azure itself works on a request its client has given up on)."""
         earliest = self.worker_write_deadline_s + self.storage_timeout_s
         sweep = self.worker_sweep_delay_s
         if sweep is None:
-            sweep = earliest + 10
+            sweep = earliest + 30
         elif sweep <= earliest:
             raise ConfigurationError(
                 f"TIMELINE_WORKER_SWEEP_DELAY_S must exceed the write deadline plus the "

@@ -38,7 +38,7 @@ class Timing:
 
     write_deadline_s: float = 60.0
     """A copy is sent within this long of the reads that justified it, or never."""
-    sweep_delay_s: float = 75.0
+    sweep_delay_s: float = 95.0
     """When the second pass of a delete or unfollow runs: past the write deadline plus the
     longest a sent write can take (the storage timeout), with margin."""
     arrival_window_s: float = 30.0

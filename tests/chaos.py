@@ -1,0 +1,331 @@
+"""The chaos harness: a seeded random workload against real processes while things break.
+
+One Azurite, one API process and two (or more) worker processes. Several clients post,
+delete, follow, unfollow and re-follow at random (seeded) while the harness SIGKILLs
+workers (and restarts them) or, in the second variant, freezes Azurite (SIGSTOP) for a few
+seconds. Then everything is left to settle and the end state is checked exactly, from the
+tables themselves:
+
+- every home timeline holds exactly the live posts of its owner and of the authors its
+  owner follows (in ``subjectFollowers``, the truth), each once, with the post's text;
+- every counter equals what it counts, and ``subjectFollowing`` mirrors the truth;
+- both queues are empty: nothing is left over and nothing was poisoned.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import signal
+import sys
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from tests.conftest import TEST_SECRET, eventually, program_env
+from timeline.azurite import Azurite, free_ports
+from timeline.queue import FanoutQueue
+from timeline.repositories import Repositories, count_of
+from timeline.storage import POSTS, SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING, Storage
+
+STORAGE_TIMEOUT_S = 2.0
+WRITE_DEADLINE_S = 2.0
+SWEEP_DELAY_S = 6.0
+VISIBILITY_S = 3
+USERS = 8
+CLIENTS = 4
+SETTLE_TIMEOUT_S = 120.0
+
+
+@dataclass
+class Report:
+    """What one run did, for the closing line of ``make chaos``."""
+
+    seed: int
+    variant: str
+    kills: int = 0
+    pauses: int = 0
+    requests: Counter[str] = field(default_factory=Counter)
+    refused: int = 0
+    timeline_rows: int = 0
+    live_posts: int = 0
+
+    def line(self) -> dict[str, Any]:
+        return {
+            "seed": self.seed,
+            "variant": self.variant,
+            "kills": self.kills,
+            "pauses": self.pauses,
+            "requests": dict(self.requests),
+            "refused_or_unanswered": self.refused,
+            "live_posts": self.live_posts,
+            "timeline_rows": self.timeline_rows,
+        }
+
+
+class Cluster:
+    """The processes under test, their logs, and how to break them."""
+
+    def __init__(self, workdir: Path, workers: int) -> None:
+        self.workdir = workdir
+        self.azurite = Azurite(location=None)
+        self.port = free_ports(1)[0]
+        self.api: asyncio.subprocess.Process | None = None
+        self.workers: list[asyncio.subprocess.Process] = []
+        self._worker_count = workers
+        self._spawned = 0
+
+    def env(self) -> dict[str, str]:
+        return program_env(
+            storage_connection_string=self.azurite.connection_string,
+            data_dir=self.workdir,
+            auth_secret=TEST_SECRET,
+            port=self.port,
+            posts_per_minute=0,
+            writes_per_minute=0,
+            registrations_per_minute=0,
+            storage_timeout_s=STORAGE_TIMEOUT_S,
+            storage_retries=1,
+            worker_idle_sleep_s=0.05,
+            worker_visibility_timeout_s=VISIBILITY_S,
+            worker_shutdown_grace_s=2,
+            worker_write_deadline_s=WRITE_DEADLINE_S,
+            worker_sweep_delay_s=SWEEP_DELAY_S,
+            worker_arrival_window_s=3,
+            worker_retry_base_s=0.1,
+            worker_retry_cap_s=2,
+        )
+
+    async def start(self) -> None:
+        await asyncio.to_thread(self.azurite.start)
+        init = await self._spawn("timeline.cli", "init.log", "init")
+        assert await init.wait() == 0, (self.workdir / "init.log").read_text()
+        self.api = await self._spawn("api", "api.log")
+        self.workers = [await self._spawn_worker() for _ in range(self._worker_count)]
+
+    async def _spawn_worker(self) -> asyncio.subprocess.Process:
+        self._spawned += 1
+        return await self._spawn("fanout_worker", f"worker-{self._spawned}.log")
+
+    async def _spawn(self, module: str, log: str, *args: str) -> asyncio.subprocess.Process:
+        with (self.workdir / log).open("wb") as sink:
+            return await asyncio.create_subprocess_exec(
+                sys.executable, "-m", module, *args, env=self.env(), stdout=sink, stderr=sink
+            )
+
+    async def kill_a_worker(self, rng: random.Random) -> None:
+        """SIGKILL one worker (no goodbye) and start a fresh one in its place."""
+        index = rng.randrange(len(self.workers))
+        victim = self.workers[index]
+        with contextlib.suppress(ProcessLookupError):
+            victim.kill()
+        await victim.wait()
+        self.workers[index] = await self._spawn_worker()
+
+    async def pause_storage(self, seconds: float) -> None:
+        """Freeze Azurite: calls hang, then time out; what was sent lands when it thaws."""
+        self.azurite.signal(signal.SIGSTOP)
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            self.azurite.signal(signal.SIGCONT)
+
+    async def stop(self) -> None:
+        for process in [*self.workers, *([self.api] if self.api else [])]:
+            if process.returncode is None:
+                process.send_signal(signal.SIGTERM)
+        for process in [*self.workers, *([self.api] if self.api else [])]:
+            try:
+                await asyncio.wait_for(process.wait(), 30)
+            except TimeoutError:
+                process.kill()
+        await asyncio.to_thread(self.azurite.stop)
+
+    def crashed(self) -> list[str]:
+        """Processes that died on their own (not killed by the harness)."""
+        alive = [("api", self.api)] + [("worker", w) for w in self.workers]
+        return [name for name, process in alive if process and process.returncode is not None]
+
+
+class Clients:
+    """Users acting at random through the API; every request is retried like a real client
+    would, with the same idempotency key, and may end unanswered (then storage decides)."""
+
+    def __init__(self, session: aiohttp.ClientSession, rng: random.Random, report: Report):
+        self._session = session
+        self._rng = rng
+        self._report = report
+        self.tokens: dict[str, str] = {}
+
+    async def register_all(self) -> None:
+        for index in range(USERS):
+            user = f"user{index}"
+            response = await self._request("POST", "/users", json={"user_id": user})
+            assert response is not None, "registration failed even after retries"
+            self.tokens[user] = response["token"]
+
+    async def act(self, until: float) -> None:
+        loop = asyncio.get_running_loop()
+        while loop.time() < until:
+            await self._one_action()
+
+    async def _one_action(self) -> None:
+        rng, users = self._rng, sorted(self.tokens)
+        user, other = rng.sample(users, 2)
+        roll = rng.random()
+        if roll < 0.4:
+            await self._act(
+                "post", "POST", f"/users/{user}/posts", user, {"text": f"t{rng.random()}"}
+            )
+        elif roll < 0.55:
+            await self._delete_one(user)
+        elif roll < 0.75:
+            await self._act("follow", "PUT", f"/users/{user}/following/{other}", user)
+        elif roll < 0.9:
+            await self._act("unfollow", "DELETE", f"/users/{user}/following/{other}", user)
+        else:
+            await self._act("unfollow", "DELETE", f"/users/{user}/following/{other}", user)
+            await self._act("follow", "PUT", f"/users/{user}/following/{other}", user)
+
+    async def _delete_one(self, user: str) -> None:
+        page = await self._request("GET", f"/users/{user}/posts?limit=20")
+        if page and page["items"]:
+            post = self._rng.choice(page["items"])["post_id"]
+            await self._act("delete", "DELETE", f"/users/{user}/posts/{post}", user)
+
+    async def _act(
+        self, kind: str, method: str, path: str, user: str, body: dict[str, str] | None = None
+    ) -> None:
+        self._report.requests[kind] += 1
+        headers = {
+            "Authorization": f"Bearer {self.tokens[user]}",
+            "Idempotency-Key": f"{kind}-{self._rng.random()}",
+        }
+        await self._request(method, path, json=body, headers=headers)
+
+    async def _request(self, method: str, path: str, **kwargs: Any) -> Any:
+        """The JSON answer (or {} for 204), or None when every attempt failed or was refused."""
+        for _ in range(4):
+            try:
+                async with self._session.request(method, path, **kwargs) as response:
+                    if response.status in (200, 201, 202):
+                        return await response.json()
+                    if response.status == 204:
+                        return {}
+                    if response.status == 404:
+                        return None  # a post deleted by another client meanwhile
+                    assert response.status == 503, f"{method} {path}: {response.status}"
+            except (aiohttp.ClientError, TimeoutError):
+                pass
+            await asyncio.sleep(0.2)
+        self._report.refused += 1
+        return None
+
+
+async def run(
+    seed: int, variant: str, duration_s: float, workdir: Path, workers: int = 2
+) -> Report:
+    """One seeded run; raises AssertionError with the first broken invariant."""
+    rng = random.Random(seed)
+    report = Report(seed, variant)
+    cluster = Cluster(workdir, workers)
+    await cluster.start()
+    try:
+        timeout = aiohttp.ClientTimeout(total=STORAGE_TIMEOUT_S * 3)
+        base = f"http://127.0.0.1:{cluster.port}"
+        async with aiohttp.ClientSession(base, timeout=timeout) as session:
+            await eventually(lambda: _ready(session), timeout_s=30, what="the API")
+            clients = Clients(session, rng, report)
+            await clients.register_all()
+            until = asyncio.get_running_loop().time() + duration_s
+            async with asyncio.TaskGroup() as group:
+                for _ in range(CLIENTS):
+                    group.create_task(clients.act(until))
+                group.create_task(_break_things(cluster, rng, report, variant, until))
+        assert not cluster.crashed(), f"processes died on their own: {cluster.crashed()}"
+        async with Storage(cluster.azurite.connection_string) as storage:
+            await _settle(storage)
+            await _check(storage, sorted(clients.tokens), report)
+    finally:
+        await cluster.stop()
+    return report
+
+
+async def _ready(session: aiohttp.ClientSession) -> bool:
+    try:
+        async with session.get("/readyz") as response:
+            return response.status == 200
+    except aiohttp.ClientError:
+        return False
+
+
+async def _break_things(
+    cluster: Cluster, rng: random.Random, report: Report, variant: str, until: float
+) -> None:
+    loop = asyncio.get_running_loop()
+    while loop.time() < until - 1:
+        await asyncio.sleep(rng.uniform(0.5, 2.5))
+        if variant == "pause" and rng.random() < 0.5:
+            report.pauses += 1
+            await cluster.pause_storage(rng.uniform(1.0, 3.5))
+        else:
+            report.kills += 1
+            await cluster.kill_a_worker(rng)
+
+
+async def _settle(storage: Storage) -> None:
+    """Wait until the work queue is empty: every message, second passes included, done."""
+    queue = FanoutQueue(storage)
+
+    async def idle() -> bool:
+        return (await queue.depth())[0] == 0
+
+    await eventually(idle, timeout_s=SETTLE_TIMEOUT_S, what="the work queue to drain")
+    assert (await queue.depth())[1] == 0, [m.reason for m in await queue.peek_poison()]
+
+
+async def _check(storage: Storage, users: list[str], report: Report) -> None:
+    repos = Repositories.on(storage)
+    live = {user: await _all_posts(repos, user) for user in users}
+    follows = {
+        user: {edge.user_id for edge in await _all(repos.follows.followers_page, user)}
+        for user in users
+    }
+    report.live_posts = sum(len(posts) for posts in live.values())
+    for reader in users:
+        authors = [reader, *(a for a in users if reader in follows[a])]
+        expected = {pid: text for author in authors for pid, text in live[author].items()}
+        rows = await _all(repos.timelines.page, reader)
+        report.timeline_rows += len(rows)
+        actual = {post.post_id: post.text for post in rows}
+        assert len(actual) == len(rows), f"{reader}: a post appears twice"
+        missing, extra = expected.keys() - actual.keys(), actual.keys() - expected.keys()
+        assert (missing, extra) == (set(), set()), f"{reader}: missing {missing}, stale {extra}"
+        assert actual == expected, f"{reader}: a copy differs from its post"
+    for user in users:
+        following = sorted(a for a in users if user in follows[a])
+        indexed = sorted(edge.user_id for edge in await _all(repos.follows.following_page, user))
+        assert indexed == following, f"{user}: subjectFollowing disagrees with the truth"
+        counts = [
+            await count_of(storage, t, user) for t in (POSTS, SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING)
+        ]
+        assert counts == [len(live[user]), len(follows[user]), len(following)], f"{user}: counters"
+
+
+async def _all(fetch: Any, key: str) -> list[Any]:
+    items: list[Any] = []
+    continuation = None
+    while True:
+        page = await fetch(key, 1000, continuation)
+        items.extend(page.items)
+        continuation = page.continuation
+        if continuation is None:
+            return items
+
+
+async def _all_posts(repos: Repositories, author: str) -> dict[str, str]:
+    return {post.post_id: post.text for post in await _all(repos.posts.page, author)}

@@ -1,0 +1,32 @@
+"""The chaos test: random workload, random SIGKILLs or storage freezes, exact end state.
+
+``make test`` runs one seed of each variant, briefly; ``make chaos SEEDS=N`` runs N seeds of
+each, longer (``CHAOS_DURATION_S``), printing one JSON line per run.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import orjson
+import pytest
+
+from tests import chaos
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "seed" in metafunc.fixturenames:
+        seeds = int(os.environ.get("CHAOS_SEEDS", "1"))
+        first = int(os.environ.get("CHAOS_FIRST_SEED", "1"))
+        metafunc.parametrize("seed", range(first, first + seeds))
+
+
+@pytest.mark.parametrize("variant", ["kill", "pause"])
+async def test_chaos(seed: int, variant: str, tmp_path: Path) -> None:
+    duration = float(os.environ.get("CHAOS_DURATION_S", "15"))
+    report = await chaos.run(seed, variant, duration, tmp_path)
+    print(orjson.dumps(report.line()).decode())
+    assert report.kills + report.pauses > 0, "nothing was broken: the run proves nothing"
+    assert report.live_posts > 0
+    assert report.timeline_rows > report.live_posts, "no fan-out happened"
