@@ -209,7 +209,7 @@ OPERATIONS = [
     Operation("GET", "/users/{user_id}", get_user, "A user's profile with counts",
               response=schemas.Profile, errors=(404,)),
     Operation("POST", "/users/{user_id}/posts", create_post, "Publish a post", status=202,
-              request=schemas.PostRequest, response=schemas.PostOut, auth=True, errors=(429,),
+              request=schemas.PostRequest, response=schemas.PostOut, auth=True, errors=(409, 429),
               headers={"Location": "the new post"}, idempotent=True),
     Operation("GET", "/users/{user_id}/posts", list_posts, "A user's own posts, newest first",
               response=schemas.PostPage, paged=True, errors=(404,)),

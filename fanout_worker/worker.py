@@ -8,6 +8,7 @@ import logging
 import signal
 from dataclasses import dataclass
 
+from azure.core.exceptions import HttpResponseError
 from azure.storage.queue import QueueMessage
 
 from fanout_worker.metrics import IN_FLIGHT, MESSAGES, POISONED, QUEUE_DEPTH
@@ -201,9 +202,10 @@ class Worker:
             outcome = await _outcome_of(processor, message)
         try:
             await self._settle(queue, lease.message, message, outcome)
-        except StorageUnavailableError:
-            log.warning("could not settle %s message %s; its lease will expire", message.type,
-                        leased.id)  # fmt: skip
+        except (StorageUnavailableError, HttpResponseError) as error:
+            # storage trouble, or the lease was lost (another worker has the message now)
+            log.warning("could not settle %s message %s (%s); its lease will expire",
+                        message.type, leased.id, type(error).__name__)  # fmt: skip
 
     async def _settle(
         self, queue: FanoutQueue, leased: QueueMessage, message: FanoutMessage, outcome: _Result

@@ -118,6 +118,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "TIMELINE_PORT": str(api_port),
         "TIMELINE_WORKER_METRICS_PORT": str(metrics_port),
         "TIMELINE_POSTS_PER_MINUTE": "0",
+        "TIMELINE_WRITES_PER_MINUTE": "0",
     }
     settings = Settings(data_dir=data_dir)
     tokens = RESULTS / "tokens.json"

@@ -23,6 +23,7 @@ from loadtest.bench import write_rows
 from timeline.config import Settings
 from timeline.entities import Post, User
 from timeline.keys import new_post_id, now_ticks
+from timeline.repositories import COUNT_ROW
 from timeline.storage import (
     POSTS,
     SUBJECT_FOLLOWERS,
@@ -63,13 +64,7 @@ async def seed(storage: Storage, graph: Graph, *, authors: int, posts_per_author
     now = datetime.now(UTC)
     following = graph.following()
     with_posts = set(graph.users[:authors])
-    users = [
-        User(
-            u, u, now, len(graph.followers[u]), len(following[u]),
-            posts_per_author if u in with_posts else 0,
-        ).to_entity()
-        for u in graph.users
-    ]  # fmt: skip
+    users = [User(u, u, now).to_entity() for u in graph.users]
     await write_rows(storage, USERS, users, "seed: users", in_flight=32)
     await write_rows(
         storage,
@@ -78,15 +73,24 @@ async def seed(storage: Storage, graph: Graph, *, authors: int, posts_per_author
             {"PartitionKey": s, "RowKey": f, "since": now}
             for s, fs in graph.followers.items()
             for f in fs
-        ],
+        ]
+        + [_count_row(s, len(fs)) for s, fs in graph.followers.items()],
         "seed: followers",
     )
     await write_rows(
         storage,
         SUBJECT_FOLLOWING,
-        [{"PartitionKey": f, "RowKey": s, "since": now} for f, ss in following.items() for s in ss],
+        [
+            {"PartitionKey": f, "RowKey": s, "since": now, "active": True}
+            for f, ss in following.items()
+            for s in ss
+        ]
+        + [_count_row(f, len(ss)) for f, ss in following.items()],
         "seed: following",
         in_flight=32,
+    )
+    await write_rows(
+        storage, POSTS, [_count_row(a, posts_per_author) for a in with_posts], "seed: counts"
     )
     base = now_ticks() - 10**10  # a few minutes ago: older than anything the test posts
     posts = [
@@ -101,6 +105,11 @@ async def seed(storage: Storage, graph: Graph, *, authors: int, posts_per_author
         for owner in [post.author, *graph.followers[post.author]]
     ]
     await write_rows(storage, TIMELINES, copies, "seed: timelines", in_flight=32)
+
+
+def _count_row(partition: str, count: int) -> dict[str, Any]:
+    """The partition's counter, as the service keeps it beside the rows it counts."""
+    return {"PartitionKey": partition, "RowKey": COUNT_ROW, "n": count}
 
 
 def mint_tokens(settings: Settings, users: list[str]) -> dict[str, str]:

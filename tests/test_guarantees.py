@@ -128,6 +128,11 @@ async def _crash_after_write(storage: Storage, held: PartitionWriter, post: Post
         await task
 
 
+def _quick_sweeps(settings: Settings) -> Settings:
+    """A worker whose second passes come soon (its own writes are small and quick)."""
+    return settings.model_copy(update={"worker_write_deadline_s": 1.5, "worker_sweep_delay_s": 7.0})
+
+
 async def _first_pass_done(kind: str, before: float) -> None:
     async def rewritten() -> bool:
         return _count(kind, "continue") > before
@@ -144,7 +149,7 @@ async def test_copy_landing_after_delete_and_crash_is_swept(
     [post] = await _posts(repos, author, 1)
     async with (
         PartitionWriter(storage, TIMELINES, linger_s=3600) as held,
-        running_worker(settings),
+        running_worker(_quick_sweeps(settings)),
     ):
         await _crash_after_write(storage, held, post)
         before = _count("delete", "continue")
@@ -169,7 +174,7 @@ async def test_copy_landing_after_unfollow_and_crash_is_swept(
     [post] = await _posts(repos, author, 1)
     async with (
         PartitionWriter(storage, TIMELINES, linger_s=3600) as held,
-        running_worker(settings),
+        running_worker(_quick_sweeps(settings)),
     ):
         await _crash_after_write(storage, held, post)
         before = _count("unfollow", "continue")
@@ -511,3 +516,28 @@ async def test_lease_renewals_do_not_wait_behind_table_calls(
         await asyncio.gather(*table_calls, return_exceptions=True)
         for writer in hung:
             writer.close()
+
+
+async def test_idempotency_key_of_a_deleted_post_is_409(client: Client) -> None:
+    api = Api(client)
+    author = unique("author")
+    token = await api.register(author)
+    headers = {**bearer(token), "Idempotency-Key": unique("key")}
+    url = f"/users/{author}/posts"
+    first = await (await client.post(url, json={"text": "gone"}, headers=headers)).json()
+    deleted = await client.delete(f"{url}/{first['post_id']}", headers=bearer(token))
+    assert deleted.status == 204
+    again = await client.post(url, json={"text": "gone"}, headers=headers)
+    assert again.status == 409
+    assert (await again.json())["error"]["code"] == "idempotency_key_reused"
+
+
+async def test_a_voided_post_id_is_not_a_surviving_post(repos: Repositories) -> None:
+    """A late message for a deleted post may claim its id as void; the claim is no post."""
+    author = unique("author")
+    [post] = await _posts(repos, author, 1)
+    assert await repos.posts.delete(author, post.post_id)
+    assert await repos.posts.void(author, post.post_id)
+    assert await repos.posts.surviving(author, [post]) == set()
+    assert await repos.posts.get(author, post.post_id) is None
+    assert (await repos.posts.page(author, 10, None)).items == []

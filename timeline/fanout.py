@@ -109,7 +109,7 @@ class FanoutProcessor:
 
     async def deliver(self, message: PostCreated) -> Outcome:
         """Write the post into one page of followers' timelines (and the author's own)."""
-        deadline = self._deadline()
+        deadline = await self._admitted()
         post = await self._arrived_post(message)
         if post is None:
             return await self._missing_post(message)
@@ -180,7 +180,7 @@ class FanoutProcessor:
     async def backfill(self, message: Followed) -> Outcome:
         """Copy the subject's newest posts into the follower's timeline; undo what lost its
         reason by the time the copies landed."""
-        deadline = self._deadline()
+        deadline = await self._admitted()
         follower, subject = message.follower, message.subject
         follows = self._repos.follows
         if not await follows.is_following(follower, subject):
@@ -226,7 +226,10 @@ class FanoutProcessor:
                 return
             await timelines.remove_unchanged(follower, rows)
 
-    def _deadline(self) -> float:
+    async def _admitted(self) -> float:
+        """Wait until the writer's backlog is short, then start the clock: the deadline of
+        writes justified by reads made from now on."""
+        await self._writer.admit(self._timing.write_deadline_s / 3)
         return asyncio.get_running_loop().time() + self._timing.write_deadline_s
 
     def _young(self, requested_ticks: int) -> bool:

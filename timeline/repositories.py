@@ -127,6 +127,10 @@ class PostsRepository:
                 earlier = await self.by_key(post.author, idempotency_key)
                 if earlier is not None:
                     return earlier
+                raise ConflictError(
+                    "this Idempotency-Key was used for a post that has since been deleted",
+                    code="idempotency_key_reused",
+                ) from None
             if failed_index(error, 409) == 0:
                 raise StorageUnavailableError(
                     "the post was not stored in time; try again", retry_after=1
@@ -209,13 +213,26 @@ class PostsRepository:
         return posts
 
     async def surviving(self, author: str, posts: list[Post]) -> set[str]:
-        """The ids among ``posts`` (newest first, as stored) that still exist."""
+        """The ids among ``posts`` (newest first, as stored) that still exist (not void)."""
         if not posts:
             return set()
-        keys = await _row_keys_between(
-            self._storage, POSTS, author, posts[0].row_key, posts[-1].row_key
-        )
-        return {post.post_id for post in posts if post.row_key in keys}
+        client = self._storage.table(POSTS, author)
+        continuation: dict[str, str] | None = None
+        alive: set[str] = set()
+        while True:
+            async with self._storage.guard():
+                page = await query_page(
+                    client,
+                    f"{PARTITION} and RowKey ge @first and RowKey le @last",
+                    {"pk": author, "first": posts[0].row_key, "last": posts[-1].row_key},
+                    select=["RowKey", "void"],
+                    limit=1000,
+                    continuation=continuation,
+                )
+            alive.update(entity["RowKey"] for entity in page.items if not entity.get("void"))
+            continuation = page.continuation
+            if continuation is None:
+                return {post.post_id for post in posts if post.row_key in alive}
 
 
 class TimelinesRepository:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +31,7 @@ from timeline.storage import MAX_BATCH_OPERATIONS, Operation, Storage, submit_ba
 
 log = logging.getLogger(__name__)
 
+_RATE_WINDOW_S = 5.0
 _NOW = float("-inf")
 """The deadline of a partition that must go out at once (full, or flushing)."""
 
@@ -115,6 +116,9 @@ class PartitionWriter:
         self._flusher: asyncio.Task[None] | None = None
         self._flushing = 0
         self._closed = False
+        self._rows = 0
+        self._committed: deque[tuple[float, int]] = deque()
+        self._progress = asyncio.Event()
         self.requests = 0
         """Write requests this writer has sent, retries included."""
 
@@ -158,11 +162,31 @@ class PartitionWriter:
                 for tracker in pending.trackers:
                     tracker.settle(abandoned)
         self._buffers.clear()
+        self._rows = 0
+        self._progress.set()
         self._deadlines.clear()
 
     @property
     def buffered(self) -> int:
-        return sum(len(rows) for rows in self._buffers.values())
+        return self._rows
+
+    async def admit(self, drain_within_s: float) -> None:
+        """Wait until what is buffered would be sent within ``drain_within_s`` at the rate
+        rows were written lately. Called before the reads that justify new writes, so that a
+        deep backlog delays those reads instead of making their writes miss their deadline."""
+        while self._rows and self._rows > drain_within_s * self._write_rate():
+            self._progress.clear()
+            await self._progress.wait()
+
+    def _write_rate(self) -> float:
+        """Rows written per second over the last few seconds (unknown yet: no limit)."""
+        now = asyncio.get_running_loop().time()
+        while self._committed and self._committed[0][0] < now - _RATE_WINDOW_S:
+            self._committed.popleft()
+        if not self._committed:
+            return float("inf")
+        span = max(1.0, now - self._committed[0][0])
+        return sum(rows for _, rows in self._committed) / span
 
     async def upsert(
         self,
@@ -215,6 +239,7 @@ class PartitionWriter:
         pending = rows.get(row)
         if pending is None:
             pending = rows[row] = _Pending(row, properties, created_ticks, deadline)
+            self._rows += 1
         else:  # the same row again (a redelivery): the latest operation wins, once
             self._space.release()
             pending.properties = properties
@@ -259,9 +284,11 @@ class PartitionWriter:
         del self._deadlines[partition]
         if len(rows) <= MAX_BATCH_OPERATIONS:
             del self._buffers[partition]
+            self._rows -= len(rows)
             return list(rows.values())
         keys = list(rows)[:MAX_BATCH_OPERATIONS]
         batch = [rows.pop(key) for key in keys]
+        self._rows -= len(batch)
         self._deadlines[partition] = _NOW
         self._deadlines.move_to_end(partition, last=False)
         return batch
@@ -283,6 +310,8 @@ class PartitionWriter:
                 self._space.release()
             if error is None:
                 _record(sent)
+                self._committed.append((asyncio.get_running_loop().time(), len(sent)))
+            self._progress.set()
             for pending in sent:
                 for tracker in pending.trackers:
                     tracker.settle(error)
