@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 .PHONY: run test lint fmt setup bench loadtest chaos clean
 
 SEEDS ?= 5
-CHAOS_DURATION_S ?= 30
+CHAOS_DURATION_S ?= 20
 
 run: setup
 	$(BIN)/timeline run

@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 
 MAX_RECEIVE = 32
 """Azure Storage Queues lease at most 32 messages per request."""
+_SETTLE_ATTEMPTS = 4
 
 
 class Worker:
@@ -200,12 +201,27 @@ class Worker:
         lease = _Lease(queue, leased, self._settings.worker_visibility_timeout_s)
         async with lease:
             outcome = await _outcome_of(processor, message)
-        try:
-            await self._settle(queue, lease.message, message, outcome)
-        except (StorageUnavailableError, HttpResponseError) as error:
-            # storage trouble, or the lease was lost (another worker has the message now)
-            log.warning("could not settle %s message %s (%s); its lease will expire",
-                        message.type, leased.id, type(error).__name__)  # fmt: skip
+        if not lease.lost:
+            await self._settle_with_retries(queue, lease.message, message, outcome)
+
+    async def _settle_with_retries(
+        self, queue: FanoutQueue, leased: QueueMessage, message: FanoutMessage, outcome: _Result
+    ) -> None:
+        """Record the outcome; a failed queue call is retried while the lease may still hold,
+        so queue trouble at this step is not mistaken for a crash."""
+        for attempt in range(1, _SETTLE_ATTEMPTS + 1):
+            try:
+                await self._settle(queue, leased, message, outcome)
+                return
+            except StorageUnavailableError:
+                if attempt == _SETTLE_ATTEMPTS:
+                    log.warning("could not settle %s message %s; its lease will expire",
+                                message.type, leased.id)  # fmt: skip
+                    return
+                await asyncio.sleep(self._policy.delay(attempt))
+            except HttpResponseError as error:  # the lease was lost: another worker has it
+                log.warning("lease of %s lost before settling: %s", leased.id, error.reason)
+                return
 
     async def _settle(
         self, queue: FanoutQueue, leased: QueueMessage, message: FanoutMessage, outcome: _Result
@@ -242,7 +258,7 @@ class Worker:
         log.warning("poisoning message %s: %s", message.id, detail)
         try:
             await queue.poison(message, f"{reason}: {detail}")
-        except TimelineError:
+        except (TimelineError, HttpResponseError):
             log.warning("could not poison %s now; it will come back", message.id)
             return
         POISONED.labels(reason).inc()
@@ -258,8 +274,8 @@ class Worker:
                 work, poison = await queue.depth()
                 QUEUE_DEPTH.labels("fanout").set(work)
                 QUEUE_DEPTH.labels("fanout-poison").set(poison)
-            except StorageUnavailableError:
-                pass
+            except Exception:  # a sampler must never die
+                log.warning("could not sample queue depths", exc_info=True)
             await asyncio.sleep(5)
 
 
@@ -285,12 +301,17 @@ async def _outcome_of(processor: FanoutProcessor, message: FanoutMessage) -> _Re
 
 
 class _Lease:
-    """Keeps a message invisible while it is worked on, renewing at half the timeout."""
+    """Keeps a message invisible while it is worked on, renewing at half the timeout.
+
+    Stopping waits for a renewal in flight (bounded by the storage timeout) rather than
+    cancelling it: a cancelled renewal may have changed the pop receipt on the server."""
 
     def __init__(self, queue: FanoutQueue, message: QueueMessage, visibility_s: int) -> None:
         self.message = message
+        self.lost = False
         self._queue = queue
         self._visibility_s = visibility_s
+        self._stop = asyncio.Event()
         self._renewer: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> _Lease:
@@ -299,14 +320,19 @@ class _Lease:
 
     async def __aexit__(self, *_exc: object) -> None:
         assert self._renewer is not None
-        self._renewer.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._renewer
+        self._stop.set()
+        await self._renewer
 
     async def _renew(self) -> None:
         while True:
-            await asyncio.sleep(self._visibility_s / 2)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), self._visibility_s / 2)
+                return
             try:
                 self.message = await self._queue.extend(self.message, self._visibility_s)
             except StorageUnavailableError:
                 log.warning("could not renew the lease of %s", self.message.id)
+            except HttpResponseError as error:
+                log.warning("lost the lease of %s: %s", self.message.id, error.reason)
+                self.lost = True
+                return

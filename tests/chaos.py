@@ -34,7 +34,8 @@ from timeline.storage import POSTS, SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING, Storag
 
 STORAGE_TIMEOUT_S = 2.0
 WRITE_DEADLINE_S = 2.0
-SWEEP_DELAY_S = 6.0
+SWEEP_DELAY_S = 8.0
+"""Past the write deadline plus one storage call by more than the longest freeze (3.5 s)."""
 VISIBILITY_S = 3
 USERS = 8
 CLIENTS = 4

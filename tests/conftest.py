@@ -84,6 +84,15 @@ def azurite() -> Iterator[Azurite]:
     server.stop()
 
 
+@pytest.fixture
+def private_azurite() -> Iterator[Azurite]:
+    """An Azurite of one test's own, for tests that need an empty queue."""
+    server = Azurite(location=None)
+    server.start()
+    yield server
+    server.stop()
+
+
 @pytest.fixture(scope="session")
 def settings(azurite: Azurite, tmp_path_factory: pytest.TempPathFactory) -> Settings:
     return make_settings(azurite.connection_string, tmp_path_factory.mktemp("data"))

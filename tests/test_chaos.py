@@ -24,7 +24,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.mark.parametrize("variant", ["kill", "pause"])
 async def test_chaos(seed: int, variant: str, tmp_path: Path) -> None:
-    duration = float(os.environ.get("CHAOS_DURATION_S", "15"))
+    duration = float(os.environ.get("CHAOS_DURATION_S", "12"))
     report = await chaos.run(seed, variant, duration, tmp_path)
     print(orjson.dumps(report.line()).decode())
     assert report.kills + report.pauses > 0, "nothing was broken: the run proves nothing"

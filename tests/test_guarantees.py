@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -42,14 +42,6 @@ from timeline.tokens import TokenSigner
 from timeline.writer import PartitionWriter
 
 Client = TestClient[Any, Any]
-
-
-@pytest.fixture
-def private_azurite() -> Iterator[Azurite]:
-    server = Azurite(location=None)
-    server.start()
-    yield server
-    server.stop()
 
 
 @contextlib.asynccontextmanager

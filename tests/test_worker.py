@@ -6,11 +6,9 @@ import asyncio
 import contextlib
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
-
-import pytest
 
 from fanout_worker.worker import Worker
 from tests.conftest import eventually, make_settings, program_env, running_worker, unique
@@ -24,14 +22,6 @@ from timeline.queue import FanoutQueue
 from timeline.repositories import Repositories
 from timeline.storage import SUBJECT_FOLLOWERS, TIMELINES, Storage, chunked
 from timeline.writer import PartitionWriter
-
-
-@pytest.fixture
-def private_azurite() -> Iterator[Azurite]:
-    server = Azurite(location=None)
-    server.start()
-    yield server
-    server.stop()
 
 
 @contextlib.asynccontextmanager

@@ -21,12 +21,15 @@ from dataclasses import dataclass
 from timeline.entities import Post
 from timeline.keys import now_ticks, post_id_ticks, post_row_key
 from timeline.messages import FanoutMessage, Followed, PostCreated, PostDeleted, Unfollowed
-from timeline.repositories import Repositories
+from timeline.repositories import Repositories, request_id
 from timeline.storage import Storage
 from timeline.writer import PartitionWriter, Tracker
 
 BACKFILL_POSTS = 250
 """A follow backfills one page: the newest posts a reader sees first."""
+ADMISSION_SHARE = 0.5
+"""New work starts only while the writer's backlog drains within this share of the write
+deadline: deep enough for big batches, shallow enough that writes meet their deadline."""
 _TICKS_PER_SECOND = 10_000_000
 _ARRIVAL_POLLS = (0.05, 0.1, 0.2)
 """Short in-process waits for a row the API is writing right after it queued the message."""
@@ -36,9 +39,9 @@ _ARRIVAL_POLLS = (0.05, 0.1, 0.2)
 class Timing:
     """The time bounds the protocol rests on (see the README for how they relate)."""
 
-    write_deadline_s: float = 60.0
+    write_deadline_s: float = 120.0
     """A copy is sent within this long of the reads that justified it, or never."""
-    sweep_delay_s: float = 95.0
+    sweep_delay_s: float = 155.0
     """When the second pass of a delete or unfollow runs: past the write deadline plus the
     longest a sent write can take (the storage timeout), with margin."""
     arrival_window_s: float = 30.0
@@ -186,8 +189,9 @@ class FanoutProcessor:
         if not await follows.is_following(follower, subject):
             if self._young(message.requested):
                 return Defer("the follow is not stored yet")
-            await follows.sync_index(follower, subject)
-            return DONE  # unfollowed since: the unfollow's passes remove any earlier copies
+            if await self._abandoned(message) or not await follows.is_following(follower, subject):
+                await follows.sync_index(follower, subject)
+                return DONE  # never made, or unfollowed since (its passes remove any copies)
         posts = await self._repos.posts.newest(subject, BACKFILL_POSTS)
         await self._put_rows(follower, posts, deadline)
         if await follows.is_following(follower, subject):
@@ -200,36 +204,60 @@ class FanoutProcessor:
         return DONE
 
     async def unfollowed(self, message: Unfollowed) -> Outcome:
-        """Purge the subject's posts from the follower's timeline, now and once more later."""
+        """Purge the subject's posts from the follower's timeline, now and once more later.
+
+        If the follower follows again by then, only copies of deleted posts are removed: a
+        delete's own passes skip readers who did not follow at that moment, so this is where
+        a copy that landed late in such a reader's timeline goes."""
         follower, subject = message.follower, message.subject
-        if await self._repos.follows.is_following(follower, subject):
-            if not message.confirm and self._young(message.requested):
-                return Defer("the unfollow is not stored yet")
-            await self._repos.follows.sync_index(follower, subject)
-            return DONE  # followed again: every copy has its reason back
-        await self.purge(follower, subject)
+        follows = self._repos.follows
+        if not await follows.is_following(follower, subject):
+            await self.purge(follower, subject)
+        elif message.confirm:
+            await self.reconcile(follower, subject)
+        elif self._young(message.requested):
+            return Defer("the unfollow is not stored yet")
+        elif await self._abandoned(message):
+            await follows.sync_index(follower, subject)
+            return DONE  # the unfollow was never made
+        else:
+            await self.reconcile(follower, subject)  # unfollowed, then followed again
         if message.confirm:
             return DONE
-        await self._repos.follows.sync_index(follower, subject)
+        await follows.sync_index(follower, subject)
         sweep = message.model_copy(update={"confirm": True})
         return Continue(sweep, delay_s=self._timing.sweep_delay_s)
+
+    async def _abandoned(self, message: Followed | Unfollowed) -> bool:
+        """Give up waiting for the API's write: claim its request, so it can never land."""
+        request = request_id(message.follower, message.requested)
+        return await self._repos.follows.claim(message.subject, request)
 
     async def purge(self, follower: str, subject: str) -> None:
         """Remove the subject's copies from the follower's timeline, unless followed again.
 
         Each page is read (with etags) before the follow is checked, and deleted only where
         unchanged: a re-follow before the read is seen by the check; a backfill after the read
-        changed the etag. Either way the re-follow's copies stay."""
+        changed the etag. Either way the re-follow's copies stay (then only copies of deleted
+        posts go)."""
         timelines, follows = self._repos.timelines, self._repos.follows
         async for rows in timelines.rows_by_author(follower, subject):
             if await follows.is_following(follower, subject):
+                await self.reconcile(follower, subject)
                 return
             await timelines.remove_unchanged(follower, rows)
+
+    async def reconcile(self, follower: str, subject: str) -> None:
+        """Remove the follower's copies of the subject's posts that no longer exist."""
+        async for rows in self._repos.timelines.rows_by_author(follower, subject):
+            keys = [key for key, _ in rows]
+            alive = await self._repos.posts.live_row_keys(subject, keys)
+            await self._remove_rows(follower, [key for key in keys if key not in alive])
 
     async def _admitted(self) -> float:
         """Wait until the writer's backlog is short, then start the clock: the deadline of
         writes justified by reads made from now on."""
-        await self._writer.admit(self._timing.write_deadline_s / 3)
+        await self._writer.admit(self._timing.write_deadline_s * ADMISSION_SHARE)
         return asyncio.get_running_loop().time() + self._timing.write_deadline_s
 
     def _young(self, requested_ticks: int) -> bool:

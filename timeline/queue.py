@@ -8,7 +8,8 @@ from dataclasses import dataclass
 import orjson
 from azure.storage.queue import QueueMessage
 
-from timeline.messages import FanoutMessage, encode
+from timeline.errors import MalformedMessageError
+from timeline.messages import FanoutMessage, decode, encode
 from timeline.metrics import MESSAGES_SENT
 from timeline.storage import FANOUT_QUEUE, POISON_QUEUE, Storage
 
@@ -102,7 +103,7 @@ class FanoutQueue:
                 )
             ]
         for message in leased:
-            await self.send_raw(_parse_poison(message).content)
+            await self.send_raw(_fresh(_parse_poison(message).content))
             async with self._storage.guard():
                 await self._poison.delete_message(message)
         return len(leased)
@@ -113,6 +114,15 @@ class FanoutQueue:
             work = await self._queue.get_queue_properties()
             poison = await self._poison.get_queue_properties()
         return work.approximate_message_count or 0, poison.approximate_message_count or 0
+
+
+def _fresh(content: str) -> str:
+    """The message with its retry bookkeeping reset: a requeued message starts over."""
+    try:
+        message = decode(content)
+    except MalformedMessageError:
+        return content
+    return encode(message.model_copy(update={"released": 0, "failures": 0, "attempt": 0}))
 
 
 def _parse_poison(message: QueueMessage) -> PoisonedMessage:

@@ -213,8 +213,13 @@ class PostsRepository:
         return posts
 
     async def surviving(self, author: str, posts: list[Post]) -> set[str]:
-        """The ids among ``posts`` (newest first, as stored) that still exist (not void)."""
-        if not posts:
+        """The ids among ``posts`` that still exist (not deleted, not void)."""
+        alive = await self.live_row_keys(author, [post.row_key for post in posts])
+        return {post.post_id for post in posts if post.row_key in alive}
+
+    async def live_row_keys(self, author: str, row_keys: list[str]) -> set[str]:
+        """Which of these post row keys are live posts now: one range query per 1,000."""
+        if not row_keys:
             return set()
         client = self._storage.table(POSTS, author)
         continuation: dict[str, str] | None = None
@@ -224,7 +229,7 @@ class PostsRepository:
                 page = await query_page(
                     client,
                     f"{PARTITION} and RowKey ge @first and RowKey le @last",
-                    {"pk": author, "first": posts[0].row_key, "last": posts[-1].row_key},
+                    {"pk": author, "first": min(row_keys), "last": max(row_keys)},
                     select=["RowKey", "void"],
                     limit=1000,
                     continuation=continuation,
@@ -232,7 +237,7 @@ class PostsRepository:
             alive.update(entity["RowKey"] for entity in page.items if not entity.get("void"))
             continuation = page.continuation
             if continuation is None:
-                return {post.post_id for post in posts if post.row_key in alive}
+                return alive & set(row_keys)
 
 
 class TimelinesRepository:
@@ -301,34 +306,56 @@ class FollowsRepository:
     def __init__(self, storage: Storage) -> None:
         self._storage = storage
 
-    async def add(self, follower: str, subject: str, since: datetime) -> bool:
-        """Record the follow and count it, atomically; False if it already existed."""
+    async def add(
+        self, follower: str, subject: str, since: datetime, request: str | None = None
+    ) -> bool:
+        """Record the follow and count it, atomically; False if it already existed.
+
+        ``request`` names the API request (see ``claim``): the change is made together with
+        its claim row, so it fails if the worker already gave up waiting for it."""
         edge = {"PartitionKey": subject, "RowKey": follower, "since": since}
         try:
             await _transact_counted(
-                self._storage, SUBJECT_FOLLOWERS, subject, [("create", edge)], +1
+                self._storage,
+                SUBJECT_FOLLOWERS,
+                subject,
+                [("create", edge), *_claim_rows(subject, request)],
+                +1,
             )
         except TableTransactionError as error:
             if failed_index(error, 409) == 0:
                 return False
+            _raise_if_abandoned(error)
             raise
         return True
 
-    async def remove(self, follower: str, subject: str) -> bool:
+    async def remove(self, follower: str, subject: str, request: str | None = None) -> bool:
         """Remove the follow and uncount it, atomically; False if there was none."""
         for _ in range(_ATTEMPTS):
             edge = await _get_entity(self._storage, SUBJECT_FOLLOWERS, subject, follower)
             if edge is None:
                 return False
             keys = {"PartitionKey": subject, "RowKey": follower}
-            row: TransactionOperation = ("delete", keys, _if_unchanged(edge))
+            rows = [("delete", keys, _if_unchanged(edge)), *_claim_rows(subject, request)]
             try:
-                await _transact_counted(self._storage, SUBJECT_FOLLOWERS, subject, [row], -1)
+                await _transact_counted(self._storage, SUBJECT_FOLLOWERS, subject, rows, -1)
                 return True
             except TableTransactionError as error:
+                _raise_if_abandoned(error)
                 if failed_index(error, 404, 412) != 0:
                     raise
         raise _contention()
+
+    async def claim(self, subject: str, request: str) -> bool:
+        """Claim an API request's follow change as abandoned, so that if its write is still on
+        its way it fails; False when the change was already made."""
+        client = self._storage.table(SUBJECT_FOLLOWERS, subject)
+        async with self._storage.guard():
+            try:
+                await client.create_entity(_claim_rows(subject, request)[0][1])
+                return True
+            except ResourceExistsError:
+                return False
 
     async def sync_index(self, follower: str, subject: str) -> None:
         """Make ``subjectFollowing`` agree with the truth for one pair.
@@ -407,6 +434,25 @@ class FollowsRepository:
     async def followers_between(self, subject: str, first: str, last: str) -> set[str]:
         """Followers of ``subject`` whose ids lie in ``[first, last]``."""
         return await _row_keys_between(self._storage, SUBJECT_FOLLOWERS, subject, first, last)
+
+
+def request_id(follower: str, requested_ticks: int) -> str:
+    """Names one follow or unfollow request: its follower and when the API sent it."""
+    return f"{follower}-{requested_ticks}"
+
+
+def _claim_rows(subject: str, request: str | None) -> list[TransactionOperation]:
+    if request is None:
+        return []
+    return [("create", {"PartitionKey": subject, "RowKey": f"{META}req-{request}"})]
+
+
+def _raise_if_abandoned(error: TableTransactionError) -> None:
+    """The claim row (second operation) already exists: the worker gave this request up."""
+    if failed_index(error, 409) == 1:
+        raise StorageUnavailableError(
+            "the change was not stored in time; try again", retry_after=1
+        ) from None
 
 
 def _index_row(

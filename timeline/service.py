@@ -24,7 +24,7 @@ from timeline.keys import (
 from timeline.messages import Followed, PostCreated, PostDeleted, Unfollowed
 from timeline.queue import FanoutQueue
 from timeline.ratelimit import RateLimits
-from timeline.repositories import Repositories
+from timeline.repositories import Repositories, request_id
 from timeline.tokens import TokenSigner
 
 T = TypeVar("T")
@@ -133,8 +133,11 @@ class TimelineService:
         if await follows.is_following(follower, subject):
             await follows.repair_index(follower, subject)
             return
-        await self._queue.send(Followed(follower=follower, subject=subject, requested=now_ticks()))
-        await follows.add(follower, subject, datetime.now(UTC))
+        requested = now_ticks()
+        await self._queue.send(Followed(follower=follower, subject=subject, requested=requested))
+        await follows.add(
+            follower, subject, datetime.now(UTC), request=request_id(follower, requested)
+        )
         await follows.sync_index(follower, subject)
 
     async def unfollow(self, actor: str, follower: str, subject: str) -> None:
@@ -145,10 +148,9 @@ class TimelineService:
         if not await follows.is_following(follower, subject):
             await follows.repair_index(follower, subject)
             return
-        await self._queue.send(
-            Unfollowed(follower=follower, subject=subject, requested=now_ticks())
-        )
-        await follows.remove(follower, subject)
+        requested = now_ticks()
+        await self._queue.send(Unfollowed(follower=follower, subject=subject, requested=requested))
+        await follows.remove(follower, subject, request=request_id(follower, requested))
         await follows.sync_index(follower, subject)
 
     async def home_timeline(

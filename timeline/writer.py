@@ -317,6 +317,17 @@ class PartitionWriter:
                     tracker.settle(error)
 
     async def _write_with_retries(self, partition: str, batch: list[_Pending]) -> list[_Pending]:
+        """Write the upserts, then the deletes, each as one request: an upsert request never
+        meets a missing row, so it is one call per attempt and its deadline check holds;
+        deletes may meet missing rows (dropped and resent) but need no deadline."""
+        upserts = [pending for pending in batch if pending.properties is not None]
+        deletes = [pending for pending in batch if pending.properties is None]
+        written = await self._attempts(partition, upserts) if upserts else []
+        if deletes:
+            written += await self._attempts(partition, deletes)
+        return written
+
+    async def _attempts(self, partition: str, batch: list[_Pending]) -> list[_Pending]:
         """Retry the idempotent batch on outages: azure-core does not retry POST on a lost
         connection, and throttling (503/429) asks the client to back off. Before each attempt,
         upserts past their deadline are dropped (their trackers fail, so their messages are

@@ -1,0 +1,108 @@
+"""Issue 9 review (failed before the fix): submit_batch's "drop the missing delete and resend" loop makes one writer
+attempt take k+1 round trips, so an upsert that passed the deadline check can land long after
+deadline + T. The README's bound "a copy justified by a read at r lands before r + D + T" is
+false, and a delete's second pass (S > D + T) can run before the copy lands.
+
+Timing here: D = 1 s, T = 1 s, S = 2.5 s (> D + T, as config enforces); each EGT round trip
+takes 0.5 s (< T); R's partition holds 6 deletes of already-missing rows (e.g. rows that an
+earlier pass already removed: every confirm pass re-deletes rows that are gone) plus the
+delivery's upsert. The delivering worker dies after buffering (before its re-check), as in
+test_guarantees._crash_after_write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import Any, ClassVar, cast
+
+from azure.data.tables.aio import TableClient
+
+from tests.conftest import eventually, unique
+from tests.test_guarantees import _follow, _ids, _posts, _users
+from timeline.config import Settings
+from timeline.fanout import Continue, FanoutProcessor, Timing
+from timeline.keys import new_post_id, now_ticks, post_row_key
+from timeline.messages import PostCreated, PostDeleted
+from timeline.repositories import Repositories
+from timeline.storage import TIMELINES, Storage, StorageOptions
+from timeline.writer import PartitionWriter, Tracker
+
+TIMING = Timing(write_deadline_s=1.0, sweep_delay_s=2.5, arrival_window_s=3.0)
+RTT_S = 0.5
+
+
+class SlowEgtStorage(Storage):
+    def table(self, name: str, partition_key: str) -> TableClient:
+        client = super().table(name, partition_key)
+        return cast(TableClient, _Slow(client) if name == TIMELINES else client)
+
+
+class _Slow:
+    calls: ClassVar[list[float]] = []
+
+    def __init__(self, client: TableClient) -> None:
+        self._client = client
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self._client, name)
+        if name != "submit_transaction":
+            return attribute
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            await asyncio.sleep(RTT_S)  # a slow (throttled, far) storage round trip, < T
+            _Slow.calls.append(time.monotonic())
+            return await attribute(*args, **kwargs)
+
+        return call
+
+
+async def test_upsert_lands_after_the_sweep(
+    settings: Settings, storage: Storage, repos: Repositories
+) -> None:
+    author, reader = unique("author"), unique("reader")
+    await _users(repos, author, reader)
+    await _follow(repos, reader, author)
+    [post] = await _posts(repos, author, 1)
+    async with (
+        SlowEgtStorage(settings.connection_string(), StorageOptions(timeout_s=1.0)) as slow,
+        PartitionWriter(slow, TIMELINES, linger_s=3600) as held,
+        PartitionWriter(storage, TIMELINES, linger_s=0) as prompt,
+    ):
+        gone = Tracker()
+        for i in range(6):  # deletes of rows that are already gone, waiting in R's partition
+            await held.delete(reader, post_row_key(new_post_id(now_ticks() - 10**9 - i)), gone)
+        started = time.monotonic()
+        delivering = FanoutProcessor.on(slow, held, timing=TIMING)
+        task = asyncio.create_task(
+            delivering.deliver(PostCreated(author=author, post_id=post.post_id))
+        )
+
+        async def buffered() -> bool:
+            return held.buffered >= 8
+
+        await eventually(buffered, timeout_s=5, what="delivery buffered")
+        task.cancel()  # the delivering worker dies before its re-check
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        flushing = asyncio.create_task(held.flush())  # sent well before the 1 s deadline
+        await asyncio.sleep(0.1)
+
+        deleting = FanoutProcessor.on(storage, prompt, timing=TIMING)
+        first = await deleting.retract(PostDeleted(author=author, post_id=post.post_id))
+        assert isinstance(first, Continue)
+        first_done = time.monotonic()
+        await asyncio.sleep(first.delay_s)  # the queue makes it visible S later
+        assert await deleting.handle(first.message) is not None  # the sweep, DONE
+        sweep_done = time.monotonic()
+        await flushing
+        landed = _Slow.calls[-1]
+    print(
+        f"\nfirst pass done at +{first_done - started:.2f}s, sweep done at "
+        f"+{sweep_done - started:.2f}s, delivery upsert committed at +{landed - started:.2f}s "
+        f"(deadline D={TIMING.write_deadline_s}s, T=1s, D+T=2s); EGT calls: {len(_Slow.calls)}"
+    )
+    print("post source row:", await repos.posts.get(author, post.post_id))
+    print("reader timeline:", await _ids(repos, reader), " deleted post:", post.post_id)
+    assert await _ids(repos, reader) == [], "a deleted post stays in a timeline for good"

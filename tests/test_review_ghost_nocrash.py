@@ -1,0 +1,63 @@
+"""Issue 9 review, no crash at all: a reader toggling a follow while a delete is processed.
+
+The delete's passes skip a reader who does not follow at that moment; the unfollow's passes
+then find the reader following again. Every step is the API's or the worker's own code run to
+completion; only the order in which messages are processed is chosen. Before the fix, each
+pass left the copy of the deleted post to the other, for good.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from tests.conftest import unique
+from tests.test_guarantees import _ids, _posts, _service, _users
+from timeline.fanout import Continue, Done, FanoutProcessor, Timing
+from timeline.messages import FanoutMessage, PostCreated
+from timeline.queue import FanoutQueue
+from timeline.repositories import Repositories
+from timeline.storage import TIMELINES, Storage
+from timeline.writer import PartitionWriter
+
+TIMING = Timing(write_deadline_s=1.0, sweep_delay_s=2.5, arrival_window_s=0.3)
+
+
+class _Recorder(FanoutQueue):
+    """Keeps what the API sends, so the test decides when the worker sees it."""
+
+    def __init__(self, storage: Storage) -> None:
+        super().__init__(storage)
+        self.sent: list[FanoutMessage] = []
+
+    async def send(self, message: FanoutMessage) -> None:
+        self.sent.append(message)
+
+
+async def test_refollow_during_delete_leaves_no_copy_of_the_deleted_post(
+    storage: Storage, repos: Repositories
+) -> None:
+    author, reader = unique("author"), unique("reader")
+    await _users(repos, author, reader)
+    recorder = _Recorder(storage)
+    api = _service(storage, recorder)
+    async with PartitionWriter(storage, TIMELINES, linger_s=0) as writer:
+        worker = FanoutProcessor.on(storage, writer, timing=TIMING)
+        await api.follow(reader, reader, author)
+        [post] = await _posts(repos, author, 1)
+        await worker.deliver(PostCreated(author=author, post_id=post.post_id))
+        assert await _ids(repos, reader) == [post.post_id]
+        await api.unfollow(reader, reader, author)
+        await api.delete_post(author, author, post.post_id)
+        first_unfollow, delete = recorder.sent[-2:]
+        first = await worker.handle(delete)  # the delete's first pass: reader skipped
+        assert isinstance(first, Continue)
+        await api.follow(reader, reader, author)
+        await worker.handle(recorder.sent[-1])  # the re-follow's backfill: the post is gone
+        await asyncio.sleep(TIMING.arrival_window_s)
+        assert isinstance(await worker.handle(first_unfollow), Continue)  # following again
+        await api.unfollow(reader, reader, author)
+        await asyncio.sleep(TIMING.sweep_delay_s)
+        assert isinstance(await worker.handle(first.message), Done)  # reader skipped again
+        await api.follow(reader, reader, author)
+        await worker.handle(recorder.sent[-1])
+    assert await _ids(repos, reader) == []

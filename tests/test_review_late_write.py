@@ -1,0 +1,65 @@
+"""Issue 9 review: an API follow or unfollow whose write comes after the arrival window.
+
+The API sends Followed/Unfollowed, then stalls (slow storage, a paused process, a request
+that storage executes late) for longer than the arrival window. The worker gives the request
+up by claiming it; the late write then fails (503 to the client) and changes nothing, so the
+state and the timelines agree. Before the claim, the late write landed with no fan-out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from tests.conftest import eventually, running_worker, unique
+from tests.test_guarantees import _follow, _ids, _posts, _service, _users
+from timeline.config import Settings
+from timeline.errors import StorageUnavailableError
+from timeline.messages import FanoutMessage
+from timeline.queue import FanoutQueue
+from timeline.repositories import Repositories
+from timeline.storage import Storage
+
+STALL_S = 8.0  # > arrival window (3 s in the test settings) + the deferral backoff
+
+
+class StallAfterSend(FanoutQueue):
+    async def send(self, message: FanoutMessage) -> None:
+        await super().send(message)
+        await asyncio.sleep(STALL_S)  # the API request is slow between its send and its write
+
+
+async def _drained(storage: Storage) -> bool:
+    return (await FanoutQueue(storage).depth())[0] == 0
+
+
+async def test_late_follow_is_never_backfilled(
+    settings: Settings, storage: Storage, repos: Repositories
+) -> None:
+    author, reader = unique("author"), unique("reader")
+    await _users(repos, author, reader)
+    posts = await _posts(repos, author, 3)
+    async with running_worker(settings):
+        with pytest.raises(StorageUnavailableError):
+            await _service(storage, StallAfterSend(storage)).follow(reader, reader, author)
+        await eventually(lambda: _drained(storage), timeout_s=30, what="queue drained")
+    assert not await repos.follows.is_following(reader, author)
+    assert await _ids(repos, reader) == []
+    assert len(posts) == 3
+
+
+async def test_late_unfollow_is_never_purged(
+    settings: Settings, storage: Storage, repos: Repositories
+) -> None:
+    author, reader = unique("author"), unique("reader")
+    await _users(repos, author, reader)
+    await _follow(repos, reader, author)
+    posts = await _posts(repos, author, 3)
+    await repos.timelines.put_many(reader, posts)  # the earlier backfill
+    async with running_worker(settings):
+        with pytest.raises(StorageUnavailableError):
+            await _service(storage, StallAfterSend(storage)).unfollow(reader, reader, author)
+        await eventually(lambda: _drained(storage), timeout_s=30, what="queue drained")
+    assert await repos.follows.is_following(reader, author)
+    assert sorted(await _ids(repos, reader)) == sorted(p.post_id for p in posts)

@@ -1,0 +1,78 @@
+"""Issue 9 review (failed before the fix): _Lease.__aexit__ cancels a renewal whose update_message already executed on
+the server. The server's pop receipt changed, the client never learnt it, so the outcome
+(delete / rewrite) is sent with a stale pop receipt: a 404 that is not StorageUnavailableError
+escapes _process ("message task failed"); the work is redone after the lease expires and the
+lease is counted as a crash.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import fanout_worker.worker as worker_module
+from tests.conftest import eventually, make_settings, running_worker, unique
+from tests.test_guarantees import opened
+from timeline.azurite import Azurite
+from timeline.fanout import FanoutProcessor, Outcome
+from timeline.keys import now_ticks
+from timeline.messages import FanoutMessage, Followed
+from timeline.queue import FanoutQueue
+
+HANDLED: list[float] = []
+SLOW_ONCE: list[int] = []
+
+
+class SlowAnswerQueue(FanoutQueue):
+    async def extend(self, message: Any, visibility_timeout_s: int) -> Any:
+        async with self._storage.guard():
+            updated = await self._queue.update_message(
+                message, visibility_timeout=visibility_timeout_s
+            )
+        if not SLOW_ONCE:
+            SLOW_ONCE.append(1)
+            await asyncio.sleep(0.8)  # this answer is slow to arrive (executed on the server)
+        message.pop_receipt = updated.pop_receipt
+        message.next_visible_on = updated.next_visible_on
+        return message
+
+
+class SlowProcessor(FanoutProcessor):
+    async def handle(self, message: FanoutMessage) -> Outcome:
+        HANDLED.append(asyncio.get_running_loop().time())
+        await asyncio.sleep(1.3)  # work that ends while the renewal at 1.0 s is in flight
+        return await super().handle(message)
+
+
+async def test_outcome_after_cancelled_renewal(
+    private_azurite: Azurite,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    monkeypatch.setattr(worker_module, "FanoutQueue", SlowAnswerQueue)
+    monkeypatch.setattr(worker_module, "FanoutProcessor", SlowProcessor)
+    settings = make_settings(
+        private_azurite.connection_string, tmp_path, worker_visibility_timeout_s=2
+    )
+    async with opened(settings) as storage:
+        queue = FanoutQueue(storage)
+        # an old follow that never happened: the worker just syncs the index and is Done
+        await queue.send(
+            Followed(follower=unique("f"), subject=unique("s"), requested=now_ticks() - 10**9)
+        )
+        caplog.set_level(logging.ERROR)
+        async with running_worker(settings):
+
+            async def drained() -> bool:
+                return (await queue.depth()) == (0, 0) and len(HANDLED) >= 1
+
+            await eventually(drained, timeout_s=30, what="the message to be done")
+            await asyncio.sleep(0.5)
+    failures = [r for r in caplog.records if "message task failed" in r.getMessage()]
+    assert len(HANDLED) == 1
+    assert not failures
