@@ -1,4 +1,6 @@
-"""Issue 9 review (failed before the fix): submit_batch's "drop the missing delete and resend" loop makes one writer
+"""Issue 9 review (failed before the fix).
+
+submit_batch's "drop the missing delete and resend" loop makes one writer
 attempt take k+1 round trips, so an upsert that passed the deadline check can land long after
 deadline + T. The README's bound "a copy justified by a read at r lands before r + D + T" is
 false, and a delete's second pass (S > D + T) can run before the copy lands.

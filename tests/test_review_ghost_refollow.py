@@ -1,4 +1,6 @@
-"""Issue 9 review (failed before the fix): a deleted post stays for good in a re-follower's timeline.
+"""Issue 9 review (failed before the fix).
+
+a deleted post stays for good in a re-follower's timeline.
 
 Each sweep defers to the other: the delete's sweep skips R because R does not follow A at
 that moment ("the unfollow's passes remove it"), and the unfollow's sweep skips its purge

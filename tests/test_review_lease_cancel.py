@@ -1,4 +1,6 @@
-"""Issue 9 review (failed before the fix): _Lease.__aexit__ cancels a renewal whose update_message already executed on
+"""Issue 9 review (failed before the fix).
+
+_Lease.__aexit__ cancels a renewal whose update_message already executed on
 the server. The server's pop receipt changed, the client never learnt it, so the outcome
 (delete / rewrite) is sent with a stale pop receipt: a 404 that is not StorageUnavailableError
 escapes _process ("message task failed"); the work is redone after the lease expires and the

@@ -1,4 +1,6 @@
-"""Issue 9 review (failed before the fix): leases whose outcome could not be written because the *queue* was briefly
+"""Issue 9 review (failed before the fix).
+
+leases whose outcome could not be written because the *queue* was briefly
 unavailable (503 ServerBusy / timeout on update_message or delete_message) are counted as
 worker crashes; at worker_max_crashes the message is poisoned as 'crashed' though no process
 died: 'nothing poisoned by transient storage trouble' does not hold for queue trouble.
