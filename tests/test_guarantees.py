@@ -82,6 +82,14 @@ async def _posts(repos: Repositories, author: str, count: int) -> list[Post]:
     return posts
 
 
+async def _pair(repos: Repositories, posts: int = 1) -> tuple[str, str, list[Post]]:
+    """An author, a reader who follows them, and the author's first ``posts`` posts."""
+    author, reader = unique("author"), unique("reader")
+    await _users(repos, author, reader)
+    await _follow(repos, reader, author)
+    return author, reader, await _posts(repos, author, posts)
+
+
 async def _ids(repos: Repositories, owner: str) -> list[str]:
     return [post.post_id for post in (await repos.timelines.page(owner, 1000, None)).items]
 
@@ -135,10 +143,7 @@ async def _first_pass_done(kind: str, before: float) -> None:
 async def test_copy_landing_after_delete_and_crash_is_swept(
     settings: Settings, storage: Storage, repos: Repositories, queue: FanoutQueue
 ) -> None:
-    author, reader = unique("author"), unique("reader")
-    await _users(repos, author, reader)
-    await _follow(repos, reader, author)
-    [post] = await _posts(repos, author, 1)
+    author, reader, [post] = await _pair(repos)
     async with (
         PartitionWriter(storage, TIMELINES, linger_s=3600) as held,
         running_worker(_quick_sweeps(settings)),
@@ -160,10 +165,7 @@ async def test_copy_landing_after_delete_and_crash_is_swept(
 async def test_copy_landing_after_unfollow_and_crash_is_swept(
     settings: Settings, storage: Storage, repos: Repositories, queue: FanoutQueue
 ) -> None:
-    author, reader = unique("author"), unique("reader")
-    await _users(repos, author, reader)
-    await _follow(repos, reader, author)
-    [post] = await _posts(repos, author, 1)
+    author, reader, [post] = await _pair(repos)
     async with (
         PartitionWriter(storage, TIMELINES, linger_s=3600) as held,
         running_worker(_quick_sweeps(settings)),
@@ -212,10 +214,7 @@ async def test_storage_trouble_never_poisons(private_azurite: Azurite, tmp_path:
     )
     async with opened(settings) as storage:
         repos, queue = Repositories.on(storage), FanoutQueue(storage)
-        author, reader = unique("author"), unique("reader")
-        await _users(repos, author, reader)
-        await _follow(repos, reader, author)
-        [post] = await _posts(repos, author, 1)
+        author, reader, [post] = await _pair(repos)
         await queue.send(PostCreated(author=author, post_id=post.post_id))
         broken = settings.model_copy(
             update={"storage_connection_string": _tables_unreachable(settings.connection_string())}
@@ -336,10 +335,7 @@ async def test_register_retried_with_its_key_gets_a_token(client: Client) -> Non
 async def test_purge_keeps_a_refollows_backfill(
     settings: Settings, storage: Storage, repos: Repositories
 ) -> None:
-    author, reader = unique("author"), unique("reader")
-    await _users(repos, author, reader)
-    await _follow(repos, reader, author)
-    posts = await _posts(repos, author, 3)
+    author, reader, posts = await _pair(repos, 3)
     async with PartitionWriter(storage, TIMELINES, linger_s=0) as writer:
         prompt = FanoutProcessor.on(storage, writer)
         await prompt.backfill(Followed(follower=reader, subject=author))
@@ -458,10 +454,7 @@ async def test_work_messages_never_expire(private_azurite: Azurite, tmp_path: Pa
 async def test_backfill_reads_through_short_pages(
     settings: Settings, storage: Storage, repos: Repositories
 ) -> None:
-    author, reader = unique("author"), unique("reader")
-    await _users(repos, author, reader)
-    await _follow(repos, reader, author)
-    posts = await _posts(repos, author, 20)
+    author, reader, posts = await _pair(repos, 20)
     async with (
         FaultyStorage(settings.connection_string()) as faulty,
         PartitionWriter(faulty, TIMELINES, linger_s=0) as writer,

@@ -21,8 +21,8 @@ from typing import Any, ClassVar, cast
 
 from azure.data.tables.aio import TableClient
 
-from tests.conftest import eventually, unique
-from tests.test_guarantees import _follow, _ids, _posts, _users
+from tests.conftest import eventually
+from tests.test_guarantees import _ids, _pair
 from timeline.config import Settings
 from timeline.fanout import Continue, FanoutProcessor, Timing
 from timeline.keys import new_post_id, now_ticks, post_row_key
@@ -63,10 +63,7 @@ class _Slow:
 async def test_upsert_lands_after_the_sweep(
     settings: Settings, storage: Storage, repos: Repositories
 ) -> None:
-    author, reader = unique("author"), unique("reader")
-    await _users(repos, author, reader)
-    await _follow(repos, reader, author)
-    [post] = await _posts(repos, author, 1)
+    author, reader, [post] = await _pair(repos)
     async with (
         SlowEgtStorage(settings.connection_string(), StorageOptions(timeout_s=1.0)) as slow,
         PartitionWriter(slow, TIMELINES, linger_s=3600) as held,

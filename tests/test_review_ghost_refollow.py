@@ -25,8 +25,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from tests.conftest import eventually, unique
-from tests.test_guarantees import _follow, _ids, _posts, _unfollow, _users
+from tests.conftest import eventually
+from tests.test_guarantees import _follow, _ids, _pair, _unfollow
 from timeline.fanout import Continue, Done, FanoutProcessor, Timing
 from timeline.keys import now_ticks
 from timeline.messages import Followed, PostCreated, PostDeleted, Unfollowed
@@ -40,10 +40,7 @@ TIMING = Timing(write_deadline_s=1.0, sweep_delay_s=2.5, arrival_window_s=0.5)
 async def test_deleted_post_survives_unfollow_refollow(
     storage: Storage, repos: Repositories
 ) -> None:
-    author, reader = unique("author"), unique("reader")
-    await _users(repos, author, reader)
-    await _follow(repos, reader, author)
-    [post] = await _posts(repos, author, 1)
+    author, reader, [post] = await _pair(repos)
     async with (
         PartitionWriter(storage, TIMELINES, linger_s=3600) as held,
         PartitionWriter(storage, TIMELINES, linger_s=0) as prompt,

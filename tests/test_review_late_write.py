@@ -13,7 +13,7 @@ import asyncio
 import pytest
 
 from tests.conftest import eventually, running_worker, unique
-from tests.test_guarantees import _follow, _ids, _posts, _service, _users
+from tests.test_guarantees import _ids, _pair, _posts, _service, _users
 from timeline.config import Settings
 from timeline.errors import StorageUnavailableError
 from timeline.messages import FanoutMessage
@@ -52,10 +52,7 @@ async def test_late_follow_is_never_backfilled(
 async def test_late_unfollow_is_never_purged(
     settings: Settings, storage: Storage, repos: Repositories
 ) -> None:
-    author, reader = unique("author"), unique("reader")
-    await _users(repos, author, reader)
-    await _follow(repos, reader, author)
-    posts = await _posts(repos, author, 3)
+    author, reader, posts = await _pair(repos, 3)
     await repos.timelines.put_many(reader, posts)  # the earlier backfill
     async with running_worker(settings):
         with pytest.raises(StorageUnavailableError):

@@ -73,13 +73,8 @@ class UsersRepository:
         entity = user.to_entity()
         if idempotency_key is not None:
             entity["idempotency"] = key_digest(idempotency_key)
-        client = self._storage.table(USERS, user.user_id)
-        async with self._storage.guard():
-            try:
-                await client.create_entity(entity)
-                return True
-            except ResourceExistsError:
-                pass
+        if await _create(self._storage, USERS, entity):
+            return True
         existing = await _get_entity(self._storage, USERS, user.user_id, PROFILE_ROW_KEY)
         digest = None if idempotency_key is None else key_digest(idempotency_key)
         if existing is not None and digest is not None and existing.get("idempotency") == digest:
@@ -159,14 +154,9 @@ class PostsRepository:
     async def void(self, author: str, post_id: str) -> bool:
         """Claim a post id the API never stored in time, so a late write of it fails and the
         post can never appear unfanned; False when a real post was stored first."""
-        client = self._storage.table(POSTS, author)
         entity = {"PartitionKey": author, "RowKey": post_row_key(post_id), "void": True}
-        async with self._storage.guard():
-            try:
-                await client.create_entity(entity)
-                return True
-            except ResourceExistsError:
-                pass
+        if await _create(self._storage, POSTS, entity):
+            return True
         row = await self._row(author, post_id)
         return row is None or bool(row.get("void"))
 
@@ -349,13 +339,8 @@ class FollowsRepository:
     async def claim(self, subject: str, request: str) -> bool:
         """Claim an API request's follow change as abandoned, so that if its write is still on
         its way it fails; False when the change was already made."""
-        client = self._storage.table(SUBJECT_FOLLOWERS, subject)
-        async with self._storage.guard():
-            try:
-                await client.create_entity(_claim_rows(subject, request)[0][1])
-                return True
-            except ResourceExistsError:
-                return False
+        [(_, row)] = _claim_rows(subject, request)
+        return await _create(self._storage, SUBJECT_FOLLOWERS, row)
 
     async def sync_index(self, follower: str, subject: str) -> None:
         """Make ``subjectFollowing`` agree with the truth for one pair.
@@ -533,6 +518,17 @@ async def _row_keys_between(
     condition = "RowKey ge @first and RowKey le @last"
     scan = _scan(storage, table, partition_key, condition, {"first": first, "last": last})
     return {key async for key in scan}
+
+
+async def _create(storage: Storage, table: str, entity: dict[str, Any]) -> bool:
+    """Insert ``entity``; False when a row with its keys exists (nothing is changed)."""
+    client = storage.table(table, entity["PartitionKey"])
+    async with storage.guard():
+        try:
+            await client.create_entity(entity)
+            return True
+        except ResourceExistsError:
+            return False
 
 
 async def _get_entity(
