@@ -227,7 +227,7 @@ class Worker:
         self, queue: FanoutQueue, leased: QueueMessage, message: FanoutMessage, outcome: _Result
     ) -> None:
         """The one outcome ladder: delete, rewrite for the next step, back off, or poison."""
-        released = message.released + 1
+        released = leased.dequeue_count or message.released + 1
         match outcome:
             case Done():
                 await queue.delete(leased)

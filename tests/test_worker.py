@@ -23,6 +23,10 @@ from timeline.repositories import Repositories
 from timeline.storage import SUBJECT_FOLLOWERS, TIMELINES, Storage, chunked
 from timeline.writer import PartitionWriter
 
+SLOW_WRITES = {"worker_write_deadline_s": 60.0, "worker_sweep_delay_s": 70.0}
+"""For tests that push thousands of writes through one or a few request slots on a busy
+machine: a page must fit its write deadline (the sweeps are not what they test)."""
+
 
 @contextlib.asynccontextmanager
 async def opened(settings: Settings) -> AsyncIterator[Storage]:
@@ -101,6 +105,7 @@ async def test_lease_is_renewed_for_long_work(private_azurite: Azurite, tmp_path
         worker_visibility_timeout_s=1,
         worker_write_concurrency=1,
         worker_max_deliveries=1,
+        **SLOW_WRITES,
     )
     async with opened(settings) as storage:
         repos, queue = Repositories.on(storage), FanoutQueue(storage)
@@ -203,6 +208,7 @@ async def test_worker_survives_storage_outage_and_stops_in_bounded_time(
         worker_visibility_timeout_s=5,
         worker_shutdown_grace_s=3,
         worker_write_concurrency=4,
+        **SLOW_WRITES,
     )
     try:
         async with opened(settings) as storage:

@@ -15,7 +15,8 @@ place (the worker rewrites the message), so a redelivered page never forks the c
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+import contextlib
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 
 from timeline.entities import Post
@@ -112,15 +113,16 @@ class FanoutProcessor:
 
     async def deliver(self, message: PostCreated) -> Outcome:
         """Write the post into one page of followers' timelines (and the author's own)."""
-        deadline = await self._admitted()
-        post = await self._arrived_post(message)
-        if post is None:
-            return await self._missing_post(message)
-        page = await self._repos.follows.follower_ids_page(
-            post.author, self._page_size, message.cursor
-        )
-        owners = page.items if message.cursor is not None else [post.author, *page.items]
-        await self._put(owners, post, deadline)
+        async with self._admission(self._page_size + 1) as deadline:
+            post = await self._arrived_post(message)
+            if post is None:
+                return await self._missing_post(message)
+            page = await self._repos.follows.follower_ids_page(
+                post.author, self._page_size, message.cursor
+            )
+            owners = page.items if message.cursor is not None else [post.author, *page.items]
+            written = await self._put(owners, post, deadline)
+        await written.wait()
         await self._undo_lost_reasons(post, owners, page.items)
         if page.continuation is not None:
             return Continue(message.model_copy(update={"cursor": page.continuation}))
@@ -183,17 +185,22 @@ class FanoutProcessor:
     async def backfill(self, message: Followed) -> Outcome:
         """Copy the subject's newest posts into the follower's timeline; undo what lost its
         reason by the time the copies landed."""
-        deadline = await self._admitted()
         follower, subject = message.follower, message.subject
         follows = self._repos.follows
-        if not await follows.is_following(follower, subject):
-            if self._young(message.requested):
-                return Defer("the follow is not stored yet")
-            if await self._abandoned(message) or not await follows.is_following(follower, subject):
-                await follows.sync_index(follower, subject)
-                return DONE  # never made, or unfollowed since (its passes remove any copies)
-        posts = await self._repos.posts.newest(subject, BACKFILL_POSTS)
-        await self._put_rows(follower, posts, deadline)
+        async with self._admission(BACKFILL_POSTS) as deadline:
+            if not await follows.is_following(follower, subject):
+                if self._young(message.requested):
+                    return Defer("the follow is not stored yet")
+                if await self._abandoned(message) or not await follows.is_following(
+                    follower, subject
+                ):
+                    await follows.sync_index(follower, subject)
+                    return DONE  # never made, or unfollowed since (its passes remove copies)
+            else:
+                await self._abandoned(message)  # made by another request: this one never lands
+            posts = await self._repos.posts.newest(subject, BACKFILL_POSTS)
+            written = await self._put_rows(follower, posts, deadline)
+        await written.wait()
         if await follows.is_following(follower, subject):
             surviving = await self._repos.posts.surviving(subject, posts)
             gone = [post.row_key for post in posts if post.post_id not in surviving]
@@ -212,6 +219,8 @@ class FanoutProcessor:
         follower, subject = message.follower, message.subject
         follows = self._repos.follows
         if not await follows.is_following(follower, subject):
+            if not message.confirm:
+                await self._abandoned(message)  # made by another request: this one never lands
             await self.purge(follower, subject)
         elif message.confirm:
             await self.reconcile(follower, subject)
@@ -254,11 +263,12 @@ class FanoutProcessor:
             alive = await self._repos.posts.live_row_keys(subject, keys)
             await self._remove_rows(follower, [key for key in keys if key not in alive])
 
-    async def _admitted(self) -> float:
-        """Wait until the writer's backlog is short, then start the clock: the deadline of
-        writes justified by reads made from now on."""
-        await self._writer.admit(self._timing.write_deadline_s * ADMISSION_SHARE)
-        return asyncio.get_running_loop().time() + self._timing.write_deadline_s
+    @contextlib.asynccontextmanager
+    async def _admission(self, rows: int) -> AsyncIterator[float]:
+        """Wait until the writer's backlog is short, reserve room for ``rows``, and start the
+        clock: yields the deadline of writes justified by reads made from now on."""
+        async with self._writer.admission(self._timing.write_deadline_s * ADMISSION_SHARE, rows):
+            yield asyncio.get_running_loop().time() + self._timing.write_deadline_s
 
     def _young(self, requested_ticks: int) -> bool:
         window = self._timing.arrival_window_s * _TICKS_PER_SECOND
@@ -267,22 +277,23 @@ class FanoutProcessor:
     def _young_post(self, message: PostCreated) -> bool:
         return self._young(post_id_ticks(message.post_id))
 
-    async def _put(self, owners: Iterable[str], post: Post, deadline: float) -> None:
+    async def _put(self, owners: Iterable[str], post: Post, deadline: float) -> Tracker:
+        """Add the copies to the writer; the tracker says when they are written."""
         tracker = Tracker()
         created, row_key, properties = post_id_ticks(post.post_id), post.row_key, post.properties()
         for owner in owners:
             await self._writer.upsert(
                 owner, row_key, properties, tracker, deadline=deadline, created_ticks=created
             )
-        await tracker.wait()
+        return tracker
 
-    async def _put_rows(self, owner: str, posts: Iterable[Post], deadline: float) -> None:
+    async def _put_rows(self, owner: str, posts: Iterable[Post], deadline: float) -> Tracker:
         tracker = Tracker()
         for post in posts:
             await self._writer.upsert(
                 owner, post.row_key, post.properties(), tracker, deadline=deadline
             )
-        await tracker.wait()
+        return tracker
 
     async def _remove(self, owners: Iterable[str], post_id: str) -> None:
         tracker = Tracker()

@@ -29,8 +29,9 @@ class _Message(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     released: int = Field(default=0, ge=0)
-    """Leases that ended with a recorded outcome; the queue's dequeue count minus this (and
-    the current lease) is how many leases ended in a crash."""
+    """The queue's dequeue count when the last lease ended with a recorded outcome; the
+    dequeue count now, less this and the current lease, is how many leases in a row ended
+    with no outcome (a dead worker)."""
     failures: int = Field(default=0, ge=0)
     """Real, non-retryable failures so far (storage trouble is not counted)."""
     attempt: int = Field(default=0, ge=0)

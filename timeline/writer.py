@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 from collections import OrderedDict, deque
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +33,9 @@ from timeline.storage import MAX_BATCH_OPERATIONS, Operation, Storage, submit_ba
 log = logging.getLogger(__name__)
 
 _RATE_WINDOW_S = 5.0
+_FIRST_RATE = 100.0
+"""Rows per second assumed before any were written (and the least ever assumed): admission
+never stops a lone page."""
 _NOW = float("-inf")
 """The deadline of a partition that must go out at once (full, or flushing)."""
 
@@ -117,6 +121,7 @@ class PartitionWriter:
         self._flushing = 0
         self._closed = False
         self._rows = 0
+        self._reserved = 0
         self._committed: deque[tuple[float, int]] = deque()
         self._progress = asyncio.Event()
         self.requests = 0
@@ -170,23 +175,32 @@ class PartitionWriter:
     def buffered(self) -> int:
         return self._rows
 
-    async def admit(self, drain_within_s: float) -> None:
-        """Wait until what is buffered would be sent within ``drain_within_s`` at the rate
-        rows were written lately. Called before the reads that justify new writes, so that a
-        deep backlog delays those reads instead of making their writes miss their deadline."""
-        while self._rows and self._rows > drain_within_s * self._write_rate():
+    @contextlib.asynccontextmanager
+    async def admission(self, drain_within_s: float, rows: int) -> AsyncIterator[None]:
+        """Wait until what is buffered, plus what admitted work is about to add, would be sent
+        within ``drain_within_s`` at the rate rows were written lately; then hold room for
+        ``rows`` until the block has added its writes. Entered before the reads that justify
+        new writes, so a deep backlog delays those reads instead of making their writes miss
+        their deadline."""
+        while self._rows + self._reserved > drain_within_s * self._write_rate():
             self._progress.clear()
             await self._progress.wait()
+        self._reserved += rows
+        try:
+            yield
+        finally:
+            self._reserved -= rows
+            self._progress.set()
 
     def _write_rate(self) -> float:
-        """Rows written per second over the last few seconds (unknown yet: no limit)."""
+        """Rows written per second over the last few seconds (a modest guess before any)."""
         now = asyncio.get_running_loop().time()
         while self._committed and self._committed[0][0] < now - _RATE_WINDOW_S:
             self._committed.popleft()
         if not self._committed:
-            return float("inf")
+            return _FIRST_RATE
         span = max(1.0, now - self._committed[0][0])
-        return sum(rows for _, rows in self._committed) / span
+        return max(_FIRST_RATE, sum(rows for _, rows in self._committed) / span)
 
     async def upsert(
         self,
