@@ -56,7 +56,7 @@ class Settings(BaseSettings):
     """Leases that ended with the worker dead before a message is parked as ``crashed``."""
     worker_retry_base_s: float = Field(default=0.5, gt=0)
     worker_retry_cap_s: float = Field(default=60.0, gt=0)
-    worker_write_deadline_s: float = Field(default=120.0, gt=0)
+    worker_write_deadline_s: float = Field(default=300.0, gt=0)
     worker_sweep_delay_s: float | None = Field(default=None, gt=0)
     worker_arrival_window_s: float = Field(default=30.0, gt=0)
     worker_idle_sleep_s: float = Field(default=0.5, ge=0)

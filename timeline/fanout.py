@@ -40,9 +40,9 @@ _ARRIVAL_POLLS = (0.05, 0.1, 0.2)
 class Timing:
     """The time bounds the protocol rests on (see the README for how they relate)."""
 
-    write_deadline_s: float = 120.0
+    write_deadline_s: float = 300.0
     """A copy is sent within this long of the reads that justified it, or never."""
-    sweep_delay_s: float = 155.0
+    sweep_delay_s: float = 335.0
     """When the second pass of a delete or unfollow runs: past the write deadline plus the
     longest a sent write can take (the storage timeout), with margin."""
     arrival_window_s: float = 30.0
@@ -86,6 +86,8 @@ class FanoutProcessor:
         self._writer = writer
         self._page_size = follower_page_size
         self._timing = timing or Timing()
+        self._page_rows = 100.0
+        """A moving average of rows per delivered page, for admission."""
 
     @classmethod
     def on(
@@ -113,7 +115,7 @@ class FanoutProcessor:
 
     async def deliver(self, message: PostCreated) -> Outcome:
         """Write the post into one page of followers' timelines (and the author's own)."""
-        async with self._admission(self._page_size + 1) as deadline:
+        async with self._admission(self._expected_page_rows()) as deadline:
             post = await self._arrived_post(message)
             if post is None:
                 return await self._missing_post(message)
@@ -121,6 +123,7 @@ class FanoutProcessor:
                 post.author, self._page_size, message.cursor
             )
             owners = page.items if message.cursor is not None else [post.author, *page.items]
+            self._page_rows += (len(owners) - self._page_rows) / 16
             written = await self._put(owners, post, deadline)
         await written.wait()
         await self._undo_lost_reasons(post, owners, page.items)
@@ -262,6 +265,11 @@ class FanoutProcessor:
             keys = [key for key, _ in rows]
             alive = await self._repos.posts.live_row_keys(subject, keys)
             await self._remove_rows(follower, [key for key in keys if key not in alive])
+
+    def _expected_page_rows(self) -> int:
+        """What to hold room for while a page is read: twice the recent average page (a page
+        reserved at its maximum would crowd real rows out of the backlog and shrink batches)."""
+        return max(1, min(self._page_size + 1, round(2 * self._page_rows)))
 
     @contextlib.asynccontextmanager
     async def _admission(self, rows: int) -> AsyncIterator[float]:
