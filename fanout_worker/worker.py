@@ -55,7 +55,6 @@ class Worker:
         self._tasks: set[asyncio.Task[None]] = set()
         self._reserved = 0
         self._capacity = asyncio.Condition()
-        self._wake: asyncio.Future[None] | None = None
         self._notifiers: set[asyncio.Future[None]] = set()
 
     def run(self) -> None:
@@ -64,7 +63,7 @@ class Worker:
     def stop(self) -> None:
         """Stop receiving (safe to call from a signal handler on the loop); then drain."""
         self._stopping.set()
-        self._wake = asyncio.ensure_future(self._finished())
+        self._notify()
 
     async def async_run(self, *, install_signal_handlers: bool = False) -> None:
         if install_signal_handlers:
@@ -181,6 +180,10 @@ class Worker:
         IN_FLIGHT.dec()
         if not task.cancelled() and task.exception() is not None:
             log.error("message task failed", exc_info=task.exception())
+        self._notify()
+
+    def _notify(self) -> None:
+        """Wake receivers waiting for room, from sync code (callbacks, signal handlers)."""
         notifier = asyncio.ensure_future(self._finished())
         self._notifiers.add(notifier)
         notifier.add_done_callback(self._notifiers.discard)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -140,6 +140,18 @@ async def _first_pass_done(kind: str, before: float) -> None:
     await eventually(rewritten, timeout_s=20, what=f"the {kind}'s first pass")
 
 
+async def _late_copy(
+    storage: Storage, held: PartitionWriter, post: Post, kind: str, interfere: Awaitable[None]
+) -> None:
+    """A delivery dies after buffering its copy; ``interfere`` (a delete or an unfollow) runs
+    its first pass; only then does the dead delivery's copy land."""
+    await _crash_after_write(storage, held, post)
+    before = _count(kind, "continue")
+    await interfere
+    await _first_pass_done(kind, before)
+    await held.flush()
+
+
 async def test_copy_landing_after_delete_and_crash_is_swept(
     settings: Settings, storage: Storage, repos: Repositories, queue: FanoutQueue
 ) -> None:
@@ -148,11 +160,8 @@ async def test_copy_landing_after_delete_and_crash_is_swept(
         PartitionWriter(storage, TIMELINES, linger_s=3600) as held,
         running_worker(_quick_sweeps(settings)),
     ):
-        await _crash_after_write(storage, held, post)
-        before = _count("delete", "continue")
-        await queue.send(PostDeleted(author=author, post_id=post.post_id))
-        await _first_pass_done("delete", before)
-        await held.flush()  # the dead delivery's copy lands after the delete's first pass
+        deleting = queue.send(PostDeleted(author=author, post_id=post.post_id))
+        await _late_copy(storage, held, post, "delete", deleting)
         assert await _ids(repos, reader) == [post.post_id]
 
         async def swept() -> bool:
@@ -166,16 +175,16 @@ async def test_copy_landing_after_unfollow_and_crash_is_swept(
     settings: Settings, storage: Storage, repos: Repositories, queue: FanoutQueue
 ) -> None:
     author, reader, [post] = await _pair(repos)
+
+    async def unfollowing() -> None:
+        await queue.send(Unfollowed(follower=reader, subject=author, requested=now_ticks()))
+        await _unfollow(repos, reader, author)
+
     async with (
         PartitionWriter(storage, TIMELINES, linger_s=3600) as held,
         running_worker(_quick_sweeps(settings)),
     ):
-        await _crash_after_write(storage, held, post)
-        before = _count("unfollow", "continue")
-        await queue.send(Unfollowed(follower=reader, subject=author, requested=now_ticks()))
-        await _unfollow(repos, reader, author)
-        await _first_pass_done("unfollow", before)
-        await held.flush()
+        await _late_copy(storage, held, post, "unfollow", unfollowing())
         assert await _ids(repos, reader) == [post.post_id]
 
         async def swept() -> bool:
