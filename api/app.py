@@ -12,9 +12,10 @@ from api.middleware import error_middleware, metrics_middleware
 from api.openapi import build_openapi
 from api.routes import OPERATIONS
 from timeline.config import Settings
-from timeline.queue import FanoutQueue
+from timeline.queue import FanoutQueues
 from timeline.ratelimit import RateLimits
 from timeline.repositories import Repositories
+from timeline.secret import auth_secret
 from timeline.service import TimelineService
 from timeline.storage import Storage
 from timeline.tokens import TokenSigner
@@ -46,14 +47,15 @@ def create_app(settings: Settings, connection_string: str) -> web.Application:
     async def storage_ctx(app: web.Application) -> AsyncIterator[None]:
         async with Storage(connection_string, settings.storage_options()) as storage:
             app[STORAGE_KEY] = storage
-            app[SERVICE_KEY] = _build_service(settings, storage)
+            secret = await auth_secret(storage, settings.auth_secret)
+            app[SERVICE_KEY] = _build_service(settings, storage, secret)
             yield
 
     app.cleanup_ctx.append(storage_ctx)
     return app
 
 
-def _build_service(settings: Settings, storage: Storage) -> TimelineService:
+def _build_service(settings: Settings, storage: Storage, secret: bytes) -> TimelineService:
     limits = RateLimits.per_minute(
         posts=settings.posts_per_minute,
         writes=settings.writes_per_minute,
@@ -61,8 +63,8 @@ def _build_service(settings: Settings, storage: Storage) -> TimelineService:
     )
     return TimelineService(
         Repositories.on(storage),
-        FanoutQueue(storage),
-        TokenSigner(settings.secret_bytes(), token_ttl_s=settings.token_ttl_s),
+        FanoutQueues(storage),
+        TokenSigner(secret, token_ttl_s=settings.token_ttl_s),
         page_size=settings.page_size,
         max_post_chars=settings.max_post_chars,
         limits=limits,

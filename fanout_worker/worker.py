@@ -23,7 +23,7 @@ from timeline.fanout import Continue, Defer, Done, FanoutProcessor, Outcome
 from timeline.messages import FanoutMessage, decode
 from timeline.queue import FanoutQueue
 from timeline.retry import backoff_delay
-from timeline.storage import TIMELINES, Storage
+from timeline.storage import TIMELINES, Storage, poison_queue_name, work_queue_name
 from timeline.writer import PartitionWriter
 
 log = logging.getLogger(__name__)
@@ -79,7 +79,7 @@ class Worker:
                 max_in_flight=settings.worker_write_concurrency,
                 max_buffered=settings.worker_max_buffered,
             )
-            queue = FanoutQueue(storage)
+            shards = [FanoutQueue(storage, shard) for shard in range(storage.queue_shards)]
             processor = FanoutProcessor.on(
                 storage,
                 writer,
@@ -88,22 +88,24 @@ class Worker:
             )
             await writer.start()
             try:
-                await self._consume(queue, processor)
+                await self._consume(shards, processor)
             finally:
                 await self._shutdown(writer)
         log.info("fan-out worker stopped")
 
-    async def _consume(self, queue: FanoutQueue, processor: FanoutProcessor) -> None:
+    async def _consume(self, shards: list[FanoutQueue], processor: FanoutProcessor) -> None:
         log.info(
-            "fan-out worker started: %d messages in flight, %d write requests in flight",
+            "fan-out worker started: %d queue shard(s), %d messages in flight, "
+            "%d write requests in flight",
+            len(shards),
             self._settings.worker_concurrency,
             self._settings.worker_write_concurrency,
         )
-        sampler = asyncio.create_task(self._sample_depth(queue))
+        sampler = asyncio.create_task(self._sample_depth(shards))
         try:
             async with asyncio.TaskGroup() as receivers:
-                for _ in range(self._settings.worker_receivers):
-                    receivers.create_task(self._receive(queue, processor))
+                for index in range(self._settings.worker_receivers):
+                    receivers.create_task(self._receive(shards, processor, index))
         finally:
             sampler.cancel()
 
@@ -124,13 +126,21 @@ class Worker:
             await asyncio.gather(*pending, return_exceptions=True)
         await writer.close(max(0.0, deadline - loop.time()))
 
-    async def _receive(self, queue: FanoutQueue, processor: FanoutProcessor) -> None:
-        """One receiver: lease as many messages as there is room for, start each one."""
-        failures = 0
+    async def _receive(
+        self, shards: list[FanoutQueue], processor: FanoutProcessor, first: int
+    ) -> None:
+        """One receiver: lease as many messages as there is room for, start each one.
+
+        Receivers take the shards in turn, each from its own starting shard, so every shard
+        is asked as often as any other; a receiver idles only after a whole round of empty
+        shards."""
+        failures = empty = 0
+        turn = first
         while not self._stopping.is_set():
             count = await self._reserve()
             if not count:
                 return
+            queue, turn = shards[turn % len(shards)], turn + 1
             try:
                 messages = await queue.receive(count, self._settings.worker_visibility_timeout_s)
                 failures = 0
@@ -141,9 +151,11 @@ class Worker:
                 await self._release(count)
             for message in messages:
                 self._start(queue, processor, message)
+            empty = 0 if messages else empty + 1
             if failures:
                 await self._sleep(backoff_delay(failures, base=0.2, cap=10))
-            elif not messages:
+            elif empty >= len(shards):
+                empty = 0
                 await self._sleep(self._settings.worker_idle_sleep_s)
 
     async def _reserve(self) -> int:
@@ -271,12 +283,13 @@ class Worker:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._stopping.wait(), seconds)
 
-    async def _sample_depth(self, queue: FanoutQueue) -> None:
+    async def _sample_depth(self, shards: list[FanoutQueue]) -> None:
         while True:
             try:
-                work, poison = await queue.depth()
-                QUEUE_DEPTH.labels("fanout").set(work)
-                QUEUE_DEPTH.labels("fanout-poison").set(poison)
+                for queue in shards:
+                    work, poison = await queue.depth()
+                    QUEUE_DEPTH.labels(work_queue_name(queue.shard)).set(work)
+                    QUEUE_DEPTH.labels(poison_queue_name(queue.shard)).set(poison)
             except Exception:  # a sampler must never die
                 log.warning("could not sample queue depths", exc_info=True)
             await asyncio.sleep(5)

@@ -35,9 +35,8 @@ from timeline.azurite import Azurite, free_ports
 from timeline.entities import Post
 from timeline.keys import new_post_id, now_ticks
 from timeline.messages import Followed, PostCreated, encode
-from timeline.queue import FanoutQueue
+from timeline.queue import FanoutQueue, FanoutQueues
 from timeline.storage import (
-    FANOUT_QUEUE,
     POSTS,
     SUBJECT_FOLLOWERS,
     SUBJECT_FOLLOWING,
@@ -192,11 +191,12 @@ def follower_rows(author: str, followers: Iterable[str]) -> list[dict[str, Any]]
 async def publish(storage: Storage, post: Post, *, visible_in_s: int = 0) -> None:
     """What the API does for a post: the source row, then a small message."""
     await submit_batch(storage, POSTS, post.author, [("upsert", post.to_entity(post.author))])
-    async with storage.guard():
-        await storage.queue(FANOUT_QUEUE).send_message(
-            encode(PostCreated(author=post.author, post_id=post.post_id)),
-            visibility_timeout=visible_in_s or None,
-        )
+    message = PostCreated(author=post.author, post_id=post.post_id)
+    await (
+        FanoutQueues(storage)
+        .shard_for(message)
+        .send_raw(encode(message), visible_in_s=visible_in_s or None)
+    )
 
 
 async def wait_for(

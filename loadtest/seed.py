@@ -24,6 +24,7 @@ from timeline.config import Settings
 from timeline.entities import Post, User
 from timeline.keys import new_post_id, now_ticks
 from timeline.repositories import COUNT_ROW
+from timeline.secret import auth_secret
 from timeline.storage import (
     POSTS,
     SUBJECT_FOLLOWERS,
@@ -112,8 +113,8 @@ def _count_row(partition: str, count: int) -> dict[str, Any]:
     return {"PartitionKey": partition, "RowKey": COUNT_ROW, "n": count}
 
 
-def mint_tokens(settings: Settings, users: list[str]) -> dict[str, str]:
-    signer = TokenSigner(settings.secret_bytes(), token_ttl_s=settings.token_ttl_s)
+def mint_tokens(settings: Settings, secret: bytes, users: list[str]) -> dict[str, str]:
+    signer = TokenSigner(secret, token_ttl_s=settings.token_ttl_s)
     return {
         user: signer.mint_bearer(user) for user in tqdm(users, desc="seed: tokens", leave=False)
     }
@@ -125,8 +126,9 @@ async def main_async(args: argparse.Namespace) -> None:
     async with Storage(settings.connection_string(), settings.storage_options()) as storage:
         await storage.create_all()
         await seed(storage, graph, authors=args.authors, posts_per_author=args.posts)
+        secret = await auth_secret(storage, settings.auth_secret)
     args.tokens.parent.mkdir(parents=True, exist_ok=True)
-    args.tokens.write_text(json.dumps(mint_tokens(settings, graph.users)))
+    args.tokens.write_text(json.dumps(mint_tokens(settings, secret, graph.users)))
 
 
 def main() -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import stat
 import subprocess
 import sys
 import time
@@ -16,7 +15,7 @@ import pytest
 
 from tests.conftest import eventually, program_env
 from timeline.azurite import free_ports
-from timeline.config import AUTH_SECRET_FILE, CONNECTION_FILE
+from timeline.config import CONNECTION_FILE
 
 
 class StackProcess:
@@ -101,12 +100,10 @@ async def test_stack_runs_stops_and_keeps_data(tmp_path: Path) -> None:
         minted = (await asyncio.to_thread(stack.cli, "token", "alice")).strip()
         stats = await asyncio.to_thread(stack.cli, "stats")
         assert "table users: 2" in stats
-        assert "queue fanout-poison: 0" in stats
+        assert "queue fanout-0-poison (account 0): 0" in stats
     finally:
         stop_seconds = stack.stop()
     assert stop_seconds < 20
-    secret = tmp_path / "data" / AUTH_SECRET_FILE
-    assert stat.S_IMODE(secret.stat().st_mode) == 0o600
     assert not (tmp_path / "data" / CONNECTION_FILE).exists()
 
     stack.start()

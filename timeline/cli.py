@@ -10,8 +10,9 @@ from collections.abc import Awaitable, Callable
 from timeline.config import Settings
 from timeline.errors import TimelineError
 from timeline.logs import configure_logging
-from timeline.queue import FanoutQueue
+from timeline.queue import FanoutQueues
 from timeline.repositories import UsersRepository
+from timeline.secret import auth_secret
 from timeline.stack import Stack, init_storage
 from timeline.storage import TABLES, Storage, query_page
 from timeline.tokens import TokenSigner
@@ -28,32 +29,36 @@ def cmd_init(settings: Settings, _args: argparse.Namespace) -> None:
 
 
 def cmd_token(settings: Settings, args: argparse.Namespace) -> None:
-    async def check_user(storage: Storage) -> None:
+    async def mint(storage: Storage) -> None:
         if not await UsersRepository(storage).exists(args.user):
             raise TimelineError(f"user {args.user!r} does not exist", code="user_not_found")
+        secret = await auth_secret(storage, settings.auth_secret)
+        print(TokenSigner(secret, token_ttl_s=settings.token_ttl_s).mint_bearer(args.user))
 
-    asyncio.run(_with_storage(settings, check_user))
-    print(
-        TokenSigner(settings.secret_bytes(), token_ttl_s=settings.token_ttl_s).mint_bearer(
-            args.user
-        )
-    )
+    asyncio.run(_with_storage(settings, mint))
 
 
 def cmd_stats(settings: Settings, _args: argparse.Namespace) -> None:
     async def stats(storage: Storage) -> None:
-        work, poison = await FanoutQueue(storage).depth()
-        print(f"queue fanout: {work}")
-        print(f"queue fanout-poison: {poison}")
+        placement = storage.placement
+        print(f"placement: version {placement.version}, {len(placement.accounts)} account(s)")
+        for shard in FanoutQueues(storage).shards:
+            work, poison = await shard.depth()
+            account = placement.queue_accounts[shard.shard]
+            print(f"queue fanout-{shard.shard} (account {account}): {work}")
+            print(f"queue fanout-{shard.shard}-poison (account {account}): {poison}")
         for table in TABLES:
-            print(f"table {table}: {await _count(storage, table)}")
+            counts = [
+                await _count(storage, index, table) for index in range(len(storage.account_ids))
+            ]
+            print(f"table {table}: {sum(counts)} ({' + '.join(map(str, counts))} by account)")
 
     asyncio.run(_with_storage(settings, stats))
 
 
-async def _count(storage: Storage, table: str) -> int:
-    """Entities in a whole table (a full scan, fine for an admin command)."""
-    client = storage.table(table, "")
+async def _count(storage: Storage, account: int, table: str) -> int:
+    """Entities in one account's table (a full scan, fine for an admin command)."""
+    client = storage.account_table(account, table)
     total, continuation = 0, None
     while True:
         async with storage.guard():
@@ -68,7 +73,7 @@ async def _count(storage: Storage, table: str) -> int:
 
 def cmd_poison_list(settings: Settings, args: argparse.Namespace) -> None:
     async def show(storage: Storage) -> None:
-        for message in await FanoutQueue(storage).peek_poison(args.count):
+        for message in await FanoutQueues(storage).peek_poison(args.count):
             print(
                 f"{message.message_id}\t{message.dequeue_count}\t{message.reason}\t{message.content}"
             )
@@ -78,7 +83,7 @@ def cmd_poison_list(settings: Settings, args: argparse.Namespace) -> None:
 
 def cmd_poison_requeue(settings: Settings, args: argparse.Namespace) -> None:
     async def requeue(storage: Storage) -> None:
-        moved = await FanoutQueue(storage).requeue_poison(args.count)
+        moved = await FanoutQueues(storage).requeue_poison(args.count)
         print(f"requeued {moved} message(s)")
 
     asyncio.run(_with_storage(settings, requeue))

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import secrets
 from pathlib import Path
 
 from pydantic import Field, field_validator
@@ -14,9 +12,8 @@ from timeline.fanout import Timing
 from timeline.retry import RetryPolicy
 from timeline.storage import StorageOptions
 
-AUTH_SECRET_FILE = "auth-secret"  # noqa: S105 - a file name, not a secret
 CONNECTION_FILE = "storage-connection-string"
-"""Written by the running embedded stack so admin commands find its Azurite."""
+"""Written by the running embedded stack so admin commands find its Azurites (one per line)."""
 
 
 class Settings(BaseSettings):
@@ -25,6 +22,22 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TIMELINE_", frozen=True, extra="ignore")
 
     storage_connection_string: str | None = None
+    """One account (kept for compatibility; the same as a list of one)."""
+    storage_connection_strings: str | None = None
+    """Several accounts, separated by whitespace or newlines, in placement order."""
+    embedded_accounts: int = Field(default=1, ge=1, le=16)
+    """Azurite instances ``make run`` starts when no storage is configured."""
+    queue_shards: int | None = Field(default=None, ge=1, le=256)
+    """Queue shards of a new placement (default: one per account); fixed once stored."""
+    placement_lease_s: float = Field(default=15.0, gt=0)
+    """A process stops routing when its last read of the placement is older than this."""
+    rebalance_fence_s: float | None = Field(default=None, gt=0)
+    """How long a rebalance waits for every process to see a change of the placement
+    (default: the lease plus the storage timeout plus 30 s; must exceed the first two)."""
+    api_processes: int = Field(default=1, ge=1, le=64)
+    """API processes ``make run`` starts on one port (SO_REUSEPORT)."""
+    workers: int = Field(default=1, ge=1, le=64)
+    """Fan-out worker processes ``make run`` starts."""
     data_dir: Path = Path(".data")
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
@@ -73,14 +86,30 @@ class Settings(BaseSettings):
 
     @property
     def uses_embedded_azurite(self) -> bool:
-        return self.storage_connection_string is None
+        return not (self.storage_connection_strings or self.storage_connection_string)
 
     def storage_options(self) -> StorageOptions:
         return StorageOptions(
             timeout_s=self.storage_timeout_s,
             retries=self.storage_retries,
             table_connections=max(100, self.worker_write_concurrency + 64),
+            placement_lease_s=self.placement_lease_s,
+            queue_shards=self.queue_shards,
         )
+
+    def rebalance_fence(self) -> float:
+        """How long after a placement change no process can still route by the old one: a
+        lease, plus one storage call started just before it ran out, plus margin (by default
+        30 s, the longest Azure works on a request its client has given up on)."""
+        earliest = self.placement_lease_s + self.storage_timeout_s
+        if self.rebalance_fence_s is None:
+            return earliest + 30
+        if self.rebalance_fence_s <= earliest:
+            raise ConfigurationError(
+                "TIMELINE_REBALANCE_FENCE_S must exceed the placement lease plus the storage "
+                f"timeout ({earliest:g} s)"
+            )
+        return self.rebalance_fence_s
 
     def retry_policy(self) -> RetryPolicy:
         return RetryPolicy(base_s=self.worker_retry_base_s, cap_s=self.worker_retry_cap_s)
@@ -105,41 +134,15 @@ class Settings(BaseSettings):
         )
 
     def connection_string(self) -> str:
-        """The configured storage, else the embedded Azurite of a running ``make run``."""
-        if self.storage_connection_string:
-            return self.storage_connection_string
+        """Every configured account, one per line (``Storage`` splits them), else the
+        embedded Azurites of a running ``make run``."""
+        configured = self.storage_connection_strings or self.storage_connection_string
+        if configured:
+            return "\n".join(configured.split())
         published = self.data_dir / CONNECTION_FILE
         if published.exists():
             return published.read_text().strip()
         raise ConfigurationError(
-            "no storage configured: set TIMELINE_STORAGE_CONNECTION_STRING, "
+            "no storage configured: set TIMELINE_STORAGE_CONNECTION_STRINGS, "
             "or start the embedded stack with `make run` (`timeline run`)"
         )
-
-    def secret_bytes(self) -> bytes:
-        """The HMAC key: the configured one, or the one generated once under ``data_dir``."""
-        if self.auth_secret:
-            return self.auth_secret.encode()
-        return load_or_create_secret(self.data_dir).encode()
-
-
-def load_or_create_secret(data_dir: Path) -> str:
-    """Return the secret stored under ``data_dir``, creating it (mode 0600) on first use.
-
-    The new secret is written to a private temporary file and hard-linked into place, so a
-    concurrent reader sees either no file or the whole secret, and only one secret ever wins.
-    """
-    path = data_dir / AUTH_SECRET_FILE
-    if not path.exists():
-        data_dir.mkdir(parents=True, exist_ok=True)
-        staging = data_dir / f".{AUTH_SECRET_FILE}.{os.getpid()}.{secrets.token_hex(4)}"
-        fd = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as handle:
-            handle.write(secrets.token_urlsafe(32))
-        try:
-            os.link(staging, path)
-        except FileExistsError:
-            pass
-        finally:
-            staging.unlink()
-    return path.read_text().strip()

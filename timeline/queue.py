@@ -1,17 +1,21 @@
-"""The ``fanout`` work queue and its ``fanout-poison`` dead-letter queue."""
+"""The fan-out work queue shards ``fanout-<k>``, each with a ``fanout-<k>-poison`` dead-letter
+queue. A message goes to the shard of the user whose partition it starts from (the author of
+a post, the follower of a follow), so one user's messages stay in one shard."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Protocol
 
 import orjson
 from azure.storage.queue import QueueMessage
 
 from timeline.errors import MalformedMessageError
-from timeline.messages import FanoutMessage, decode, encode
+from timeline.messages import FanoutMessage, Followed, Unfollowed, decode, encode
 from timeline.metrics import MESSAGES_SENT
-from timeline.storage import FANOUT_QUEUE, POISON_QUEUE, Storage
+from timeline.placement import hash64
+from timeline.storage import Storage
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,20 +26,33 @@ class PoisonedMessage:
     dequeue_count: int
 
 
+class MessageSender(Protocol):
+    async def send(self, message: FanoutMessage) -> None: ...
+
+
+def shard_key(message: FanoutMessage) -> str:
+    return message.follower if isinstance(message, Followed | Unfollowed) else message.author
+
+
 class FanoutQueue:
-    def __init__(self, storage: Storage) -> None:
+    """One shard: its work queue and its poison queue."""
+
+    def __init__(self, storage: Storage, shard: int = 0) -> None:
         self._storage = storage
-        self._queue = storage.queue(FANOUT_QUEUE)
-        self._poison = storage.queue(POISON_QUEUE)
+        self.shard = shard
+        self._queue = storage.work_queue(shard)
+        self._poison = storage.poison_queue(shard)
 
     async def send(self, message: FanoutMessage) -> None:
         await self.send_raw(encode(message))
         MESSAGES_SENT.labels(message.type).inc()
 
-    async def send_raw(self, content: str) -> None:
+    async def send_raw(self, content: str, *, visible_in_s: int | None = None) -> None:
         """Enqueue with no time-to-live: a backlog must never silently drop a delete."""
         async with self._storage.guard():
-            await self._queue.send_message(content, time_to_live=-1)
+            await self._queue.send_message(
+                content, time_to_live=-1, visibility_timeout=visible_in_s
+            )
 
     async def receive(self, count: int, visibility_timeout_s: int) -> list[QueueMessage]:
         """Lease up to ``count`` (≤ 32) messages for ``visibility_timeout_s`` seconds."""
@@ -114,6 +131,37 @@ class FanoutQueue:
             work = await self._queue.get_queue_properties()
             poison = await self._poison.get_queue_properties()
         return work.approximate_message_count or 0, poison.approximate_message_count or 0
+
+
+class FanoutQueues:
+    """Every shard: sends each message to its key's shard; admin views see all shards."""
+
+    def __init__(self, storage: Storage) -> None:
+        self.shards = [FanoutQueue(storage, shard) for shard in range(storage.queue_shards)]
+
+    def shard_for(self, message: FanoutMessage) -> FanoutQueue:
+        return self.shards[hash64(shard_key(message)) % len(self.shards)]
+
+    async def send(self, message: FanoutMessage) -> None:
+        await self.shard_for(message).send(message)
+
+    async def depth(self) -> tuple[int, int]:
+        """Work and poison messages summed over the shards."""
+        depths = [await shard.depth() for shard in self.shards]
+        return sum(work for work, _ in depths), sum(poison for _, poison in depths)
+
+    async def peek_poison(self, count: int = 32) -> list[PoisonedMessage]:
+        found: list[PoisonedMessage] = []
+        for shard in self.shards:
+            found += await shard.peek_poison(count - len(found)) if len(found) < count else []
+        return found
+
+    async def requeue_poison(self, count: int = 32) -> int:
+        moved = 0
+        for shard in self.shards:
+            if moved < count:
+                moved += await shard.requeue_poison(count - moved)
+        return moved
 
 
 def _fresh(content: str) -> str:

@@ -211,13 +211,12 @@ class PostsRepository:
         """Which of these post row keys are live posts now: one range query per 1,000."""
         if not row_keys:
             return set()
-        client = self._storage.table(POSTS, author)
         continuation: dict[str, str] | None = None
         alive: set[str] = set()
         while True:
             async with self._storage.guard():
                 page = await query_page(
-                    client,
+                    self._storage.reader(POSTS, author),
                     f"{PARTITION} and RowKey ge @first and RowKey le @last",
                     {"pk": author, "first": min(row_keys), "last": max(row_keys)},
                     select=["RowKey", "void"],
@@ -245,11 +244,10 @@ class TimelinesRepository:
     async def rows_by_author(self, owner: str, author: str) -> AsyncIterator[list[tuple[str, str]]]:
         """Pages of ``(row key, etag)`` of every copy in ``owner``'s timeline from ``author``."""
         continuation: dict[str, str] | None = None
-        client = self._storage.table(TIMELINES, owner)
         while True:
             async with self._storage.guard():
                 page = await query_page(
-                    client,
+                    self._storage.reader(TIMELINES, owner),
                     f"{PARTITION} and author eq @author",
                     {"pk": owner, "author": author},
                     select=["RowKey"],
@@ -540,7 +538,7 @@ async def _get_entity(
     select: list[str] | None = None,
 ) -> TableEntity | None:
     """One point read by both keys (the cheapest call there is); None when missing."""
-    client = storage.table(table, partition_key)
+    client = storage.reader(table, partition_key)
     async with storage.guard():
         try:
             return await client.get_entity(partition_key, row_key, select=select)
@@ -558,7 +556,7 @@ async def _partition_page(
     continuation: dict[str, str] | None,
 ) -> Page[TableEntity]:
     """One page of one partition's listing rows (metadata excluded): one storage query."""
-    client = storage.table(table, partition_key)
+    client = storage.reader(table, partition_key)
     async with storage.guard():
         return await query_page(
             client,
@@ -578,12 +576,11 @@ async def _scan(
     parameters: dict[str, Any],
 ) -> AsyncIterator[str]:
     """Row keys of one partition matching ``condition``, 1,000 per storage query."""
-    client = storage.table(table, partition_key)
     continuation: dict[str, str] | None = None
     while True:
         async with storage.guard():
             page = await query_page(
-                client,
+                storage.reader(table, partition_key),
                 f"{PARTITION} and {condition}",
                 {"pk": partition_key, **parameters},
                 select=["RowKey"],

@@ -22,7 +22,7 @@ from timeline.keys import (
     validate_user_id,
 )
 from timeline.messages import Followed, PostCreated, PostDeleted, Unfollowed
-from timeline.queue import FanoutQueue
+from timeline.queue import MessageSender
 from timeline.ratelimit import RateLimits
 from timeline.repositories import Repositories, request_id
 from timeline.tokens import TokenSigner
@@ -49,7 +49,7 @@ class TimelineService:
     def __init__(
         self,
         repositories: Repositories,
-        queue: FanoutQueue,
+        queue: MessageSender,
         signer: TokenSigner,
         *,
         page_size: int,

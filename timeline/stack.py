@@ -82,7 +82,6 @@ class Stack:
             self._publish(connection_string)
         else:
             connection_string = settings.connection_string()
-        settings.secret_bytes()  # create it once, before two children race for it
         asyncio.run(init_storage(connection_string, settings))
         for module in SERVICES:
             self._children.append(

@@ -1,10 +1,12 @@
-"""Azure clients over one shared aiohttp session, and the one place that routes partitions."""
+"""Azure clients for every account, and the one place that routes partitions to accounts."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Iterable
+import math
+import time
+from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
@@ -13,17 +15,20 @@ import aiohttp
 from azure.core.exceptions import (
     HttpResponseError,
     ResourceExistsError,
+    ResourceNotFoundError,
     ServiceRequestError,
     ServiceResponseError,
 )
 from azure.core.pipeline.transport import AioHttpTransport
 from azure.data.tables import TableEntity, TableTransactionError, UpdateMode
+from azure.data.tables import TableServiceClient as SyncTableServiceClient
 from azure.data.tables.aio import TableClient, TableServiceClient
 from azure.storage.queue.aio import QueueClient
 
 from timeline.entities import Page
-from timeline.errors import StorageUnavailableError
+from timeline.errors import ConfigurationError, StorageUnavailableError
 from timeline.metrics import STORAGE_REQUESTS
+from timeline.placement import PLACEMENT_KEYS, PLACEMENT_TABLE, Placement, hash64
 
 log = logging.getLogger(__name__)
 
@@ -32,11 +37,11 @@ POSTS = "posts"
 TIMELINES = "timelines"
 SUBJECT_FOLLOWERS = "subjectFollowers"
 SUBJECT_FOLLOWING = "subjectFollowing"
-TABLES = (USERS, POSTS, TIMELINES, SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING)
-
-FANOUT_QUEUE = "fanout"
-POISON_QUEUE = "fanout-poison"
-QUEUES = (FANOUT_QUEUE, POISON_QUEUE)
+RATE_LIMITS = "rateLimits"
+TABLES = (USERS, POSTS, TIMELINES, SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING, RATE_LIMITS)
+"""Tables whose partitions are spread over the accounts by ``timeline.placement``."""
+META_TABLE = "timelineMeta"
+"""Service-wide rows (the auth secret) on the placement home, beside ``placement``."""
 
 MAX_BATCH_OPERATIONS = 100
 """Entity Group Transactions take at most 100 operations (Azurite breaks above that)."""
@@ -51,6 +56,35 @@ _UNAVAILABLE_ERRORS = (
 )
 
 
+def work_queue_name(shard: int) -> str:
+    return f"fanout-{shard}"
+
+
+def poison_queue_name(shard: int) -> str:
+    return f"fanout-{shard}-poison"
+
+
+def split_connection_strings(text: str | Sequence[str]) -> tuple[str, ...]:
+    """Connection strings separated by whitespace or newlines (they never contain any)."""
+    parts = text.split() if isinstance(text, str) else [part.strip() for part in text]
+    strings = tuple(part for part in parts if part)
+    if not strings:
+        raise ConfigurationError("no storage connection string was given")
+    if len(set(strings)) != len(strings):
+        raise ConfigurationError("a storage connection string is listed twice")
+    return strings
+
+
+def account_id(connection_string: str) -> str:
+    """What names an account in the stored placement: its table endpoint, never its key."""
+    try:
+        client = SyncTableServiceClient.from_connection_string(connection_string)
+    except ValueError as error:
+        raise ConfigurationError(f"a storage connection string is not valid: {error}") from None
+    with client:
+        return str(client.url).rstrip("/")
+
+
 @dataclass(frozen=True, slots=True)
 class StorageOptions:
     timeout_s: float = 5.0
@@ -58,6 +92,10 @@ class StorageOptions:
     table_connections: int = 256
     """Open connections for table calls; queue calls have a pool of their own, so lease
     renewals never wait behind a backlog of timeline writes."""
+    placement_lease_s: float = 15.0
+    """How long a read of the placement may be routed by (see ``timeline.placement``)."""
+    queue_shards: int | None = None
+    """Queue shards of a new placement (default: one per account); must match a stored one."""
 
 
 def is_retryable(error: BaseException) -> bool:
@@ -70,19 +108,31 @@ def is_retryable(error: BaseException) -> bool:
 
 
 class Storage:
-    """Owns the aiohttp session and every table and queue client built on it.
+    """Owns the aiohttp sessions and every table and queue client of every account.
 
-    ``table(name, partition_key)`` is the single point that maps a partition to a client, so
-    spreading partitions over several storage accounts changes only this class.
+    ``table(name, partition_key)`` (for writes) and ``reader(name, partition_key)`` are the
+    single points that map a partition to an account, by the placement this process last
+    read from storage; see ``timeline.placement`` for why routing stops when that read is
+    older than its lease.
     """
 
-    def __init__(self, connection_string: str, options: StorageOptions | None = None) -> None:
-        self._connection_string = connection_string
+    def __init__(
+        self, connection_strings: str | Sequence[str], options: StorageOptions | None = None
+    ) -> None:
+        self._connection_strings = split_connection_strings(connection_strings)
+        self.account_ids = tuple(account_id(text) for text in self._connection_strings)
         self.options = options or StorageOptions()
         self._session: aiohttp.ClientSession | None = None
         self._queue_session: aiohttp.ClientSession | None = None
-        self._tables: dict[str, TableClient] = {}
+        self._tables: list[dict[str, TableClient]] = []
         self._queues: dict[str, QueueClient] = {}
+        self._placement = Placement.initial(
+            self.account_ids, self.options.queue_shards or len(self.account_ids)
+        )
+        self._stored = False
+        self._valid_until = -math.inf
+        self._refused: str | None = None
+        self._refresher: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> Storage:
         await self.open()
@@ -92,14 +142,35 @@ class Storage:
         await self.close()
 
     async def open(self) -> None:
+        """Build the clients and read the placement; raises ``ConfigurationError`` when the
+        stored placement does not match the configured accounts."""
         connector = aiohttp.TCPConnector(limit=self.options.table_connections)
         self._session = aiohttp.ClientSession(connector=connector)
         self._queue_session = aiohttp.ClientSession()
-        self._tables = {name: self._table_client(name) for name in TABLES}
-        self._queues = {name: self._queue_client(name) for name in QUEUES}
+        self._tables = [
+            {name: self._table_client(text, name) for name in (*TABLES, META_TABLE)}
+            for text in self._connection_strings
+        ]
+        self._tables[0][PLACEMENT_TABLE] = self._table_client(
+            self._connection_strings[0], PLACEMENT_TABLE
+        )
+        with suppress(StorageUnavailableError):
+            await self.refresh_placement()
+        if self._refused is not None:
+            await self.close()
+            raise ConfigurationError(self._refused)
+        self._refresher = asyncio.create_task(self._refresh_forever())
 
     async def close(self) -> None:
-        clients: list[TableClient | QueueClient] = [*self._tables.values(), *self._queues.values()]
+        if self._refresher is not None:
+            self._refresher.cancel()
+            with suppress(asyncio.CancelledError):
+                await self._refresher
+            self._refresher = None
+        clients: list[TableClient | QueueClient] = [
+            *(client for account in self._tables for client in account.values()),
+            *self._queues.values(),
+        ]
         for client in clients:
             await client.close()
         self._tables.clear()
@@ -108,6 +179,89 @@ class Storage:
             if session is not None:
                 await session.close()
         self._session = self._queue_session = None
+
+    # -- placement ---------------------------------------------------------------------
+
+    @property
+    def placement(self) -> Placement:
+        return self._placement
+
+    @property
+    def queue_shards(self) -> int:
+        return self._placement.queue_shards
+
+    async def refresh_placement(self) -> Placement:
+        """Read the stored placement; the lease counts from when the read started."""
+        started = time.monotonic()
+        entity = await self.read_placement_entity()
+        if entity is not None:
+            self._adopt(Placement.from_entity(entity))
+        self._valid_until = started + self.options.placement_lease_s
+        return self._placement
+
+    async def read_placement_entity(self) -> TableEntity | None:
+        client = self._tables[0][PLACEMENT_TABLE]
+        async with self.guard():
+            try:
+                return await client.get_entity(*PLACEMENT_KEYS)
+            except ResourceNotFoundError:
+                return None  # a fresh storage: `create_all` writes the configured placement
+
+    def _adopt(self, stored: Placement) -> None:
+        try:
+            stored.check_configured(self.account_ids, self.options.queue_shards)
+        except ConfigurationError as error:
+            if self._refused is None:
+                log.error("not routing storage requests any more: %s", error.message)
+            self._refused = error.message
+            return
+        self._refused = None
+        self._placement, self._stored = stored, True
+
+    async def _refresh_forever(self) -> None:
+        period = self.options.placement_lease_s / 3
+        while True:
+            try:
+                await self.refresh_placement()
+                await asyncio.sleep(period)
+            except StorageUnavailableError:
+                await asyncio.sleep(min(1.0, period))
+
+    def _routable(self) -> Placement:
+        if self._refused is not None:
+            raise StorageUnavailableError(self._refused, retry_after=60)
+        if time.monotonic() > self._valid_until:
+            raise StorageUnavailableError(
+                "the storage placement could not be confirmed recently", retry_after=2
+            )
+        return self._placement
+
+    def table(self, name: str, partition_key: str) -> TableClient:
+        """The client to *write* ``partition_key`` of table ``name`` with; a partition that a
+        rebalance is copying takes no writes (a retryable ``StorageUnavailableError``)."""
+        placement, key_hash = self._routable(), hash64(partition_key)
+        if not placement.writable(key_hash):
+            raise StorageUnavailableError(
+                "this partition is moving to another storage account", retry_after=5
+            )
+        return self._tables[placement.home(key_hash)][name]
+
+    def reader(self, name: str, partition_key: str) -> TableClient:
+        """The client to *read* ``partition_key`` of table ``name`` with (also mid-move)."""
+        placement = self._routable()
+        return self._tables[placement.home(hash64(partition_key))][name]
+
+    def account_table(self, account: int, name: str) -> TableClient:
+        """Table ``name`` of one account, for whole-table scans and for the rebalancer."""
+        return self._tables[account][name]
+
+    def meta_table(self) -> TableClient:
+        return self._tables[0][META_TABLE]
+
+    def placement_table(self) -> TableClient:
+        return self._tables[0][PLACEMENT_TABLE]
+
+    # -- clients -----------------------------------------------------------------------
 
     def _transport_kwargs(self, session: aiohttp.ClientSession | None = None) -> dict[str, Any]:
         session = session or self._session
@@ -119,9 +273,9 @@ class Storage:
             "read_timeout": timeout,
         }
 
-    def _table_client(self, name: str) -> TableClient:
+    def _table_client(self, connection_string: str, name: str) -> TableClient:
         return TableClient.from_connection_string(
-            self._connection_string,
+            connection_string,
             name,
             retry_total=self.options.retries,
             retry_backoff_factor=0.2,
@@ -129,9 +283,9 @@ class Storage:
             **self._transport_kwargs(),
         )
 
-    def _queue_client(self, name: str) -> QueueClient:
+    def _queue_client(self, connection_string: str, name: str) -> QueueClient:
         return QueueClient.from_connection_string(
-            self._connection_string,
+            connection_string,
             name,
             retry_total=self.options.retries,
             initial_backoff=0.5,  # the SDK's default waits 15 s before its first retry
@@ -140,13 +294,24 @@ class Storage:
             **self._transport_kwargs(self._queue_session),
         )
 
-    def table(self, name: str, partition_key: str) -> TableClient:
-        """The client that holds ``partition_key`` of table ``name`` (one account for now)."""
-        del partition_key
-        return self._tables[name]
-
-    def queue(self, name: str) -> QueueClient:
+    def _shard_queue(self, name: str, shard: int) -> QueueClient:
+        if name not in self._queues:
+            if not 0 <= shard < self.queue_shards:
+                raise ValueError(f"no queue shard {shard}")
+            account = self._placement.queue_accounts[shard]
+            self._queues[name] = self._queue_client(self._connection_strings[account], name)
         return self._queues[name]
+
+    def work_queue(self, shard: int) -> QueueClient:
+        """Queue shard ``fanout-<shard>``; shards stay on the account they were created on."""
+        return self._shard_queue(work_queue_name(shard), shard)
+
+    def poison_queue(self, shard: int) -> QueueClient:
+        return self._shard_queue(poison_queue_name(shard), shard)
+
+    def _all_queues(self) -> list[QueueClient]:
+        shards = range(self.queue_shards)
+        return [*(self.work_queue(k) for k in shards), *(self.poison_queue(k) for k in shards)]
 
     @asynccontextmanager
     async def guard(self, timeout_s: float | None = None) -> AsyncIterator[None]:
@@ -163,35 +328,54 @@ class Storage:
                 "storage is unavailable, try again shortly", retry_after=2
             ) from error
 
+    # -- provisioning ------------------------------------------------------------------
+
     async def create_all(self) -> None:
-        """Create every table and queue; existing ones are left as they are."""
-        for client in self._tables.values():
-            async with self.guard():
-                with suppress(ResourceExistsError):
-                    await client.create_table()
-        for queue in self._queues.values():
+        """Create every table, the placement (when there is none) and every queue shard;
+        existing ones are left as they are. Raises ``ConfigurationError`` when the stored
+        placement does not match this configuration."""
+        for account in self._tables:
+            for client in account.values():
+                async with self.guard():
+                    with suppress(ResourceExistsError):
+                        await client.create_table()
+        await self._store_initial_placement()
+        for queue in self._all_queues():
             async with self.guard():
                 with suppress(ResourceExistsError):
                     await queue.create_queue()
 
+    async def _store_initial_placement(self) -> None:
+        async with self.guard():
+            with suppress(ResourceExistsError):
+                await self.placement_table().create_entity(self._placement.to_entity())
+        await self.refresh_placement()
+        if self._refused is not None:
+            raise ConfigurationError(self._refused)
+
     async def missing_resources(self) -> list[str]:
         """Names of tables and queues that do not exist (raises if storage is unreachable)."""
-        async with self.guard(), self._service_client() as service:
-            existing = {table.name async for table in service.list_tables()}
-        missing = [name for name in TABLES if name not in existing]
-        for name, queue in self._queues.items():
+        missing: list[str] = []
+        for index, text in enumerate(self._connection_strings):
+            async with self.guard(), self._service_client(text) as service:
+                existing = {table.name async for table in service.list_tables()}
+            wanted = [*TABLES, META_TABLE, *([PLACEMENT_TABLE] if index == 0 else [])]
+            missing += [f"{name} (account {index})" for name in wanted if name not in existing]
+        if not self._stored:
+            missing.append("placement")
+        for queue in self._all_queues():
             async with self.guard():
                 try:
                     await queue.get_queue_properties()
                 except HttpResponseError as error:
                     if error.status_code != 404:
                         raise
-                    missing.append(name)
+                    missing.append(queue.queue_name)
         return missing
 
-    def _service_client(self) -> TableServiceClient:
+    def _service_client(self, connection_string: str) -> TableServiceClient:
         return TableServiceClient.from_connection_string(
-            self._connection_string, retry_total=0, **self._transport_kwargs()
+            connection_string, retry_total=0, **self._transport_kwargs()
         )
 
 
