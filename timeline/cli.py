@@ -1,4 +1,4 @@
-"""``timeline``: the admin command line (init, token, stats, poison, run)."""
+"""``timeline``: the admin command line (init, token, stats, poison, rebalance, run)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from timeline.config import Settings
 from timeline.errors import TimelineError
 from timeline.logs import configure_logging
 from timeline.queue import FanoutQueues
+from timeline.rebalance import Rebalancer
 from timeline.repositories import UsersRepository
 from timeline.secret import auth_secret
 from timeline.stack import Stack, init_storage
@@ -89,6 +90,20 @@ def cmd_poison_requeue(settings: Settings, args: argparse.Namespace) -> None:
     asyncio.run(_with_storage(settings, requeue))
 
 
+def cmd_rebalance(settings: Settings, args: argparse.Namespace) -> None:
+    fence_s = settings.rebalance_fence()
+
+    async def rebalance(storage: Storage) -> None:
+        report = await Rebalancer(storage, fence_s=fence_s, steps=args.steps).run()
+        print(
+            f"placement version {report.version} is settled on {report.accounts} account(s): "
+            f"{report.partitions} partition(s) and {report.rows} row(s) moved, "
+            f"{report.removed} old row(s) removed"
+        )
+
+    asyncio.run(_with_storage(settings, rebalance))
+
+
 def cmd_run(settings: Settings, _args: argparse.Namespace) -> None:
     sys.exit(Stack(settings).run())
 
@@ -102,6 +117,13 @@ def build_parser() -> argparse.ArgumentParser:
     token.set_defaults(func=cmd_token)
     commands.add_parser("stats", help="queue depths and table counts").set_defaults(func=cmd_stats)
     commands.add_parser("run", help="run storage, API and worker").set_defaults(func=cmd_run)
+    rebalance = commands.add_parser(
+        "rebalance", help="move partitions onto accounts added at the end of the list"
+    )
+    rebalance.add_argument(
+        "--steps", type=int, default=8, help="slot ranges moved one after another (default 8)"
+    )
+    rebalance.set_defaults(func=cmd_rebalance)
     poison = commands.add_parser("poison", help="inspect or requeue failed messages")
     poison_commands = poison.add_subparsers(dest="poison_command", required=True)
     listing = poison_commands.add_parser("list", help="show poison messages with their reasons")

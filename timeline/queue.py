@@ -140,7 +140,10 @@ class FanoutQueues:
         self.shards = [FanoutQueue(storage, shard) for shard in range(storage.queue_shards)]
 
     def shard_for(self, message: FanoutMessage) -> FanoutQueue:
-        return self.shards[hash64(shard_key(message)) % len(self.shards)]
+        return self.shard_for_key(shard_key(message))
+
+    def shard_for_key(self, key: str) -> FanoutQueue:
+        return self.shards[hash64(key) % len(self.shards)]
 
     async def send(self, message: FanoutMessage) -> None:
         await self.shard_for(message).send(message)

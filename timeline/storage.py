@@ -41,7 +41,9 @@ RATE_LIMITS = "rateLimits"
 TABLES = (USERS, POSTS, TIMELINES, SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING, RATE_LIMITS)
 """Tables whose partitions are spread over the accounts by ``timeline.placement``."""
 META_TABLE = "timelineMeta"
-"""Service-wide rows (the auth secret) on the placement home, beside ``placement``."""
+"""Service-wide rows (the auth secret) on the placement home, beside ``placement``; on every
+account, the row naming the placement home it belongs to."""
+MEMBER_KEYS = ("member", "placement")
 
 MAX_BATCH_OPERATIONS = 100
 """Entity Group Transactions take at most 100 operations (Azurite breaks above that)."""
@@ -156,6 +158,7 @@ class Storage:
         )
         with suppress(StorageUnavailableError):
             await self.refresh_placement()
+            await self._check_membership()
         if self._refused is not None:
             await self.close()
             raise ConfigurationError(self._refused)
@@ -217,6 +220,24 @@ class Storage:
             return
         self._refused = None
         self._placement, self._stored = stored, True
+
+    async def _check_membership(self) -> None:
+        """Refuse accounts that belong to the placement of another placement home: a list
+        in the wrong order would otherwise find no placement on its first account."""
+        home = self.account_ids[0]
+        for index, account in enumerate(self._tables):
+            async with self.guard():
+                try:
+                    member = await account[META_TABLE].get_entity(*MEMBER_KEYS)
+                except ResourceNotFoundError:
+                    continue
+            if member["home"] != home:
+                self._refused = (
+                    f"storage account {self.account_ids[index]} belongs to the placement whose "
+                    f"home is {member['home']}, but the first configured account is {home}: "
+                    "list the accounts in the stored order"
+                )
+                return
 
     async def _refresh_forever(self) -> None:
         period = self.options.placement_lease_s / 3
@@ -340,6 +361,13 @@ class Storage:
                     with suppress(ResourceExistsError):
                         await client.create_table()
         await self._store_initial_placement()
+        for account in self._tables:
+            async with self.guard():
+                with suppress(ResourceExistsError):
+                    await account[META_TABLE].create_entity(self._member_row())
+        await self._check_membership()
+        if self._refused is not None:
+            raise ConfigurationError(self._refused)
         for queue in self._all_queues():
             async with self.guard():
                 with suppress(ResourceExistsError):
@@ -352,6 +380,10 @@ class Storage:
         await self.refresh_placement()
         if self._refused is not None:
             raise ConfigurationError(self._refused)
+
+    def _member_row(self) -> dict[str, str]:
+        partition_key, row_key = MEMBER_KEYS
+        return {"PartitionKey": partition_key, "RowKey": row_key, "home": self.account_ids[0]}
 
     async def missing_resources(self) -> list[str]:
         """Names of tables and queues that do not exist (raises if storage is unreachable)."""

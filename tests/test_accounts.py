@@ -1,0 +1,270 @@
+"""Several storage accounts: placement, flows across accounts, refusal, rebalance, resume.
+
+Every test runs on two or three real Azurite instances of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import api_client, eventually, make_settings, program_env, running_worker
+from tests.helpers import Api
+from timeline.azurite import Azurite
+from timeline.config import Settings
+from timeline.errors import ConfigurationError
+from timeline.placement import Placement, hash64, jump_hash
+from timeline.queue import FanoutQueues
+from timeline.rebalance import RebalanceError, Rebalancer
+from timeline.storage import TABLES, TIMELINES, USERS, Storage, StorageOptions
+
+
+@pytest.fixture
+def three_azurites() -> Iterator[list[Azurite]]:
+    servers = [Azurite(location=None) for _ in range(3)]
+    try:
+        for server in servers:
+            server.start()
+        yield servers
+    finally:
+        for server in servers:
+            server.stop()
+
+
+def _strings(servers: list[Azurite]) -> str:
+    return "\n".join(server.connection_string for server in servers)
+
+
+def _settings(servers: list[Azurite], data_dir: Path, **overrides: Any) -> Settings:
+    return make_settings(_strings(servers), data_dir, **overrides)
+
+
+@contextlib.asynccontextmanager
+async def _storage(servers: list[Azurite], **options: Any) -> AsyncIterator[Storage]:
+    async with Storage(_strings(servers), StorageOptions(**options)) as storage:
+        yield storage
+
+
+# -- placement: pure functions ------------------------------------------------------------
+
+
+def test_the_hashes_are_pinned() -> None:
+    """Pinned values: a change of either hash would silently re-home stored partitions."""
+    assert [jump_hash(key, 3) for key in (0, 1, 2**63, 2**64 - 1)] == [0, 0, 1, 2]
+    assert [jump_hash(key, 10) for key in (0, 1, 2**63, 2**64 - 1)] == [0, 6, 5, 9]
+    assert hash64("alice") == 0x4DEAEC0CCE54DA89
+    assert [jump_hash(hash64(user), 3) for user in ("alice", "bob", "carol", "dave")] == [
+        1,
+        1,
+        2,
+        2,
+    ]
+
+
+def test_placement_is_balanced_and_moves_only_onto_the_new_account() -> None:
+    users = [f"user-{n:05d}" for n in range(10_000)]
+    two = Placement.initial(("a", "b"), 2)
+    three = Placement.initial(("a", "b", "c"), 3)
+    per_account = Counter(three.home(hash64(user)) for user in users)
+    assert max(per_account.values()) / (len(users) / 3) <= 1.1, per_account
+    moved = [user for user in users if two.home(hash64(user)) != three.home(hash64(user))]
+    assert all(three.home(hash64(user)) == 2 for user in moved), "moved between old accounts"
+    assert 0.28 < len(moved) / len(users) < 0.39, len(moved)
+
+
+def test_placement_row_round_trips() -> None:
+    placement = Placement(7, ("a", "b", "c"), (0, 1), previous=2, moved=frozenset({1, 4095}))
+    assert Placement.from_entity(placement.to_entity()) == placement
+
+
+# -- real storage ----------------------------------------------------------------------------
+
+
+async def test_posts_follows_and_deletes_cross_accounts(
+    three_azurites: list[Azurite], tmp_path: Path
+) -> None:
+    """Author and reader on different accounts; every row lands on its partition's home."""
+    settings = _settings(three_azurites[:2], tmp_path)
+    async with _storage(three_azurites[:2]) as storage:
+        await storage.create_all()
+        author, reader = _users_on_different_accounts(storage.placement)
+        async with api_client(settings) as client, running_worker(settings):
+            api = Api(client)
+            author_token, reader_token = await api.register(author), await api.register(reader)
+            await api.follow(reader, reader_token, author)
+            post = await api.post(author, author_token, "across accounts")
+
+            async def delivered() -> bool:
+                return await api.timeline_ids(reader, reader_token) == [post["post_id"]]
+
+            await eventually(delivered, what="the post on the reader's timeline")
+            for user in (author, reader):
+                home = storage.placement.home(hash64(user))
+                assert await _rows_of(storage, home, USERS, user) == 1
+                assert await _rows_of(storage, 1 - home, USERS, user) == 0
+                assert await _rows_of(storage, 1 - home, TIMELINES, user) == 0
+            assert (await api.profile(author))["followers"] == 1
+            response = await client.delete(
+                f"/users/{author}/posts/{post['post_id']}",
+                headers={"Authorization": f"Bearer {author_token}"},
+            )
+            assert response.status == 204
+
+            async def removed() -> bool:
+                return await api.timeline_ids(reader, reader_token) == []
+
+            await eventually(removed, what="the delete on the reader's timeline")
+            await api.unfollow(reader, reader_token, author)
+            assert (await api.profile(author))["followers"] == 0
+
+
+def _users_on_different_accounts(placement: Placement) -> tuple[str, str]:
+    users = [f"x-{n}" for n in range(100)]
+    homes = {placement.home(hash64(user)): user for user in users}
+    return homes[0], homes[1]
+
+
+async def _rows_of(storage: Storage, account: int, table: str, partition_key: str) -> int:
+    client = storage.account_table(account, table)
+    async with storage.guard():
+        return len(
+            [
+                entity
+                async for entity in client.query_entities(
+                    "PartitionKey eq @pk", parameters={"pk": partition_key}
+                )
+            ]
+        )
+
+
+async def test_queue_shards_spread_over_accounts_and_all_are_consumed(
+    three_azurites: list[Azurite], tmp_path: Path
+) -> None:
+    settings = _settings(three_azurites, tmp_path, queue_shards=4)
+    async with _storage(three_azurites, queue_shards=4) as storage:
+        await storage.create_all()
+        assert storage.placement.queue_accounts == (0, 1, 2, 0)
+        queues = FanoutQueues(storage)
+        async with api_client(settings) as client, running_worker(settings):
+            api = Api(client)
+            authors = [f"s-{n}" for n in range(24)]
+            for author in authors:
+                await api.post(author, await api.register(author), "hello")
+            used = {queues.shard_for_key(author).shard for author in authors}
+            assert used == {0, 1, 2, 3}, used
+
+            async def drained() -> bool:
+                return await queues.depth() == (0, 0)
+
+            await eventually(drained, what="every shard drained")
+
+
+async def test_a_mismatched_account_list_refuses_to_start(
+    three_azurites: list[Azurite], tmp_path: Path
+) -> None:
+    first, second, third = three_azurites
+    async with _storage([first, second]) as storage:
+        await storage.create_all()
+    for wrong in ([second, first], [first], [first, third], [first, second, third, third]):
+        with pytest.raises(ConfigurationError):
+            async with _storage(wrong):
+                pass
+    with pytest.raises(ConfigurationError, match="queue shards"):
+        async with _storage([first, second], queue_shards=5):
+            pass
+    async with _storage([first, second, third]) as grown:
+        assert len(grown.placement.accounts) == 2, "an added account waits for the rebalance"
+    env = program_env(
+        storage_connection_strings=_strings([second, first]), data_dir=tmp_path, auth_secret="x"
+    )
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "timeline.cli", "stats"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "accounts in the stored order" in done.stderr
+
+
+async def test_rebalance_resumes_after_dying_and_moves_everything(
+    three_azurites: list[Azurite], tmp_path: Path
+) -> None:
+    """Two accounts of data, a third added; the first rebalance dies at its second fence,
+    the second finishes: every row is on its new home, once, and nowhere else."""
+    two, three = three_azurites[:2], three_azurites
+    settings = _settings(two, tmp_path)
+    async with _storage(two) as storage:
+        await storage.create_all()
+    users = [f"r-{n}" for n in range(30)]
+    async with api_client(settings) as client, running_worker(settings):
+        api = Api(client)
+        tokens = {user: await api.register(user) for user in users}
+        for user in users[1:]:
+            await api.follow(user, tokens[user], users[0])
+        for user in users[:5]:
+            await api.post(user, tokens[user], f"from {user}")
+
+        async def delivered() -> bool:
+            return len(await api.timeline_ids(users[-1], tokens[users[-1]])) == 1
+
+        await eventually(delivered, what="fan-out before the rebalance")
+    before = await _census(two)
+
+    fences = 0
+
+    async def die_at_second_fence(_seconds: float) -> None:
+        nonlocal fences
+        fences += 1
+        if fences == 2:
+            raise RebalanceError("killed")
+
+    async with _storage(three) as storage:
+        with pytest.raises(RebalanceError):
+            await Rebalancer(storage, fence_s=0, steps=3, sleep=die_at_second_fence).run()
+        await storage.refresh_placement()
+        assert not storage.placement.settled, "the first run died mid-move"
+        report = await Rebalancer(storage, fence_s=0, steps=3, progress=False).run()
+        await storage.refresh_placement()
+        assert storage.placement.settled
+        assert len(storage.placement.accounts) == 3
+    after = await _census(three)
+    assert sorted(row for rows in after.values() for row in rows) == sorted(
+        row for rows in before.values() for row in rows
+    ), "rows lost or duplicated"
+    assert report.partitions > 0
+    assert after[2], "nothing moved onto the new account"
+    placement = Placement.initial(tuple("abc"), 3)
+    for account, rows in after.items():
+        assert all(placement.home(hash64(row[1])) == account for row in rows), "a row off home"
+    async with api_client(_settings(three, tmp_path)) as client:
+        api = Api(client)
+        assert len(await api.timeline_ids(users[-1], tokens[users[-1]])) == 1
+        assert (await api.profile(users[0]))["followers"] == len(users) - 1
+
+
+async def _census(servers: list[Azurite]) -> dict[int, list[tuple[str, str, str]]]:
+    """Every (table, partition, row) per account, read straight from each account."""
+    census: dict[int, list[tuple[str, str, str]]] = {}
+    async with _storage(servers) as storage:
+        for account in range(len(servers)):
+            census[account] = []
+            for table in TABLES:
+                client = storage.account_table(account, table)
+                async with storage.guard():
+                    census[account] += [
+                        (table, entity["PartitionKey"], entity["RowKey"])
+                        async for entity in client.list_entities()
+                    ]
+    return census
