@@ -57,6 +57,7 @@ def create_app(settings: Settings, connection_string: str) -> web.Application:
 
 def _build_service(settings: Settings, storage: Storage, secret: bytes) -> TimelineService:
     limits = RateLimits.per_minute(
+        storage,
         posts=settings.posts_per_minute,
         writes=settings.writes_per_minute,
         registrations=settings.registrations_per_minute,

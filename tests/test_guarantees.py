@@ -101,7 +101,7 @@ def _service(storage: Storage, queue: FanoutQueue | None = None) -> TimelineServ
         TokenSigner(b"test", token_ttl_s=3600),
         page_size=250,
         max_post_chars=280,
-        limits=RateLimits.per_minute(posts=0, writes=0, registrations=0),
+        limits=RateLimits.per_minute(storage, posts=0, writes=0, registrations=0),
     )
 
 
