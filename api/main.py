@@ -13,4 +13,12 @@ def main() -> None:
     configure_logging()
     settings = Settings()
     app = create_app(settings, settings.connection_string())
-    web.run_app(app, host=settings.host, port=settings.port, print=None)
+    # SO_REUSEPORT only when several API processes share the port (``make run`` checks it is
+    # free first): alone, a port already taken must fail to bind, not be silently shared.
+    web.run_app(
+        app,
+        host=settings.host,
+        port=settings.port,
+        reuse_port=settings.api_processes > 1,
+        print=None,
+    )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -11,18 +12,25 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import psutil
 import pytest
 
 from tests.conftest import eventually, program_env
-from timeline.azurite import free_ports
+from timeline.azurite import PORTS_FILE, free_ports
 from timeline.config import CONNECTION_FILE
+from timeline.stack import port_taken
 
 
 class StackProcess:
-    def __init__(self, data_dir: Path, port: int, azurite_ports: tuple[int, ...]) -> None:
+    def __init__(
+        self, data_dir: Path, port: int, azurite_ports: tuple[int, ...], **settings: object
+    ) -> None:
         self.base = f"http://127.0.0.1:{port}"
         self.env = program_env(
-            data_dir=data_dir, port=port, azurite_ports=",".join(map(str, azurite_ports))
+            data_dir=data_dir,
+            port=port,
+            azurite_ports=",".join(map(str, azurite_ports)),
+            **settings,
         )
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -61,6 +69,32 @@ async def _ready(session: aiohttp.ClientSession, base: str) -> bool:
     return status == 200
 
 
+async def _alice_posts_to_bob(
+    session: aiohttp.ClientSession, base: str
+) -> tuple[dict[str, str], dict[str, Any]]:
+    """Register alice and bob, bob follows alice, alice posts, the post reaches bob's
+    timeline; return bob's auth header and the post."""
+    _, alice = await _request(session, "POST", f"{base}/users", json={"user_id": "alice"})
+    _, bob = await _request(session, "POST", f"{base}/users", json={"user_id": "bob"})
+    bob_auth = {"Authorization": f"Bearer {bob['token']}"}
+    alice_auth = {"Authorization": f"Bearer {alice['token']}"}
+    status, _ = await _request(
+        session, "PUT", f"{base}/users/bob/following/alice", headers=bob_auth
+    )
+    assert status == 204
+    status, post = await _request(
+        session, "POST", f"{base}/users/alice/posts", json={"text": "hi"}, headers=alice_auth
+    )
+    assert status == 202
+
+    async def delivered() -> bool:
+        _, page = await _request(session, "GET", f"{base}/users/bob/timeline", headers=bob_auth)
+        return [item["post_id"] for item in page["items"]] == [post["post_id"]]
+
+    await eventually(delivered, what="the post on bob's timeline")
+    return bob_auth, post
+
+
 @pytest.mark.filterwarnings("ignore::ResourceWarning")
 async def test_stack_runs_stops_and_keeps_data(tmp_path: Path) -> None:
     port, *azurite_ports = free_ports(4)
@@ -70,30 +104,7 @@ async def test_stack_runs_stops_and_keeps_data(tmp_path: Path) -> None:
     try:
         async with aiohttp.ClientSession() as session:
             await eventually(lambda: _ready(session, base), timeout_s=60, what="the stack")
-            _, alice = await _request(session, "POST", f"{base}/users", json={"user_id": "alice"})
-            _, bob = await _request(session, "POST", f"{base}/users", json={"user_id": "bob"})
-            bob_auth = {"Authorization": f"Bearer {bob['token']}"}
-            alice_auth = {"Authorization": f"Bearer {alice['token']}"}
-            status, _ = await _request(
-                session, "PUT", f"{base}/users/bob/following/alice", headers=bob_auth
-            )
-            assert status == 204
-            status, post = await _request(
-                session,
-                "POST",
-                f"{base}/users/alice/posts",
-                json={"text": "hi"},
-                headers=alice_auth,
-            )
-            assert status == 202
-
-            async def delivered() -> bool:
-                _, page = await _request(
-                    session, "GET", f"{base}/users/bob/timeline", headers=bob_auth
-                )
-                return [item["post_id"] for item in page["items"]] == [post["post_id"]]
-
-            await eventually(delivered, what="the post on bob's timeline")
+            bob_auth, post = await _alice_posts_to_bob(session, base)
 
         assert "ready" in await asyncio.to_thread(stack.cli, "init")  # idempotent
         assert await asyncio.to_thread(stack.cli, "poison", "list") == ""
@@ -158,4 +169,147 @@ async def test_stack_running_means_the_api_answers(tmp_path: Path) -> None:
         _, returncode = await asyncio.wait_for(  # the children share the pipe: keep draining it
             asyncio.gather(process.stderr.read(), process.wait()), 30
         )
+    assert returncode == 0
+
+
+def _stack_children(pid: int) -> dict[str, list[psutil.Process]]:
+    """The stack's descendants by kind: Azurites, API processes, fan-out workers."""
+    kinds: dict[str, list[psutil.Process]] = {"azurite": [], "api": [], "worker": []}
+    for child in psutil.Process(pid).children(recursive=True):
+        try:
+            command = child.cmdline()
+        except psutil.Error:  # exited meanwhile
+            continue
+        if any(part.endswith("azurite.js") for part in command):
+            kinds["azurite"].append(child)
+        elif command[-2:] == ["-m", "api"]:
+            kinds["api"].append(child)
+        elif command[-2:] == ["-m", "fanout_worker"]:
+            kinds["worker"].append(child)
+    return kinds
+
+
+def _local_ports(process: psutil.Process, status: str) -> set[int]:
+    return {c.laddr.port for c in process.net_connections(kind="tcp") if c.status == status}
+
+
+async def _apis_holding_connections(port: int, apis: list[psutil.Process]) -> set[int]:
+    """Open 32 fresh connections, one request on each, and keep them open: the pids of the
+    API processes that hold one (each has a 2**-32 chance to hold none)."""
+    connections = [await asyncio.open_connection("127.0.0.1", port) for _ in range(32)]
+    try:
+        for _, writer in connections:
+            writer.write(b"GET /healthz HTTP/1.1\r\nHost: stack\r\n\r\n")
+        for reader, _ in connections:
+            assert (await reader.readline()).startswith(b"HTTP/1.1 200")
+        return {api.pid for api in apis if port in _local_ports(api, psutil.CONN_ESTABLISHED)}
+    finally:
+        for _, writer in connections:
+            writer.close()
+
+
+async def _start_until_ready(
+    stack: StackProcess,
+) -> tuple[asyncio.subprocess.Process, str, asyncio.Task[bytes]]:
+    """``timeline run`` with its log piped: the process, its ``stack running`` line, and the
+    task that keeps reading the log after it (the children share the pipe)."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "timeline.cli", "run", env=stack.env, stderr=asyncio.subprocess.PIPE
+    )
+    assert process.stderr is not None
+    try:
+        line = await asyncio.wait_for(_line_with(process.stderr, b"stack running"), 60)
+    except BaseException:
+        process.kill()
+        await process.wait()
+        raise
+    return process, line.decode(), asyncio.create_task(process.stderr.read())
+
+
+async def _stop(process: asyncio.subprocess.Process, log: asyncio.Task[bytes]) -> int:
+    """SIGTERM; the stack's exit code."""
+    if process.returncode is None:
+        process.send_signal(signal.SIGTERM)
+    _, returncode = await asyncio.wait_for(asyncio.gather(log, process.wait()), 30)
+    return returncode
+
+
+def _two_free_ports_in_a_row() -> int:
+    for port in free_ports(16):
+        if port < 65535 and not port_taken("127.0.0.1", port + 1):
+            return port
+    raise AssertionError("no two free ports in a row")
+
+
+def test_port_taken_sees_a_listener() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+        assert port_taken("127.0.0.1", port)
+    assert not port_taken("127.0.0.1", port)
+
+
+@pytest.mark.filterwarnings("ignore::ResourceWarning")
+async def test_stack_runs_several_accounts_api_processes_and_workers(tmp_path: Path) -> None:
+    port, *azurite_ports = free_ports(4)
+    metrics = _two_free_ports_in_a_row()
+    data = tmp_path / "data"
+    stack = StackProcess(
+        data, port, tuple(azurite_ports),
+        embedded_accounts=2, api_processes=2, workers=2, worker_metrics_port=metrics,
+    )  # fmt: skip
+    process, line, log = await _start_until_ready(stack)
+    children: dict[str, list[psutil.Process]] = {}
+    try:
+        assert f"stack running: API {stack.base}/ (2 API processes, 2 workers, " in line
+        assert "2 storage accounts, embedded Azurite)" in line
+        children = _stack_children(process.pid)
+        assert {kind: len(found) for kind, found in children.items()} == {
+            "azurite": 2, "api": 2, "worker": 2,
+        }  # fmt: skip
+        apis = children["api"]
+
+        async def both_listen() -> bool:  # on the one port (SO_REUSEPORT); the ready line
+            # waits for one answer only, enough for the first request to be served
+            return all(port in _local_ports(api, psutil.CONN_LISTEN) for api in apis)
+
+        await eventually(both_listen, what="both API processes listening")
+        assert await _apis_holding_connections(port, apis) == {api.pid for api in apis}
+        assert f"metrics http://127.0.0.1:{metrics + 1}/metrics" in line
+
+        async def worker_i_serves_metrics_on_port_plus_i() -> bool:
+            listening = {
+                frozenset(_local_ports(worker, psutil.CONN_LISTEN)) for worker in children["worker"]
+            }
+            return listening == {frozenset({metrics}), frozenset({metrics + 1})}
+
+        await eventually(worker_i_serves_metrics_on_port_plus_i, what="worker metrics ports")
+
+        assert len((data / CONNECTION_FILE).read_text().split()) == 2
+        assert (data / CONNECTION_FILE).stat().st_mode & 0o777 == 0o600
+        assert (data / "azurite" / PORTS_FILE).read_text() == ",".join(map(str, azurite_ports))
+        assert (data / "azurite-1" / PORTS_FILE).is_file()
+        async with aiohttp.ClientSession() as session:
+            bob_auth, post = await _alice_posts_to_bob(session, stack.base)
+        stats = await asyncio.to_thread(stack.cli, "stats")
+        assert "table users: 2" in stats
+        assert "(account 1)" in stats
+    finally:
+        returncode = await _stop(process, log)
+    assert returncode == 0
+    _, alive = psutil.wait_procs([p for found in children.values() for p in found], timeout=5)
+    assert not alive, f"still running after the stack exited: {alive}"
+    assert not (data / CONNECTION_FILE).exists()
+
+    # The second Azurite's ports were picked free; it keeps them, or else the stored
+    # placement, which names each account by its endpoint, would refuse it at restart.
+    process, line, log = await _start_until_ready(stack)
+    try:
+        async with aiohttp.ClientSession() as session:
+            status, page = await _request(
+                session, "GET", f"{stack.base}/users/bob/timeline", headers=bob_auth
+            )
+        assert status == 200
+        assert [item["post_id"] for item in page["items"]] == [post["post_id"]]
+    finally:
+        returncode = await _stop(process, log)
     assert returncode == 0

@@ -1,4 +1,9 @@
-"""The embedded storage: the pinned Azurite from ``node_modules``, on loopback, free ports."""
+"""The embedded storage: the pinned Azurite from ``node_modules``, on loopback, free ports.
+
+A durable Azurite keeps the ports it was first given (``PORTS_FILE`` in its folder): storage
+names an account by its endpoint in the stored placement, so on other ports the same data
+would be refused as a different account.
+"""
 
 from __future__ import annotations
 
@@ -20,6 +25,8 @@ ACCOUNT_KEY = (
 )
 """Azurite's fixed, public development key."""
 HOST = "127.0.0.1"
+PORTS_FILE = "timeline-ports"
+"""``blob,queue,table``: the ports a durable Azurite served its data on, reused at restart."""
 
 
 def connection_string(ports: tuple[int, int, int]) -> str:
@@ -44,6 +51,17 @@ def free_ports(count: int) -> tuple[int, ...]:
             sock.close()
 
 
+def fill_ports(
+    wanted: list[tuple[int, int, int] | None],
+) -> list[tuple[int, int, int]]:
+    """``wanted`` with each None replaced by three free ports. All are picked at once, so
+    Azurites started together never get the same ports, nor ones another of them wants."""
+    fixed = {port for ports in wanted if ports for port in ports}
+    needed = 3 * wanted.count(None)
+    spare = iter([port for port in free_ports(needed + len(fixed)) if port not in fixed])
+    return [ports or (next(spare), next(spare), next(spare)) for ports in wanted]
+
+
 def find_node_modules(start: Path | None = None) -> Path:
     """The ``node_modules`` holding Azurite: from the working directory up, then beside the code."""
     candidates = [start or Path.cwd(), Path(__file__).resolve().parent.parent]
@@ -57,8 +75,20 @@ def find_node_modules(start: Path | None = None) -> Path:
     )
 
 
+def remembered_ports(location: Path | None) -> tuple[int, int, int] | None:
+    """The ports the Azurite under ``location`` last served on, if it was ever started."""
+    if location is None or not (location / PORTS_FILE).is_file():
+        return None
+    blob, queue, table = (int(part) for part in (location / PORTS_FILE).read_text().split(","))
+    return blob, queue, table
+
+
 class Azurite:
-    """One Azurite process: durable under ``location``, or in memory when it is None."""
+    """One Azurite process: durable under ``location``, or in memory when it is None.
+
+    Ports: ``ports`` if given, else the ones a durable Azurite served on before, else free
+    ones picked now.
+    """
 
     def __init__(
         self,
@@ -68,8 +98,14 @@ class Azurite:
         start_timeout_s: float = 30.0,
     ) -> None:
         self.location = location
-        picked = free_ports(3)
-        self.ports = ports or (picked[0], picked[1], picked[2])
+        remembered = remembered_ports(location)
+        if ports and remembered and ports != remembered:
+            log.warning(
+                "Azurite in %s served on ports %s before, now on %s: its stored placement "
+                "names the old endpoints",
+                location, remembered, ports,
+            )  # fmt: skip
+        self.ports = ports or remembered or _three(free_ports(3))
         self._start_timeout_s = start_timeout_s
         self._process: subprocess.Popen[bytes] | None = None
 
@@ -99,8 +135,15 @@ class Azurite:
     def start(self) -> str:
         """Start Azurite and wait until its queue and table ports answer; return its
         connection string."""
+        taken = [port for port in self.ports if _accepts(port)]
+        if taken:  # else the wait below would take that other server for this Azurite
+            raise ConfigurationError(
+                f"Azurite for {self.location or 'memory'} cannot start: {HOST} port(s) "
+                f"{taken} already in use"
+            )
         if self.location is not None:
             self.location.mkdir(parents=True, exist_ok=True)
+            (self.location / PORTS_FILE).write_text(",".join(map(str, self.ports)))
         self._process = subprocess.Popen(  # noqa: S603 - a fixed command line
             self.command(),
             stdin=subprocess.DEVNULL,
@@ -147,6 +190,10 @@ class Azurite:
     @property
     def running(self) -> bool:
         return self._process is not None and self._process.poll() is None
+
+
+def _three(ports: tuple[int, ...]) -> tuple[int, int, int]:
+    return ports[0], ports[1], ports[2]
 
 
 def _accepts(port: int) -> bool:

@@ -1,7 +1,12 @@
-"""``make run``: embedded Azurite (unless storage is configured), then the API and one worker.
+"""``make run``: embedded Azurites (unless storage is configured), then the APIs and workers.
+
+``TIMELINE_EMBEDDED_ACCOUNTS`` Azurites, one storage account each, under ``data_dir/azurite``
+(the first: the placement home) and ``data_dir/azurite-1`` ...; ``TIMELINE_API_PROCESSES``
+API processes sharing one port (SO_REUSEPORT); ``TIMELINE_WORKERS`` fan-out workers.
 
 Children run in their own sessions so a terminal's Ctrl-C reaches only this supervisor, which
-then stops the API and the worker first and Azurite last (it flushes its files on SIGTERM).
+then stops every API and worker first and the Azurites last (they flush their files on
+SIGTERM), so no process is left talking to a storage that is gone.
 """
 
 from __future__ import annotations
@@ -10,21 +15,25 @@ import asyncio
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from http.client import HTTPException
+from pathlib import Path
 from types import FrameType
 
-from timeline.azurite import Azurite
+from timeline.azurite import Azurite, fill_ports, remembered_ports
 from timeline.config import CONNECTION_FILE, Settings
+from timeline.errors import ConfigurationError
 from timeline.storage import Storage
 
 log = logging.getLogger(__name__)
 
-SERVICES = ("api", "fanout_worker")
+API, WORKER = "api", "fanout_worker"
 API_READY_TIMEOUT_S = 60.0
 _POLL_S = 0.1
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -46,6 +55,44 @@ def answers_ok(url: str) -> bool:
         return False
 
 
+def port_taken(host: str, port: int) -> bool:
+    """True when something already listens on ``host:port``. APIs that set SO_REUSEPORT would
+    share such a port silently (another stack's APIs, say) instead of failing to bind."""
+    try:
+        addresses = socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+    except socket.gaierror:
+        return False  # the API's own bind reports the bad host
+    for family, kind, proto, _, address in addresses:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # ignore TIME_WAIT
+            try:
+                probe.bind(address)
+            except OSError:
+                return True
+    return False
+
+
+def azurite_location(settings: Settings, index: int) -> Path:
+    """``data_dir/azurite`` for the first account (where a single Azurite always kept its
+    data), ``data_dir/azurite-<index>`` for the others."""
+    return settings.data_dir / ("azurite" if index == 0 else f"azurite-{index}")
+
+
+def set_env(env: dict[str, str], name: str, value: str | None) -> None:
+    """Set (or with None remove) ``name``, dropping any spelling of it in another case:
+    settings names are case-insensitive, so a leftover ``timeline_x`` could win over ours."""
+    for key in [key for key in env if key.upper() == name]:
+        del env[key]
+    if value is not None:
+        env[name] = value
+
+
+def _count(number: int, noun: str, plural: str = "s") -> str:
+    return f"{number} {noun}{'' if number == 1 else plural}"
+
+
 async def init_storage(connection_string: str, settings: Settings) -> None:
     async with Storage(connection_string, settings.storage_options()) as storage:
         await storage.create_all()
@@ -55,8 +102,8 @@ class Stack:
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
         self._stop = threading.Event()
-        self._children: list[subprocess.Popen[bytes]] = []
-        self._azurite: Azurite | None = None
+        self._children: list[tuple[str, subprocess.Popen[bytes]]] = []
+        self._azurites: list[Azurite] = []
 
     def _request_stop(self, signum: int, _frame: FrameType | None) -> None:
         log.info("received %s, stopping", signal.Signals(signum).name)
@@ -72,39 +119,106 @@ class Stack:
 
     def _run(self) -> int:
         settings = self._settings
+        self._check_ports()
         env = dict(os.environ)
         if settings.uses_embedded_azurite:
-            self._azurite = Azurite(
-                location=settings.data_dir / "azurite", ports=settings.azurite_ports
-            )
-            connection_string = self._azurite.start()
-            env["TIMELINE_STORAGE_CONNECTION_STRING"] = connection_string
+            connection_string = self._start_azurites()
+            if self._stop.is_set():
+                return 0
+            set_env(env, "TIMELINE_STORAGE_CONNECTION_STRING", None)
+            set_env(env, "TIMELINE_STORAGE_CONNECTION_STRINGS", connection_string)
             self._publish(connection_string)
         else:
             connection_string = settings.connection_string()
         asyncio.run(init_storage(connection_string, settings))
-        for module in SERVICES:
-            self._children.append(
-                subprocess.Popen([sys.executable, "-m", module], env=env, start_new_session=True)  # noqa: S603
-            )
+        self._start_services(env)
         base = api_base(settings.host, settings.port)
         if not self._wait_for_api(base):
             return 0 if self._stop.is_set() else 1
-        log.info("stack running: API %s", base)
+        log.info("stack running: %s", self._summary(base, len(connection_string.split())))
         while not self._stop.wait(0.2):
             if self._child_died():
                 return 1
         return 0
 
+    def _check_ports(self) -> None:
+        settings = self._settings
+        metrics = settings.worker_metrics_port
+        if metrics and metrics + settings.workers - 1 > 65535:
+            raise ConfigurationError(
+                f"worker i serves its metrics on TIMELINE_WORKER_METRICS_PORT + i: "
+                f"{metrics} + {settings.workers - 1} is past 65535"
+            )
+        if settings.api_processes > 1 and port_taken(settings.host, settings.port):
+            raise ConfigurationError(
+                f"{settings.host}:{settings.port} is already in use; the API processes share "
+                "it with SO_REUSEPORT, so they would not notice"
+            )
+
+    def _start_azurites(self) -> str:
+        """Start the Azurites together; return their connection strings, one per line, in
+        placement order. Each keeps the ports it served its data on before."""
+        settings = self._settings
+        locations = [azurite_location(settings, i) for i in range(settings.embedded_accounts)]
+        wanted = [remembered_ports(location) for location in locations]
+        wanted[0] = settings.azurite_ports or wanted[0]
+        for location, ports in zip(locations, fill_ports(wanted), strict=True):
+            self._azurites.append(Azurite(location=location, ports=ports))
+        with ThreadPoolExecutor(len(self._azurites)) as pool:  # node starts slowly
+            list(pool.map(Azurite.start, self._azurites))  # raises the first failure
+        return "\n".join(azurite.connection_string for azurite in self._azurites)
+
+    def _start_services(self, env: dict[str, str]) -> None:
+        settings = self._settings
+        api_env = dict(env)
+        set_env(api_env, "TIMELINE_API_PROCESSES", str(settings.api_processes))  # reuse_port
+        for index in range(settings.api_processes):
+            self._spawn(f"api {index}", API, api_env)
+        metrics = settings.worker_metrics_port
+        for index in range(settings.workers):
+            worker_env = dict(env)
+            if metrics:  # 0 (any free port) stays 0 for every worker
+                set_env(worker_env, "TIMELINE_WORKER_METRICS_PORT", str(metrics + index))
+            self._spawn(f"worker {index}", WORKER, worker_env)
+
+    def _spawn(self, name: str, module: str, env: dict[str, str]) -> None:
+        process = subprocess.Popen(  # noqa: S603 - this interpreter, a fixed module
+            [sys.executable, "-m", module], env=env, start_new_session=True
+        )
+        self._children.append((name, process))
+
+    def _summary(self, base: str, accounts: int) -> str:
+        """The ready line's contents: where the API is, and how many of everything run."""
+        settings = self._settings
+        storage = "embedded Azurite" if settings.uses_embedded_azurite else "configured"
+        summary = (
+            f"API {base} ({_count(settings.api_processes, 'API process', 'es')}, "
+            f"{_count(settings.workers, 'worker')}, "
+            f"{_count(accounts, 'storage account')}, {storage})"
+        )
+        metrics = settings.worker_metrics_port
+        if metrics:
+            urls = [
+                f"{api_base(settings.host, metrics + index)}metrics"
+                for index in range(settings.workers)
+            ]
+            summary += f"; worker metrics {' '.join(urls)}"
+        return summary
+
     def _child_died(self) -> bool:
-        for child in self._children:
+        for name, child in self._children:
             if child.poll() is not None:
-                log.error("%s exited with %s; stopping the stack", child.args, child.returncode)
+                log.error(
+                    "%s (pid %d) exited with %s; stopping the stack",
+                    name, child.pid, child.returncode,
+                )  # fmt: skip
                 return True
         return False
 
     def _wait_for_api(self, base: str) -> bool:
-        """Poll ``/healthz`` so that ``stack running`` means the README's first curl works."""
+        """Poll ``/healthz`` so that ``stack running`` means the README's first curl works.
+        One API process answering is enough: SO_REUSEPORT hands new connections only to
+        processes that already listen."""
         deadline = time.monotonic() + API_READY_TIMEOUT_S
         while not self._stop.is_set() and not self._child_died():
             if answers_ok(f"{base}healthz"):
@@ -117,24 +231,27 @@ class Stack:
             self._stop.wait(_POLL_S)
         return False
 
-    def _publish(self, connection_string: str) -> None:
+    def _publish(self, connection_strings: str) -> None:
         path = self._settings.data_dir / CONNECTION_FILE
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as handle:
-            handle.write(connection_string)
+            handle.write(connection_strings)
 
     def _shutdown(self) -> None:
-        for child in self._children:
+        """Every API and worker first (all signalled at once, so their grace periods
+        overlap), then the Azurites: nothing may still be using the storage they serve."""
+        for _, child in self._children:
             if child.poll() is None:
                 child.send_signal(signal.SIGTERM)
         grace = self._settings.worker_shutdown_grace_s + 5
-        for child in self._children:
+        for _, child in self._children:
             try:
                 child.wait(grace)
             except subprocess.TimeoutExpired:
                 child.kill()
                 child.wait()
-        if self._azurite is not None:
+        if self._azurites:  # all of them, also any whose start failed
             (self._settings.data_dir / CONNECTION_FILE).unlink(missing_ok=True)
-            self._azurite.stop()
+            with ThreadPoolExecutor(len(self._azurites)) as pool:
+                list(pool.map(Azurite.stop, self._azurites))
