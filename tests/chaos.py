@@ -1,15 +1,23 @@
 """The chaos harness: a seeded random workload against real processes while things break.
 
-One Azurite, one API process and two (or more) worker processes. Several clients post,
-delete, follow, unfollow and re-follow at random (seeded) while the harness SIGKILLs
-workers (and restarts them) or, in the second variant, freezes Azurite (SIGSTOP) for a few
-seconds. Then everything is left to settle and the end state is checked exactly, from the
-tables themselves:
+One API process and two (or more) worker processes on one or more Azurites (storage
+accounts). Several clients post, delete, follow, unfollow and re-follow at random (seeded)
+while the harness breaks things:
+
+- ``kill``: two accounts; workers are SIGKILLed (and restarted);
+- ``pause``: one account, which is frozen (SIGSTOP) for a few seconds at a time, or a
+  worker is killed;
+- ``rebalance``: data on two accounts, a third is added and ``timeline rebalance`` runs
+  under the load, is SIGKILLed once midway and run again, while workers are killed.
+
+Then everything is left to settle and the end state is checked exactly, from the tables
+themselves:
 
 - every home timeline holds exactly the live posts of its owner and of the authors its
   owner follows (in ``subjectFollowers``, the truth), each once, with the post's text;
 - every counter equals what it counts, and ``subjectFollowing`` mirrors the truth;
-- both queues are empty: nothing is left over and nothing was poisoned.
+- every queue is empty: nothing is left over and nothing was poisoned;
+- every row is on its partition's home account, and nowhere else.
 """
 
 from __future__ import annotations
@@ -28,9 +36,10 @@ import aiohttp
 
 from tests.conftest import TEST_SECRET, eventually, program_env
 from timeline.azurite import Azurite, free_ports
-from timeline.queue import FanoutQueue
+from timeline.placement import hash64
+from timeline.queue import FanoutQueues
 from timeline.repositories import Repositories, count_of
-from timeline.storage import POSTS, SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING, Storage
+from timeline.storage import POSTS, SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING, TABLES, Storage
 
 STORAGE_TIMEOUT_S = 2.0
 WRITE_DEADLINE_S = 2.0
@@ -38,6 +47,9 @@ SWEEP_DELAY_S = 8.0
 """Past the write deadline plus one storage call by more than the longest freeze (3.5 s)."""
 VISIBILITY_S = 3
 USERS = 8
+PLACEMENT_LEASE_S = 1.0
+REBALANCE_FENCE_S = 3.2
+"""Past the placement lease plus one storage call."""
 CLIENTS = 4
 SETTLE_TIMEOUT_S = 120.0
 
@@ -54,6 +66,7 @@ class Report:
     refused: int = 0
     timeline_rows: int = 0
     live_posts: int = 0
+    rebalanced: bool = False
 
     def line(self) -> dict[str, Any]:
         return {
@@ -65,24 +78,35 @@ class Report:
             "refused_or_unanswered": self.refused,
             "live_posts": self.live_posts,
             "timeline_rows": self.timeline_rows,
+            "rebalanced": self.rebalanced,
         }
 
 
 class Cluster:
     """The processes under test, their logs, and how to break them."""
 
-    def __init__(self, workdir: Path, workers: int) -> None:
+    def __init__(self, workdir: Path, workers: int, accounts: int = 1, initial: int = 1) -> None:
         self.workdir = workdir
-        self.azurite = Azurite(location=None)
+        self.azurites = [Azurite(location=None) for _ in range(accounts)]
+        self.azurite = self.azurites[0]
+        self.initial = initial
+        """Accounts the placement starts on; the others wait for a rebalance."""
         self.port = free_ports(1)[0]
         self.api: asyncio.subprocess.Process | None = None
         self.workers: list[asyncio.subprocess.Process] = []
         self._worker_count = workers
         self._spawned = 0
 
-    def env(self) -> dict[str, str]:
+    @property
+    def connection_strings(self) -> str:
+        return "\n".join(server.connection_string for server in self.azurites)
+
+    def env(self, accounts: int | None = None) -> dict[str, str]:
+        serving = self.azurites[: accounts or len(self.azurites)]
         return program_env(
-            storage_connection_string=self.azurite.connection_string,
+            storage_connection_strings=" ".join(server.connection_string for server in serving),
+            placement_lease_s=PLACEMENT_LEASE_S,
+            rebalance_fence_s=REBALANCE_FENCE_S,
             data_dir=self.workdir,
             auth_secret=TEST_SECRET,
             port=self.port,
@@ -102,8 +126,9 @@ class Cluster:
         )
 
     async def start(self) -> None:
-        await asyncio.to_thread(self.azurite.start)
-        init = await self._spawn("timeline.cli", "init.log", "init")
+        for server in self.azurites:
+            await asyncio.to_thread(server.start)
+        init = await self._spawn("timeline.cli", "init.log", "init", accounts=self.initial)
         assert await init.wait() == 0, (self.workdir / "init.log").read_text()
         self.api = await self._spawn("api", "api.log")
         self.workers = [await self._spawn_worker() for _ in range(self._worker_count)]
@@ -112,11 +137,33 @@ class Cluster:
         self._spawned += 1
         return await self._spawn("fanout_worker", f"worker-{self._spawned}.log")
 
-    async def _spawn(self, module: str, log: str, *args: str) -> asyncio.subprocess.Process:
-        with (self.workdir / log).open("wb") as sink:
+    async def _spawn(
+        self, module: str, log: str, *args: str, accounts: int | None = None
+    ) -> asyncio.subprocess.Process:
+        with (self.workdir / log).open("ab") as sink:
             return await asyncio.create_subprocess_exec(
-                sys.executable, "-m", module, *args, env=self.env(), stdout=sink, stderr=sink
+                sys.executable,
+                "-m",
+                module,
+                *args,
+                env=self.env(accounts),
+                stdout=sink,
+                stderr=sink,
             )
+
+    async def rebalance(self, rng: random.Random, report: Report) -> None:
+        """Add the accounts past ``initial``: one rebalance SIGKILLed midway, then one to
+        the end (it resumes from the placement row)."""
+        first = await self._spawn("timeline.cli", "rebalance.log", "rebalance", "--steps", "2")
+        await asyncio.sleep(rng.uniform(1.0, 2 * REBALANCE_FENCE_S))
+        if first.returncode is None:
+            report.kills += 1
+            first.kill()
+        await first.wait()
+        second = await self._spawn("timeline.cli", "rebalance.log", "rebalance", "--steps", "2")
+        code = await second.wait()
+        assert code == 0, (self.workdir / "rebalance.log").read_text()
+        report.rebalanced = True
 
     async def kill_a_worker(self, rng: random.Random) -> None:
         """SIGKILL one worker (no goodbye) and start a fresh one in its place."""
@@ -144,7 +191,8 @@ class Cluster:
                 await asyncio.wait_for(process.wait(), 30)
             except TimeoutError:
                 process.kill()
-        await asyncio.to_thread(self.azurite.stop)
+        for server in self.azurites:
+            await asyncio.to_thread(server.stop)
 
     def crashed(self) -> list[str]:
         """Processes that died on their own (not killed by the harness)."""
@@ -233,7 +281,8 @@ async def run(
     """One seeded run; raises AssertionError with the first broken invariant."""
     rng = random.Random(seed)
     report = Report(seed, variant)
-    cluster = Cluster(workdir, workers)
+    accounts, initial = {"kill": (2, 2), "pause": (1, 1), "rebalance": (3, 2)}[variant]
+    cluster = Cluster(workdir, workers, accounts, initial)
     await cluster.start()
     try:
         timeout = aiohttp.ClientTimeout(total=STORAGE_TIMEOUT_S * 3)
@@ -247,10 +296,13 @@ async def run(
                 for _ in range(CLIENTS):
                     group.create_task(clients.act(until))
                 group.create_task(_break_things(cluster, rng, report, variant, until))
+                if variant == "rebalance":
+                    group.create_task(cluster.rebalance(rng, report))
         assert not cluster.crashed(), f"processes died on their own: {cluster.crashed()}"
-        async with Storage(cluster.azurite.connection_string) as storage:
+        async with Storage(cluster.connection_strings) as storage:
             await _settle(storage)
             await _check(storage, sorted(clients.tokens), report)
+            await _check_placement(storage)
     finally:
         await cluster.stop()
     return report
@@ -279,8 +331,8 @@ async def _break_things(
 
 
 async def _settle(storage: Storage) -> None:
-    """Wait until the work queue is empty: every message, second passes included, done."""
-    queue = FanoutQueue(storage)
+    """Wait until the work queues are empty: every message, second passes included, done."""
+    queue = FanoutQueues(storage)
 
     async def idle() -> bool:
         return (await queue.depth())[0] == 0
@@ -315,6 +367,20 @@ async def _check(storage: Storage, users: list[str], report: Report) -> None:
             await count_of(storage, t, user) for t in (POSTS, SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING)
         ]
         assert counts == [len(live[user]), len(follows[user]), len(following)], f"{user}: counters"
+
+
+async def _check_placement(storage: Storage) -> None:
+    """The placement is settled on every account, and every row is on its home only."""
+    placement = await storage.refresh_placement()
+    assert placement.settled, "a rebalance was left unfinished"
+    assert placement.accounts == storage.account_ids, "not every account is in use"
+    for account in range(len(storage.account_ids)):
+        for table in TABLES:
+            client = storage.account_table(account, table)
+            async with storage.guard():
+                keys = {entity["PartitionKey"] async for entity in client.list_entities()}
+            strays = [key for key in keys if placement.home(hash64(key)) != account]
+            assert not strays, f"{table} rows of {strays} on account {account}, not their home"
 
 
 async def _all(fetch: Any, key: str) -> list[Any]:

@@ -22,7 +22,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("seed", range(first, first + seeds))
 
 
-@pytest.mark.parametrize("variant", ["kill", "pause"])
+@pytest.mark.parametrize("variant", ["kill", "pause", "rebalance"])
 async def test_chaos(seed: int, variant: str, tmp_path: Path) -> None:
     duration = float(os.environ.get("CHAOS_DURATION_S", "12"))
     report = await chaos.run(seed, variant, duration, tmp_path)
@@ -30,3 +30,4 @@ async def test_chaos(seed: int, variant: str, tmp_path: Path) -> None:
     assert report.kills + report.pauses > 0, "nothing was broken: the run proves nothing"
     assert report.live_posts > 0
     assert report.timeline_rows > report.live_posts, "no fan-out happened"
+    assert report.rebalanced == (variant == "rebalance")

@@ -388,7 +388,8 @@ class Storage:
     async def missing_resources(self) -> list[str]:
         """Names of tables and queues that do not exist (raises if storage is unreachable)."""
         missing: list[str] = []
-        for index, text in enumerate(self._connection_strings):
+        in_use = self._connection_strings[: len(self._placement.accounts)]
+        for index, text in enumerate(in_use):  # an added account waits for its rebalance
             async with self.guard(), self._service_client(text) as service:
                 existing = {table.name async for table in service.list_tables()}
             wanted = [*TABLES, META_TABLE, *([PLACEMENT_TABLE] if index == 0 else [])]
