@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import sys
+
 from aiohttp import web
 
 from api.app import create_app
 from timeline.config import Settings
+from timeline.errors import ConfigurationError
 from timeline.logs import configure_logging
 
 
@@ -15,10 +18,13 @@ def main() -> None:
     app = create_app(settings, settings.connection_string())
     # SO_REUSEPORT only when several API processes share the port (``make run`` checks it is
     # free first): alone, a port already taken must fail to bind, not be silently shared.
-    web.run_app(
-        app,
-        host=settings.host,
-        port=settings.port,
-        reuse_port=settings.api_processes > 1,
-        print=None,
-    )
+    try:
+        web.run_app(
+            app,
+            host=settings.host,
+            port=settings.port,
+            reuse_port=settings.api_processes > 1,
+            print=None,
+        )
+    except ConfigurationError as error:  # e.g. an account list the placement refuses
+        sys.exit(f"timeline-api: {error.message}")

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import sys
+
 from prometheus_client import start_http_server
 
 from fanout_worker.worker import Worker
 from timeline.config import Settings
+from timeline.errors import ConfigurationError
 from timeline.logs import configure_logging
 
 
@@ -14,4 +17,7 @@ def main() -> None:
     settings = Settings()
     if settings.worker_metrics_port is not None:
         start_http_server(settings.worker_metrics_port, addr=settings.host)
-    Worker(settings, settings.connection_string()).run()
+    try:
+        Worker(settings, settings.connection_string()).run()
+    except ConfigurationError as error:  # e.g. an account list the placement refuses
+        sys.exit(f"fanout-worker: {error.message}")

@@ -245,7 +245,8 @@ class Storage:
             try:
                 await self.refresh_placement()
                 await asyncio.sleep(period)
-            except StorageUnavailableError:
+            except Exception as error:  # the refresher must outlive any one failure
+                log.warning("could not read the placement: %s", type(error).__name__)
                 await asyncio.sleep(min(1.0, period))
 
     def _routable(self) -> Placement:
