@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import csv
 import json
-import os
 import random
 import signal
 import statistics
@@ -27,7 +26,7 @@ from typing import Any
 
 import aiohttp
 
-from loadtest.bench import histogram_quantile, scrape
+from loadtest.bench.harness import histogram_quantile, scrape, scrubbed_env
 from timeline.azurite import free_ports
 from timeline.config import Settings
 from timeline.repositories import TimelinesRepository
@@ -72,6 +71,16 @@ async def raw_page_p50_ms(settings: Settings, users: list[str], reads: int = 200
     return statistics.median(timings)
 
 
+def work_queue_depth(samples: dict[str, float]) -> float:
+    """Messages waiting in every work shard ``fanout-<k>`` (not in their poison queues)."""
+    prefix = "fanout_queue_depth{queue=fanout-"
+    return sum(
+        value
+        for key, value in samples.items()
+        if key.startswith(prefix) and not key.endswith("-poison}")
+    )
+
+
 def locust_stats(prefix: Path) -> dict[str, dict[str, str]]:
     with open(f"{prefix}_stats.csv", newline="") as handle:
         return {row["Name"]: row for row in csv.DictReader(handle)}
@@ -112,14 +121,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     data_dir = Path(tempfile.mkdtemp(prefix="loadtest-"))
     api_port, metrics_port = free_ports(2)
     base = f"http://127.0.0.1:{api_port}"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TIMELINE_")}
-    env |= {
-        "TIMELINE_DATA_DIR": str(data_dir),
-        "TIMELINE_PORT": str(api_port),
-        "TIMELINE_WORKER_METRICS_PORT": str(metrics_port),
-        "TIMELINE_POSTS_PER_MINUTE": "0",
-        "TIMELINE_WRITES_PER_MINUTE": "0",
-    }
+    env = scrubbed_env(
+        TIMELINE_DATA_DIR=str(data_dir),
+        TIMELINE_PORT=str(api_port),
+        TIMELINE_WORKER_METRICS_PORT=str(metrics_port),
+        TIMELINE_POSTS_PER_MINUTE="0",
+        TIMELINE_WRITES_PER_MINUTE="0",
+    )
     settings = Settings(data_dir=data_dir)
     tokens = RESULTS / "tokens.json"
     async with stack(env, base):
@@ -145,7 +153,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             while locust.returncode is None:
                 with contextlib.suppress(aiohttp.ClientError):
                     samples = await scrape(session, metrics_url)
-                    depth_max = max(depth_max, samples.get("fanout_queue_depth{queue=fanout}", 0))
+                    depth_max = max(depth_max, work_queue_depth(samples))
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(locust.wait(), 1.0)
             await asyncio.sleep(5)  # let the worker finish what the run queued

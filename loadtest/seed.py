@@ -19,7 +19,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from loadtest.bench import write_rows
+from loadtest.bench.harness import write_rows
 from timeline.config import Settings
 from timeline.entities import Post, User
 from timeline.keys import new_post_id, now_ticks

@@ -14,6 +14,13 @@ KEYS = {
     "bigfanout_rss_mb", "azurite_same_rowkey_eps", "ratios", "live_adjacent_single_eps",
     "burst_adjacent_single_eps",
 }  # fmt: skip
+POSITIVE = {
+    "accounts_balance_max_over_mean", "accounts_rows_max_over_mean", "fanout_eps_1_account",
+    "fanout_eps_2_accounts", "fanout_eps_2_workers", "worker_cpu_ms_per_delivery_live",
+    "worker_cpu_ms_per_delivery_burst", "azurite_cpu_share_1_account",
+    "azurite_cpu_share_2_accounts", "azurite_cpu_share_2_workers",
+}  # fmt: skip
+"""Keys of the several-accounts and CPU measurements: present, and positive."""
 
 
 async def test_bench_quick_prints_every_key() -> None:
@@ -23,7 +30,12 @@ async def test_bench_quick_prints_every_key() -> None:
         capture_output=True, text=True, timeout=600, check=True,
     )  # fmt: skip
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert set(result) >= KEYS
+    assert set(result) >= KEYS | POSITIVE
+    assert all(result[key] > 0 for key in POSITIVE), {key: result[key] for key in POSITIVE}
+    assert result["accounts_balance_max_over_mean"] <= 1.1
+    assert len(result["accounts_rows"]) == 3
+    for configuration in ("1_account", "2_accounts", "2_workers"):
+        assert result["fanout_scaling"][configuration]["cores"]["worker"] > 0
     assert result["bigfanout_finished"] is True
     assert result["bigfanout_delivered"] == result["bigfanout_followers"] + 1
     assert result["burst_eps"] > 0

@@ -1,0 +1,97 @@
+"""``python -m loadtest.bench``: run the phases in order, print one JSON line last."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import signal
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from loadtest.bench.accounts import accounts
+from loadtest.bench.backfill import backfill
+from loadtest.bench.bigfanout import bigfanout_phase
+from loadtest.bench.burst import burst
+from loadtest.bench.ceiling import ceilings
+from loadtest.bench.live import live
+from loadtest.bench.scaling import scaling
+from loadtest.bench.sizes import QUICK, Sizes
+
+PHASES = ("live", "burst", "scaling", "backfill", "bigfanout", "accounts")
+
+
+def ratios(result: dict[str, Any]) -> dict[str, float]:
+    def get(key: str) -> float:
+        return float(result.get(key, math.nan))
+
+    single, egt, one = (
+        get("ceiling_single_eps"),
+        get("ceiling_egt_eps"),
+        get("fanout_eps_1_account"),
+    )
+    return {
+        "live_vs_single": get("live_eps") / single,
+        "burst_vs_single": get("burst_eps") / single,
+        "backfill_vs_egt": get("backfill_eps") / egt,
+        "live_vs_adjacent_single": get("live_eps") / get("live_adjacent_single_eps"),
+        "burst_vs_adjacent_single": get("burst_eps") / get("burst_adjacent_single_eps"),
+        "fanout_2_accounts_vs_1": get("fanout_eps_2_accounts") / one,
+        "fanout_2_workers_vs_1": get("fanout_eps_2_workers") / one,
+    }
+
+
+def rounded(value: Any) -> Any:
+    """Floats to 3 decimals, inside lists and dicts too."""
+    if isinstance(value, float):
+        return round(value, 3)
+    if isinstance(value, dict):
+        return {k: rounded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [rounded(v) for v in value]
+    return value
+
+
+async def run(sizes: Sizes, phases: set[str], profile: Path | None = None) -> dict[str, Any]:
+    result: dict[str, Any] = await ceilings(sizes)
+    steps: dict[str, Callable[[], Awaitable[dict[str, Any]]]] = {
+        "live": lambda: live(sizes, result["ceiling_single_eps"]),
+        "burst": lambda: burst(sizes),
+        "scaling": lambda: scaling(sizes, profile),
+        "backfill": lambda: backfill(sizes),
+        "bigfanout": lambda: bigfanout_phase(sizes),
+        "accounts": lambda: accounts(sizes),
+    }
+    for name in tqdm([p for p in PHASES if p in phases], desc="bench", unit="phase"):
+        result |= await steps[name]()
+    result["ratios"] = ratios(result)
+    return {key: rounded(value) for key, value in result.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run")
+    parser.add_argument(
+        "--phases", default=",".join(PHASES),
+        help=f"comma-separated subset of {','.join(PHASES)} (ceilings always run)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--profile", type=Path, default=None,
+        help="sample the scaling phase's workers with py-spy into this folder",
+    )  # fmt: skip
+    args = parser.parse_args()
+    unknown = set(args.phases.split(",")) - set(PHASES)
+    if unknown:
+        parser.error(f"unknown phases: {', '.join(sorted(unknown))}")
+    # SIGTERM unwinds like Ctrl-C, so the worker and Azurite children are stopped too
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    sizes = QUICK if args.quick else Sizes()
+    print(json.dumps(asyncio.run(run(sizes, set(args.phases.split(",")), args.profile))))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,380 @@
+"""What every phase shares: fresh Azurites and worker processes, the worker's Prometheus
+endpoint, CPU time, polling, quantiles and seeding helpers. ``loadtest.run`` and
+``loadtest.seed`` use it too."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Awaitable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import psutil
+from prometheus_client.parser import text_string_to_metric_families
+from tqdm import tqdm
+
+from timeline.azurite import Azurite, free_ports
+from timeline.entities import Post
+from timeline.keys import new_post_id, now_ticks
+from timeline.messages import PostCreated, encode
+from timeline.queue import FanoutQueues
+from timeline.storage import POSTS, Operation, Storage, StorageOptions, chunked, submit_batch
+
+TEXT = "x" * 120
+"""Timeline-shaped entities: a short post text, like the worker writes."""
+DELIVERIES = "fanout_deliveries_total"
+BENCH_OPTIONS = StorageOptions(timeout_s=30, placement_lease_s=3600)
+"""The bench's own client: nothing rebalances here, so a placement read delayed by a
+saturated Azurite must not stop the bench from routing."""
+
+
+def scrubbed_env(**settings: str) -> dict[str, str]:
+    """This process's environment without any ``TIMELINE_`` setting, plus ``settings``: a
+    child configured only by what the bench chose."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TIMELINE_")}
+    return env | settings
+
+
+# --- Prometheus scrapes ----------------------------------------------------------------------
+
+
+async def scrape(session: aiohttp.ClientSession, url: str) -> dict[str, float]:
+    """Counter and histogram-bucket samples by name (labels folded into the name)."""
+    async with session.get(url) as response:
+        text = await response.text()
+    samples: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            label = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
+            samples[f"{sample.name}{{{label}}}" if label else sample.name] = sample.value
+    return samples
+
+
+def delta(before: dict[str, float], after: dict[str, float], name: str) -> float:
+    return after.get(name, 0.0) - before.get(name, 0.0)
+
+
+def histogram_quantile(
+    before: dict[str, float], after: dict[str, float], name: str, q: float
+) -> float:
+    """A quantile of the observations made between two scrapes (linear within a bucket)."""
+    buckets = sorted(
+        (float(key.split("le=")[1].rstrip("}")), delta(before, after, key))
+        for key in after
+        if key.startswith(f"{name}_bucket{{")
+    )
+    total = buckets[-1][1] if buckets else 0
+    if total == 0:
+        return math.nan
+    rank, lower, below = q * total, 0.0, 0.0
+    for upper, count in buckets:
+        if count >= rank:
+            if math.isinf(upper):
+                return lower
+            return lower + (upper - lower) * (rank - below) / max(count - below, 1e-9)
+        lower, below = upper, count
+    return lower
+
+
+def rate(progress: list[tuple[float, float]], start: float, end: float) -> float:
+    """Growth per second of ``(time, count)`` samples between ``start`` and ``end``."""
+    inside = [(t, n) for t, n in progress if start <= t <= end]
+    if len(inside) < 2:
+        return math.nan
+    (t0, n0), (t1, n1) = inside[0], inside[-1]
+    return (n1 - n0) / max(t1 - t0, 1e-9)
+
+
+# --- CPU time --------------------------------------------------------------------------------
+
+
+def cpu_seconds(pid: int, *, children: bool = True) -> float:
+    """User plus system CPU time of a process and (unless ``children`` is false) of its
+    children, living or reaped."""
+    total = 0.0
+    with contextlib.suppress(psutil.NoSuchProcess):
+        process = psutil.Process(pid)
+        for member in [process, *(process.children(recursive=True) if children else [])]:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                times = member.cpu_times()
+                total += times.user + times.system
+                if children:
+                    total += times.children_user + times.children_system
+    return total
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds the whole machine spent not idle, over every core."""
+    times = psutil.cpu_times()
+    return float(
+        times.user
+        + times.nice
+        + times.system
+        + getattr(times, "irq", 0.0)
+        + getattr(times, "softirq", 0.0)
+    )
+
+
+@dataclass(frozen=True)
+class CpuSample:
+    at: float
+    roles: dict[str, float]
+    machine: float
+
+
+class CpuMeter:
+    """CPU seconds of named groups of processes (``worker``, ``azurite``, ``bench``) and of
+    the whole machine, so a phase can say which process used the cores, and how much of the
+    machine other people's work took meanwhile."""
+
+    def __init__(self, roles: dict[str, Sequence[int]]) -> None:
+        self.roles = roles
+
+    def sample(self) -> CpuSample:
+        """The bench's own process is counted without its children (the workers and
+        Azurites it started have roles of their own)."""
+        me = os.getpid()
+        return CpuSample(
+            time.monotonic(),
+            {
+                role: sum(cpu_seconds(pid, children=pid != me) for pid in pids)
+                for role, pids in self.roles.items()
+            },
+            machine_busy_seconds(),
+        )
+
+    @staticmethod
+    def cores(before: CpuSample, after: CpuSample) -> dict[str, float]:
+        """Cores busy on average between two samples, per role, ``other`` (everything else
+        on the machine) and ``machine``."""
+        wall = max(after.at - before.at, 1e-9)
+        used = {role: (after.roles[role] - before.roles[role]) / wall for role in after.roles}
+        machine = (after.machine - before.machine) / wall
+        return used | {"other": max(0.0, machine - sum(used.values())), "machine": machine}
+
+
+@contextlib.contextmanager
+def profiled(pids: Sequence[int], directory: Path | None, label: str) -> Iterator[None]:
+    """With ``--profile DIR``: sample each process with py-spy while the block runs, into
+    ``DIR/<label>-<i>.txt`` (collapsed stacks; idle time excluded, so the samples show
+    where CPU time goes)."""
+    if directory is None:
+        yield
+        return
+    directory.mkdir(parents=True, exist_ok=True)
+    spy = str(Path(sys.executable).parent / "py-spy")
+    options = ["--rate", "100", "--format", "raw", "--nonblocking"]
+    spies = [
+        subprocess.Popen(  # noqa: S603 - a fixed command line
+            [spy, "record", "--pid", str(pid), *options, "-o", f"{directory}/{label}-{i}.txt"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for i, pid in enumerate(pids)
+    ]
+    try:
+        yield
+    finally:
+        for process in spies:
+            process.send_signal(signal.SIGINT)
+        for process in spies:
+            process.wait(30)
+
+
+# --- Azurites and workers --------------------------------------------------------------------
+
+
+def azurite_pid(azurite: Azurite) -> int:
+    """The pid of the node process serving ``azurite`` (a child of this process)."""
+    table_port = str(azurite.ports[2])
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            command = child.cmdline()
+            if table_port in command and any("azurite" in part for part in command):
+                return child.pid
+    raise RuntimeError(f"no Azurite process serves table port {table_port}")
+
+
+@contextlib.asynccontextmanager
+async def fresh_storage(accounts: int = 1) -> AsyncIterator[tuple[list[Azurite], Storage]]:
+    """``accounts`` fresh in-memory Azurites, tables, placement and queue shards created."""
+    azurites = [Azurite(location=None) for _ in range(accounts)]
+    try:
+        await asyncio.gather(*(asyncio.to_thread(a.start) for a in azurites))
+        strings = [a.connection_string for a in azurites]
+        async with Storage(strings, BENCH_OPTIONS) as storage:
+            await storage.create_all()
+            yield azurites, storage
+    finally:
+        await asyncio.gather(*(asyncio.to_thread(a.stop) for a in azurites))
+
+
+class WorkerProcess:
+    """A real ``fanout-worker`` process, observed through its metrics endpoint, RSS and CPU."""
+
+    def __init__(self, azurites: Sequence[Azurite]) -> None:
+        (self.port,) = free_ports(1)
+        env = scrubbed_env(
+            TIMELINE_STORAGE_CONNECTION_STRINGS="\n".join(a.connection_string for a in azurites),
+            TIMELINE_WORKER_METRICS_PORT=str(self.port),
+            TIMELINE_WORKER_IDLE_SLEEP_S="0.05",
+            TIMELINE_DATA_DIR=tempfile.mkdtemp(prefix="bench-"),
+        )
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "fanout_worker"], env=env, stderr=subprocess.DEVNULL
+        )
+        self.pid = self.process.pid
+        self.session = aiohttp.ClientSession()
+
+    async def metrics(self) -> dict[str, float]:
+        return await scrape(self.session, f"http://127.0.0.1:{self.port}/metrics")
+
+    async def ready(self) -> None:
+        deadline = time.monotonic() + 30
+        while True:
+            with contextlib.suppress(aiohttp.ClientError):
+                await self.metrics()
+                return
+            if time.monotonic() > deadline or self.process.poll() is not None:
+                raise RuntimeError("the worker did not start")
+            await asyncio.sleep(0.1)
+
+    def rss_mb(self) -> float:
+        return float(psutil.Process(self.pid).memory_info().rss) / 2**20
+
+    def cpu_s(self) -> float:
+        return cpu_seconds(self.pid)
+
+    async def stop(self) -> None:
+        await self.session.close()
+        self.process.send_signal(signal.SIGTERM)
+        await asyncio.to_thread(self.process.wait, 30)
+
+
+@contextlib.asynccontextmanager
+async def workers(azurites: Sequence[Azurite], count: int) -> AsyncIterator[list[WorkerProcess]]:
+    """``count`` worker processes on the same accounts (competing consumers)."""
+    processes = [WorkerProcess(azurites) for _ in range(count)]
+    try:
+        await asyncio.gather(*(p.ready() for p in processes))
+        yield processes
+    finally:
+        await asyncio.gather(*(p.stop() for p in processes))
+
+
+@contextlib.asynccontextmanager
+async def worker(azurites: Sequence[Azurite]) -> AsyncIterator[WorkerProcess]:
+    async with workers(azurites, 1) as (process,):
+        yield process
+
+
+async def total(processes: Sequence[WorkerProcess], metric: str = DELIVERIES) -> float:
+    """``metric`` summed over the worker processes."""
+    scrapes = await asyncio.gather(*(p.metrics() for p in processes))
+    return sum(samples.get(metric, 0.0) for samples in scrapes)
+
+
+async def wait_for(
+    processes: WorkerProcess | Sequence[WorkerProcess],
+    metric: str,
+    target: float,
+    label: str,
+    timeout_s: float = 900,
+) -> float:
+    """Poll the workers until ``metric`` (summed) reaches ``target``; return when it did
+    (monotonic)."""
+    group = [processes] if isinstance(processes, WorkerProcess) else list(processes)
+    deadline = time.monotonic() + timeout_s
+    with tqdm(total=int(target), desc=label, unit="ent", leave=False) as bar:
+        while True:
+            value = await total(group, metric)
+            bar.n = int(value)
+            bar.refresh()
+            if value >= target:
+                return time.monotonic()
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{label}: {value} of {target} after {timeout_s}s")
+            await asyncio.sleep(0.1)
+
+
+# --- seeding and posting ---------------------------------------------------------------------
+
+
+async def bounded(
+    tasks: Iterable[Awaitable[Any]], limit: int, bar: tqdm[Any] | None = None
+) -> None:
+    semaphore = asyncio.Semaphore(limit)
+
+    async def run(task: Awaitable[Any]) -> None:
+        async with semaphore:
+            await task
+        if bar is not None:
+            bar.update()
+
+    await asyncio.gather(*(run(task) for task in tasks))
+
+
+async def write_rows(
+    storage: Storage, table: str, rows: list[dict[str, Any]], label: str, *, in_flight: int = 16
+) -> None:
+    """Seed rows with EGT batches, grouped by partition."""
+    by_partition: dict[str, list[Operation]] = {}
+    for row in rows:
+        by_partition.setdefault(row["PartitionKey"], []).append(("upsert", row))
+    batches = [
+        (partition, batch)
+        for partition, operations in by_partition.items()
+        for batch in chunked(operations)
+    ]
+    with tqdm(total=len(batches), desc=label, unit="batch", leave=False) as bar:
+        await bounded(
+            (submit_batch(storage, table, p, batch) for p, batch in batches), in_flight, bar
+        )
+
+
+def follower_rows(author: str, followers: Iterable[str]) -> list[dict[str, Any]]:
+    since = datetime.now(UTC)
+    return [{"PartitionKey": author, "RowKey": f, "since": since} for f in followers]
+
+
+def timeline_entity(partition: str, ticks: int) -> dict[str, Any]:
+    return Post(new_post_id(ticks), "author", TEXT).to_entity(partition)
+
+
+async def publish(storage: Storage, post: Post, *, visible_in_s: int = 0) -> None:
+    """What the API does for a post: the source row, then a small message on its shard."""
+    await submit_batch(storage, POSTS, post.author, [("upsert", post.to_entity(post.author))])
+    message = PostCreated(author=post.author, post_id=post.post_id)
+    await (
+        FanoutQueues(storage)
+        .shard_for(message)
+        .send_raw(encode(message), visible_in_s=visible_in_s or None)
+    )
+
+
+async def steady_posts(
+    storage: Storage, authors: list[str], posts_per_s: float, seconds: float, label: str
+) -> int:
+    """Publish posts round-robin over ``authors`` at a steady rate; return how many."""
+    count, started = int(posts_per_s * seconds), time.monotonic()
+    pending: set[asyncio.Task[None]] = set()
+    for i in tqdm(range(count), desc=label, unit="post", leave=False):
+        await asyncio.sleep(max(0.0, started + i / posts_per_s - time.monotonic()))
+        task = asyncio.create_task(
+            publish(storage, Post(new_post_id(now_ticks()), authors[i % len(authors)], TEXT))
+        )
+        pending.add(task)
+        task.add_done_callback(pending.discard)
+    await asyncio.gather(*pending)
+    return count

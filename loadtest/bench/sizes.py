@@ -1,0 +1,38 @@
+"""How big each phase is: the defaults (a full ``make bench``) and ``--quick`` (a smoke run)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Sizes:
+    ceiling_entities: int = 8000
+    live_authors: int = 200
+    live_followers: int = 100
+    live_seconds: float = 20.0
+    lag_seconds: float = 15.0
+    burst_users: int = 2000
+    burst_authors: int = 100
+    burst_posts: int = 1000
+    backfill_posts: int = 1000
+    backfill_follows: int = 24
+    bigfanout_followers: int = 100_000
+    bigfanout_cap_s: float = 120.0
+    same_rowkey_per_round: int = 2000
+    balance_users: int = 10_000
+    balance_graph_users: int = 1000
+    scaling_users: int = 2000
+    scaling_authors: int = 50
+    scaling_followers: int = 200
+    scaling_posts: int = 50
+    scaling_rounds: int = 2
+
+
+QUICK = Sizes(
+    ceiling_entities=600, live_authors=20, live_followers=20, live_seconds=3, lag_seconds=3,
+    burst_users=200, burst_authors=10, burst_posts=50, backfill_posts=300, backfill_follows=2,
+    bigfanout_followers=3000, bigfanout_cap_s=60, same_rowkey_per_round=500,
+    balance_users=10_000, balance_graph_users=200, scaling_users=200, scaling_authors=10,
+    scaling_followers=20, scaling_posts=10, scaling_rounds=1,
+)  # fmt: skip
