@@ -7,6 +7,7 @@ import asyncio
 import json
 import math
 import signal
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,7 @@ def rounded(value: Any) -> Any:
 
 
 async def run(sizes: Sizes, phases: set[str], profile: Path | None = None) -> dict[str, Any]:
+    started = time.monotonic()
     result: dict[str, Any] = await ceilings(sizes)
     steps: dict[str, Callable[[], Awaitable[dict[str, Any]]]] = {
         "live": lambda: live(sizes, result["ceiling_single_eps"]),
@@ -66,9 +68,13 @@ async def run(sizes: Sizes, phases: set[str], profile: Path | None = None) -> di
         "bigfanout": lambda: bigfanout_phase(sizes),
         "accounts": lambda: accounts(sizes),
     }
+    seconds = {"ceilings": time.monotonic() - started}
     for name in tqdm([p for p in PHASES if p in phases], desc="bench", unit="phase"):
+        phase_started = time.monotonic()
         result |= await steps[name]()
+        seconds[name] = time.monotonic() - phase_started
     result["ratios"] = ratios(result)
+    result["phase_seconds"] = seconds | {"total": time.monotonic() - started}
     return {key: rounded(value) for key, value in result.items()}
 
 

@@ -47,7 +47,7 @@ async def accounts(sizes: Sizes) -> dict[str, Any]:
     placed = placed_users(sizes.balance_users, ACCOUNTS)
     graph = Graph.zipf(sizes.balance_graph_users, seed=42, top=300)
     async with fresh_storage(ACCOUNTS) as (_, storage):
-        await seed(storage, graph, authors=sizes.balance_graph_users // 10, posts_per_author=3)
+        await seed(storage, graph, authors=sizes.balance_graph_users // 20, posts_per_author=3)
         rows = await rows_per_account(storage)
     return {
         "accounts_balance_users": placed,

@@ -14,18 +14,18 @@ class Sizes:
     lag_seconds: float = 15.0
     burst_users: int = 2000
     burst_authors: int = 100
-    burst_posts: int = 1000
+    burst_posts: int = 500
     backfill_posts: int = 1000
     backfill_follows: int = 24
-    bigfanout_followers: int = 100_000
-    bigfanout_cap_s: float = 120.0
-    same_rowkey_per_round: int = 2000
+    bigfanout_followers: int = 30_000
+    bigfanout_cap_s: float = 45.0
+    same_rowkey_per_round: int = 1500
     balance_users: int = 10_000
     balance_graph_users: int = 1000
     scaling_users: int = 2000
     scaling_authors: int = 50
-    scaling_followers: int = 200
-    scaling_posts: int = 50
+    scaling_followers: int = 100
+    scaling_posts: int = 70
     scaling_rounds: int = 2
 
 
