@@ -18,9 +18,10 @@ POSITIVE = {
     "accounts_balance_max_over_mean", "accounts_rows_max_over_mean", "fanout_eps_1_account",
     "fanout_eps_2_accounts", "fanout_eps_2_workers", "worker_cpu_ms_per_delivery_live",
     "worker_cpu_ms_per_delivery_burst", "azurite_cpu_share_1_account",
-    "azurite_cpu_share_2_accounts", "azurite_cpu_share_2_workers",
+    "azurite_cpu_share_2_accounts", "azurite_cpu_share_2_workers", "api_cpu_ms_per_read",
+    "api_cpu_ms_per_post", "api_storage_requests_per_read", "api_storage_requests_per_post",
 }  # fmt: skip
-"""Keys of the several-accounts and CPU measurements: present, and positive."""
+"""Keys of the several-accounts, CPU and API-cost measurements: present, and positive."""
 
 
 async def test_bench_quick_prints_every_key() -> None:

@@ -15,6 +15,7 @@ from typing import Any
 from tqdm import tqdm
 
 from loadtest.bench.accounts import accounts
+from loadtest.bench.api import api
 from loadtest.bench.backfill import backfill
 from loadtest.bench.bigfanout import bigfanout_phase
 from loadtest.bench.burst import burst
@@ -23,7 +24,7 @@ from loadtest.bench.live import live
 from loadtest.bench.scaling import scaling
 from loadtest.bench.sizes import QUICK, Sizes
 
-PHASES = ("live", "burst", "scaling", "backfill", "bigfanout", "accounts")
+PHASES = ("live", "burst", "scaling", "backfill", "bigfanout", "accounts", "api")
 
 
 def ratios(result: dict[str, Any]) -> dict[str, float]:
@@ -67,6 +68,7 @@ async def run(sizes: Sizes, phases: set[str], profile: Path | None = None) -> di
         "backfill": lambda: backfill(sizes),
         "bigfanout": lambda: bigfanout_phase(sizes),
         "accounts": lambda: accounts(sizes),
+        "api": lambda: api(sizes, profile),
     }
     seconds = {"ceilings": time.monotonic() - started}
     for name in tqdm([p for p in PHASES if p in phases], desc="bench", unit="phase"):
@@ -87,7 +89,7 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument(
         "--profile", type=Path, default=None,
-        help="sample the scaling phase's workers with py-spy into this folder",
+        help="sample the workers (scaling) and the API (api) with py-spy into this folder",
     )  # fmt: skip
     args = parser.parse_args()
     unknown = set(args.phases.split(",")) - set(PHASES)

@@ -18,15 +18,17 @@ class Sizes:
     backfill_posts: int = 1000
     backfill_follows: int = 24
     bigfanout_followers: int = 30_000
-    bigfanout_cap_s: float = 45.0
+    bigfanout_cap_s: float = 30.0
     same_rowkey_per_round: int = 1500
     balance_users: int = 10_000
-    balance_graph_users: int = 1000
+    balance_graph_users: int = 600
     scaling_users: int = 2000
     scaling_authors: int = 50
     scaling_followers: int = 100
-    scaling_posts: int = 70
+    scaling_posts: int = 50
     scaling_rounds: int = 2
+    api_users: int = 40
+    api_requests: int = 600
 
 
 QUICK = Sizes(
@@ -34,5 +36,5 @@ QUICK = Sizes(
     burst_users=200, burst_authors=10, burst_posts=50, backfill_posts=300, backfill_follows=2,
     bigfanout_followers=3000, bigfanout_cap_s=60, same_rowkey_per_round=500,
     balance_users=10_000, balance_graph_users=200, scaling_users=200, scaling_authors=10,
-    scaling_followers=20, scaling_posts=10, scaling_rounds=1,
+    scaling_followers=20, scaling_posts=10, scaling_rounds=1, api_users=5, api_requests=100,
 )  # fmt: skip
