@@ -47,7 +47,7 @@ def create_app(settings: Settings, connection_string: str) -> web.Application:
     async def storage_ctx(app: web.Application) -> AsyncIterator[None]:
         async with Storage(connection_string, settings.storage_options()) as storage:
             app[STORAGE_KEY] = storage
-            secret = await auth_secret(storage, settings.auth_secret)
+            secret = await auth_secret(storage, settings.auth_secret, settings.legacy_secret_file)
             app[SERVICE_KEY] = _build_service(settings, storage, secret)
             yield
 

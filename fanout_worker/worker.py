@@ -23,7 +23,13 @@ from timeline.fanout import Continue, Defer, Done, FanoutProcessor, Outcome
 from timeline.messages import FanoutMessage, decode
 from timeline.queue import FanoutQueue
 from timeline.retry import backoff_delay
-from timeline.storage import TIMELINES, Storage, poison_queue_name, work_queue_name
+from timeline.storage import (
+    LEGACY_SHARD,
+    TIMELINES,
+    Storage,
+    poison_queue_name,
+    work_queue_name,
+)
 from timeline.writer import PartitionWriter
 
 log = logging.getLogger(__name__)
@@ -79,7 +85,7 @@ class Worker:
                 max_in_flight=settings.worker_write_concurrency,
                 max_buffered=settings.worker_max_buffered,
             )
-            shards = [FanoutQueue(storage, shard) for shard in range(storage.queue_shards)]
+            shards = await self._shards(storage)
             processor = FanoutProcessor.on(
                 storage,
                 writer,
@@ -88,10 +94,28 @@ class Worker:
             )
             await writer.start()
             try:
-                await self._consume(shards, processor)
+                if shards:
+                    await self._consume(shards, processor)
             finally:
                 await self._shutdown(writer)
         log.info("fan-out worker stopped")
+
+    async def _shards(self, storage: Storage) -> list[FanoutQueue]:
+        """Every queue shard (and the single queue of a deployment from before shards, while
+        it exists), once the placement has been read; empty when asked to stop first."""
+        failures = 0
+        while not self._stopping.is_set():
+            try:
+                placement = await storage.confirmed_placement()
+                shards = [FanoutQueue(storage, shard) for shard in range(placement.queue_shards)]
+                if await storage.legacy_queue_exists():
+                    shards.append(FanoutQueue(storage, LEGACY_SHARD))
+                return shards
+            except StorageUnavailableError as error:
+                failures += 1
+                log.warning("waiting for the storage placement: %s", error.message)
+                await self._sleep(backoff_delay(failures, base=0.2, cap=5))
+        return []
 
     async def _consume(self, shards: list[FanoutQueue], processor: FanoutProcessor) -> None:
         log.info(

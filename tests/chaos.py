@@ -48,8 +48,8 @@ SWEEP_DELAY_S = 8.0
 VISIBILITY_S = 3
 USERS = 8
 PLACEMENT_LEASE_S = 1.0
-REBALANCE_FENCE_S = 3.2
-"""Past the placement lease plus one storage call."""
+REBALANCE_MARGIN_S = 0.2
+"""The fence is the lease plus one storage call plus this."""
 CLIENTS = 4
 SETTLE_TIMEOUT_S = 120.0
 
@@ -106,7 +106,7 @@ class Cluster:
         return program_env(
             storage_connection_strings=" ".join(server.connection_string for server in serving),
             placement_lease_s=PLACEMENT_LEASE_S,
-            rebalance_fence_s=REBALANCE_FENCE_S,
+            rebalance_margin_s=REBALANCE_MARGIN_S,
             data_dir=self.workdir,
             auth_secret=TEST_SECRET,
             port=self.port,
@@ -155,7 +155,7 @@ class Cluster:
         """Add the accounts past ``initial``: one rebalance SIGKILLed midway, then one to
         the end (it resumes from the placement row)."""
         first = await self._spawn("timeline.cli", "rebalance.log", "rebalance", "--steps", "2")
-        await asyncio.sleep(rng.uniform(1.0, 2 * REBALANCE_FENCE_S))
+        await asyncio.sleep(rng.uniform(1.0, 2 * (PLACEMENT_LEASE_S + STORAGE_TIMEOUT_S)))
         if first.returncode is None:
             report.kills += 1
             first.kill()
@@ -371,7 +371,7 @@ async def _check(storage: Storage, users: list[str], report: Report) -> None:
 
 async def _check_placement(storage: Storage) -> None:
     """The placement is settled on every account, and every row is on its home only."""
-    placement = await storage.refresh_placement()
+    placement = await storage.confirmed_placement()
     assert placement.settled, "a rebalance was left unfinished"
     assert placement.accounts == storage.account_ids, "not every account is in use"
     for account in range(len(storage.account_ids)):

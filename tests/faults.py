@@ -13,19 +13,23 @@ from typing import Any, cast
 from azure.core.exceptions import ServiceRequestError
 from azure.data.tables.aio import TableClient
 
-from timeline.storage import Storage
+from timeline.storage import Storage, StorageOptions
 
 WRITES = frozenset(
     {"create_entity", "upsert_entity", "update_entity", "delete_entity", "submit_transaction"}
 )
 DELETES = frozenset({"delete_entity", "submit_transaction"})
+READS = frozenset({"get_entity", "query_entities", "list_entities"})
 
 
 class FaultyStorage(Storage):
     """A ``Storage`` whose table calls can be failed, held at a gate, or paged short."""
 
-    def __init__(self, connection_string: str) -> None:
-        super().__init__(connection_string)
+    def __init__(self, connection_string: str, options: StorageOptions | None = None) -> None:
+        super().__init__(connection_string, options)
+        self.tables_down = False
+        """Every table call fails as an unreachable account would (the placement, read on
+        its own connection pool, still answers)."""
         self.fail_writes: Counter[str] = Counter()
         """Table name -> how many of its next write calls fail as a lost connection would."""
         self.held_tables: set[str] = set()
@@ -42,6 +46,9 @@ class FaultyStorage(Storage):
     def table(self, name: str, partition_key: str) -> TableClient:
         return cast(TableClient, _TableProxy(super().table(name, partition_key), name, self))
 
+    def reader(self, name: str, partition_key: str) -> TableClient:
+        return cast(TableClient, _TableProxy(super().reader(name, partition_key), name, self))
+
 
 class _TableProxy:
     def __init__(self, client: TableClient, table: str, faults: FaultyStorage) -> None:
@@ -51,6 +58,8 @@ class _TableProxy:
 
     def __getattr__(self, name: str) -> Any:
         attribute = getattr(self._client, name)
+        if self._faults.tables_down and name in WRITES | READS:
+            raise ServiceRequestError(f"injected: {self._table} is unreachable")
         if name == "query_entities":
             return self._query
         if name not in WRITES:

@@ -231,12 +231,19 @@ async def test_rebalance_resumes_after_dying_and_moves_everything(
         if fences == 2:
             raise RebalanceError("killed")
 
+    waits: list[float] = []
+
+    async def record(seconds: float) -> None:
+        waits.append(seconds)
+
     async with _storage(three) as storage:
         with pytest.raises(RebalanceError):
-            await Rebalancer(storage, fence_s=0, steps=3, sleep=die_at_second_fence).run()
-        await storage.refresh_placement()
-        assert not storage.placement.settled, "the first run died mid-move"
-        report = await Rebalancer(storage, fence_s=0, steps=3, progress=False).run()
+            await Rebalancer(storage, margin_s=0, steps=3, sleep=die_at_second_fence).run()
+        interrupted = await storage.refresh_placement()
+        assert interrupted is not None
+        assert not interrupted.settled, "the first run died mid-move"
+        report = await Rebalancer(storage, margin_s=0, steps=3, progress=False, sleep=record).run()
+        assert waits[0] == 15 + 5, "a resumed rebalance fences first, by the recorded timing"
         await storage.refresh_placement()
         assert storage.placement.settled
         assert len(storage.placement.accounts) == 3

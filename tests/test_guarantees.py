@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
+from fanout_worker import worker as worker_module
 from fanout_worker.metrics import MESSAGES
 from tests.conftest import (
     api_client,
@@ -25,7 +26,7 @@ from tests.conftest import (
 )
 from tests.faults import FaultyStorage
 from tests.helpers import Api, bearer
-from timeline.azurite import Azurite, free_ports
+from timeline.azurite import Azurite
 from timeline.config import Settings
 from timeline.entities import Post, User
 from timeline.errors import StorageUnavailableError
@@ -37,7 +38,13 @@ from timeline.queue import FanoutQueue
 from timeline.ratelimit import RateLimits
 from timeline.repositories import Repositories
 from timeline.service import TimelineService
-from timeline.storage import SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING, TIMELINES, Storage
+from timeline.storage import (
+    SUBJECT_FOLLOWERS,
+    SUBJECT_FOLLOWING,
+    TIMELINES,
+    Storage,
+    StorageOptions,
+)
 from timeline.tokens import TokenSigner
 from timeline.writer import PartitionWriter
 
@@ -200,19 +207,15 @@ async def test_copy_landing_after_unfollow_and_crash_is_swept(
 # --- 4: storage trouble is not a failure ---------------------------------------------------
 
 
-def _tables_unreachable(connection_string: str) -> str:
-    """The same account with its table endpoint on a port nobody listens on."""
-    dead = free_ports(1)[0]
-    parts = [
-        f"TableEndpoint=http://127.0.0.1:{dead}/devstoreaccount1"
-        if part.startswith("TableEndpoint=")
-        else part
-        for part in connection_string.split(";")
-    ]
-    return ";".join(parts)
+class _TablesDown(FaultyStorage):
+    def __init__(self, connection_string: str, options: StorageOptions | None = None) -> None:
+        super().__init__(connection_string, options)
+        self.tables_down = True
 
 
-async def test_storage_trouble_never_poisons(private_azurite: Azurite, tmp_path: Path) -> None:
+async def test_storage_trouble_never_poisons(
+    private_azurite: Azurite, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     settings = make_settings(
         private_azurite.connection_string,
         tmp_path,
@@ -225,16 +228,15 @@ async def test_storage_trouble_never_poisons(private_azurite: Azurite, tmp_path:
         repos, queue = Repositories.on(storage), FanoutQueue(storage)
         author, reader, [post] = await _pair(repos)
         await queue.send(PostCreated(author=author, post_id=post.post_id))
-        broken = settings.model_copy(
-            update={"storage_connection_string": _tables_unreachable(settings.connection_string())}
-        )
         deferred = _count("post", "defer")
 
         async def deferred_often() -> bool:
             return _count("post", "defer") >= deferred + 4
 
-        async with running_worker(broken):  # every table call fails: throttling, an outage
-            await eventually(deferred_often, timeout_s=60, what="four leases lost to storage")
+        with monkeypatch.context() as patched:
+            patched.setattr(worker_module, "Storage", _TablesDown)
+            async with running_worker(settings):  # every table call fails: an outage
+                await eventually(deferred_often, timeout_s=60, what="four leases lost to storage")
         assert (await queue.depth())[1] == 0, "storage trouble poisoned a message"
         async with running_worker(settings):
 
@@ -473,17 +475,52 @@ async def test_backfill_reads_through_short_pages(
     assert sorted(await _ids(repos, reader)) == sorted(post.post_id for post in posts)
 
 
+class _HangingProxy:
+    """A TCP proxy in front of Azurite's table port that forwards until ``hang`` is set,
+    then accepts connections and never answers (a slow account)."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.hang = False
+        self.hung: list[asyncio.StreamWriter] = []
+        self._pipes: set[asyncio.Task[None]] = set()
+        self._forwarded: list[asyncio.StreamWriter] = []
+
+    def start_hanging(self) -> None:
+        """Hang every new connection and drop the forwarded ones (so none is reused)."""
+        self.hang = True
+        for writer in self._forwarded:
+            writer.close()
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.hang:
+            self.hung.append(writer)
+            return
+        upstream_reader, upstream_writer = await asyncio.open_connection(
+            "127.0.0.1", self.target_port
+        )
+        self._forwarded += [writer, upstream_writer]
+        for source, sink in ((reader, upstream_writer), (upstream_reader, writer)):
+            task = asyncio.create_task(_pipe(source, sink))
+            self._pipes.add(task)
+            task.add_done_callback(self._pipes.discard)
+
+
+async def _pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+    with contextlib.suppress(ConnectionError):
+        while data := await source.read(65536):
+            sink.write(data)
+            await sink.drain()
+    sink.close()
+
+
 async def test_lease_renewals_do_not_wait_behind_table_calls(
     private_azurite: Azurite, tmp_path: Path
 ) -> None:
     """Table calls that hang (a slow account) hold every table connection; queue calls (lease
     renewals) have their own pool and still answer."""
-    hung: list[asyncio.StreamWriter] = []
-
-    async def never_answer(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        hung.append(writer)
-
-    server = await asyncio.start_server(never_answer, "127.0.0.1", 0)
+    proxy = _HangingProxy(private_azurite.ports[2])
+    server = await asyncio.start_server(proxy.handle, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     settings = make_settings(private_azurite.connection_string, tmp_path, storage_timeout_s=5)
     mixed = ";".join(
@@ -493,14 +530,14 @@ async def test_lease_renewals_do_not_wait_behind_table_calls(
         for part in settings.connection_string().split(";")
     )
     async with server, Storage(mixed, settings.storage_options()) as storage:
+        await storage.create_all()
         queue = FanoutQueue(storage)
-        async with Storage(settings.connection_string()) as real:
-            await real.create_all()
+        proxy.start_hanging()
         repos = Repositories.on(storage)
         table_calls = [asyncio.create_task(repos.users.exists(f"u{i}")) for i in range(300)]
 
         async def pool_full() -> bool:
-            return len(hung) >= 100
+            return len(proxy.hung) >= 100
 
         await eventually(pool_full, timeout_s=10, what="the table connections to hang")
         assert await queue.depth() == (0, 0)
@@ -508,7 +545,7 @@ async def test_lease_renewals_do_not_wait_behind_table_calls(
         for task in table_calls:
             task.cancel()
         await asyncio.gather(*table_calls, return_exceptions=True)
-        for writer in hung:
+        for writer in proxy.hung:
             writer.close()
 
 

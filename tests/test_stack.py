@@ -208,6 +208,62 @@ async def _apis_holding_connections(port: int, apis: list[psutil.Process]) -> se
             writer.close()
 
 
+async def _a_rate_limit_holds_across_both_apis(
+    session: aiohttp.ClientSession, base: str, port: int, apis: list[psutil.Process]
+) -> None:
+    """Carol posts over connections held by each API process in turn: with 4 posts a
+    minute allowed, the fifth is refused, whichever process counts it."""
+    _, carol = await _request(session, "POST", f"{base}/users", json={"user_id": "carol"})
+    by_pid: dict[int, list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]] = {}
+    opened = [await asyncio.open_connection("127.0.0.1", port) for _ in range(32)]
+    try:
+        for reader, writer in opened:
+            assert await _raw_request(reader, writer, "GET", "/healthz") == 200
+        for api in apis:
+            clients = {
+                c.raddr.port
+                for c in api.net_connections(kind="tcp")
+                if c.status == psutil.CONN_ESTABLISHED and c.laddr.port == port and c.raddr
+            }
+            by_pid[api.pid] = [
+                (r, w) for r, w in opened if w.get_extra_info("sockname")[1] in clients
+            ]
+        first, second = (by_pid[api.pid][0] for api in apis)
+        statuses = [
+            await _raw_request(*connection, "POST", "/users/carol/posts", carol["token"])
+            for connection in (first, second, first, second, first, second)
+        ]
+        assert statuses == [202, 202, 202, 202, 429, 429], statuses
+    finally:
+        for _, writer in opened:
+            writer.close()
+
+
+async def _raw_request(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    method: str,
+    path: str,
+    token: str | None = None,
+) -> int:
+    """One HTTP/1.1 request on a kept-alive connection; its status (the body is read)."""
+    body = b'{"text": "hi"}' if method == "POST" else b""
+    auth = f"Authorization: Bearer {token}\r\n" if token else ""
+    writer.write(
+        f"{method} {path} HTTP/1.1\r\nHost: stack\r\n{auth}Content-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n".encode()
+        + body
+    )
+    status = int((await reader.readline()).split()[1])
+    length = 0
+    while (line := await reader.readline()) not in (b"\r\n", b""):
+        name, _, value = line.decode().partition(":")
+        if name.lower() == "content-length":
+            length = int(value)
+    await reader.readexactly(length)
+    return status
+
+
 async def _start_until_ready(
     stack: StackProcess,
 ) -> tuple[asyncio.subprocess.Process, str, asyncio.Task[bytes]]:
@@ -256,6 +312,7 @@ async def test_stack_runs_several_accounts_api_processes_and_workers(tmp_path: P
     stack = StackProcess(
         data, port, tuple(azurite_ports),
         embedded_accounts=2, api_processes=2, workers=2, worker_metrics_port=metrics,
+        posts_per_minute=4,
     )  # fmt: skip
     process, line, log = await _start_until_ready(stack)
     children: dict[str, list[psutil.Process]] = {}
@@ -290,8 +347,9 @@ async def test_stack_runs_several_accounts_api_processes_and_workers(tmp_path: P
         assert (data / "azurite-1" / PORTS_FILE).is_file()
         async with aiohttp.ClientSession() as session:
             bob_auth, post = await _alice_posts_to_bob(session, stack.base)
+            await _a_rate_limit_holds_across_both_apis(session, stack.base, port, apis)
         stats = await asyncio.to_thread(stack.cli, "stats")
-        assert "table users: 2" in stats
+        assert "table users: 3" in stats
         assert "(account 1)" in stats
     finally:
         returncode = await _stop(process, log)

@@ -33,7 +33,7 @@ def cmd_token(settings: Settings, args: argparse.Namespace) -> None:
     async def mint(storage: Storage) -> None:
         if not await UsersRepository(storage).exists(args.user):
             raise TimelineError(f"user {args.user!r} does not exist", code="user_not_found")
-        secret = await auth_secret(storage, settings.auth_secret)
+        secret = await auth_secret(storage, settings.auth_secret, settings.legacy_secret_file)
         print(TokenSigner(secret, token_ttl_s=settings.token_ttl_s).mint_bearer(args.user))
 
     asyncio.run(_with_storage(settings, mint))
@@ -91,10 +91,9 @@ def cmd_poison_requeue(settings: Settings, args: argparse.Namespace) -> None:
 
 
 def cmd_rebalance(settings: Settings, args: argparse.Namespace) -> None:
-    fence_s = settings.rebalance_fence()
-
     async def rebalance(storage: Storage) -> None:
-        report = await Rebalancer(storage, fence_s=fence_s, steps=args.steps).run()
+        margin = settings.rebalance_margin_s
+        report = await Rebalancer(storage, margin_s=margin, steps=args.steps).run()
         print(
             f"placement version {report.version} is settled on {report.accounts} account(s): "
             f"{report.partitions} partition(s) and {report.rows} row(s) moved, "

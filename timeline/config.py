@@ -31,9 +31,9 @@ class Settings(BaseSettings):
     """Queue shards of a new placement (default: one per account); fixed once stored."""
     placement_lease_s: float = Field(default=15.0, gt=0)
     """A process stops routing when its last read of the placement is older than this."""
-    rebalance_fence_s: float | None = Field(default=None, gt=0)
-    """How long a rebalance waits for every process to see a change of the placement
-    (default: the lease plus the storage timeout plus 30 s; must exceed the first two)."""
+    rebalance_margin_s: float = Field(default=30.0, ge=0)
+    """Added to the longest lease and storage timeout of any process to make a rebalance's
+    fence: the longest Azure works on a request its client has given up on."""
     api_processes: int = Field(default=1, ge=1, le=64)
     """API processes ``make run`` starts on one port (SO_REUSEPORT)."""
     workers: int = Field(default=1, ge=1, le=64)
@@ -97,19 +97,10 @@ class Settings(BaseSettings):
             queue_shards=self.queue_shards,
         )
 
-    def rebalance_fence(self) -> float:
-        """How long after a placement change no process can still route by the old one: a
-        lease, plus one storage call started just before it ran out, plus margin (by default
-        30 s, the longest Azure works on a request its client has given up on)."""
-        earliest = self.placement_lease_s + self.storage_timeout_s
-        if self.rebalance_fence_s is None:
-            return earliest + 30
-        if self.rebalance_fence_s <= earliest:
-            raise ConfigurationError(
-                "TIMELINE_REBALANCE_FENCE_S must exceed the placement lease plus the storage "
-                f"timeout ({earliest:g} s)"
-            )
-        return self.rebalance_fence_s
+    @property
+    def legacy_secret_file(self) -> Path:
+        """Where versions before the secret moved into storage kept a generated secret."""
+        return self.data_dir / "auth-secret"
 
     def retry_policy(self) -> RetryPolicy:
         return RetryPolicy(base_s=self.worker_retry_base_s, cap_s=self.worker_retry_cap_s)

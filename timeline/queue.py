@@ -134,10 +134,21 @@ class FanoutQueue:
 
 
 class FanoutQueues:
-    """Every shard: sends each message to its key's shard; admin views see all shards."""
+    """Every shard: sends each message to its key's shard; admin views see all shards.
+
+    The shards are known once the placement has been read, which may be after start."""
 
     def __init__(self, storage: Storage) -> None:
-        self.shards = [FanoutQueue(storage, shard) for shard in range(storage.queue_shards)]
+        self._storage = storage
+        self._shards: list[FanoutQueue] = []
+
+    @property
+    def shards(self) -> list[FanoutQueue]:
+        if not self._shards:
+            self._shards = [
+                FanoutQueue(self._storage, shard) for shard in range(self._storage.queue_shards)
+            ]
+        return self._shards
 
     def shard_for(self, message: FanoutMessage) -> FanoutQueue:
         return self.shard_for_key(shard_key(message))

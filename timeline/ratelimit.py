@@ -130,8 +130,8 @@ class TableWindowStorage(LimitsStorage):
         return len(partitions)
 
     async def _read(self, partition: str) -> TableEntity | None:
-        client = self._storage.reader(RATE_LIMITS, partition)
         async with self._storage.guard():
+            client = self._storage.reader(RATE_LIMITS, partition)
             try:
                 return await client.get_entity(partition, _ROW)
             except ResourceNotFoundError:
@@ -142,16 +142,16 @@ class TableWindowStorage(LimitsStorage):
     ) -> None:
         """Create the row if ``read`` found none, else replace it if unchanged since read."""
         row = {"PartitionKey": partition, "RowKey": _ROW, "count": count, "expires_at": expires_at}
-        client = self._storage.table(RATE_LIMITS, partition)
         async with self._storage.guard():
+            client = self._storage.table(RATE_LIMITS, partition)
             if read is None:
                 await client.create_entity(row)
             else:
                 await client.update_entity(row, mode=UpdateMode.REPLACE, **_if_unchanged(read))
 
     async def _delete(self, partition: str) -> None:
-        client = self._storage.table(RATE_LIMITS, partition)
         async with self._storage.guard():
+            client = self._storage.table(RATE_LIMITS, partition)
             with suppress(ResourceNotFoundError):
                 await client.delete_entity(partition, _ROW)
 

@@ -5,9 +5,11 @@ one account is added to N-1); nothing moves between the old accounts. The move g
 ``steps`` ranges of hash slots, each in five writes of the placement row:
 
 1. **freeze** the step's slots: their moving partitions take reads (from the old home) but
-   refuse writes with a retryable 503 / worker deferral. Then wait the *fence* ``F``: after
-   it, every process routes by a placement read after the freeze (``timeline.placement``'s
-   lease), and any write routed before it has landed, so the old home is final.
+   refuse writes with a retryable 503 / worker deferral. Then wait the *fence* ``F``: the
+   longest lease plus the longest storage timeout any process has recorded (each records
+   its own before it routes anything), plus a margin. After it, every process routes by a
+   placement read after the freeze, and any write routed before it has landed, so the old
+   home is final.
 2. **copy** each moving partition of those slots (found by a key-only scan of the old
    accounts, made after the fence so partitions created meanwhile are included) to its new
    home with EGT upserts, then **verify**: the new home holds exactly the old rows (rows
@@ -19,8 +21,9 @@ one account is added to N-1); nothing moves between the old accounts. The move g
    the placement *settled* on all accounts.
 
 Every step is redone safely from what the placement row shows, so a rebalance that dies
-is resumed by running it again (with the same account list). A second rebalancer running
-at the same time fails on the placement row's ETag.
+is resumed by running it again (with the same account list): it first waits ``F`` (the run
+that died may have just changed the row), then unfreezes ranges already flipped, then
+goes on. A second rebalancer running at the same time fails on the placement row's ETag.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from tqdm import tqdm
 
 from timeline.errors import ConfigurationError, TimelineError
 from timeline.placement import SLOTS, Placement, hash64, slot_of
-from timeline.storage import TABLES, Storage, chunked
+from timeline.storage import TABLES, Storage, chunked, query_page
 
 log = logging.getLogger(__name__)
 
@@ -70,23 +73,25 @@ class Rebalancer:
         self,
         storage: Storage,
         *,
-        fence_s: float,
+        margin_s: float = 30.0,
         steps: int = 8,
         progress: bool = True,
         sleep: Callable[[float], Any] = asyncio.sleep,
     ) -> None:
         self._storage = storage
-        self._fence_s = fence_s
+        self._margin_s = margin_s
         self._steps = max(1, min(steps, SLOTS))
         self._progress = progress
         self._sleep = sleep
         self._etag = ""
 
     async def run(self) -> RebalanceReport:
-        placement = await self._begin()
+        placement, resumed = await self._begin()
         report = RebalanceReport(placement.version, len(placement.accounts))
         if placement.settled:
             return report
+        if resumed:
+            placement = await self._resume(placement)
         ranges = [set(range(SLOTS)[step :: self._steps]) for step in range(self._steps)]
         with tqdm(total=SLOTS, unit="slot", desc="rebalance", disable=not self._progress) as bar:
             bar.update(len(placement.moved))
@@ -102,12 +107,13 @@ class Rebalancer:
         log.info("placement version %d is settled on %d accounts", report.version, report.accounts)
         return report
 
-    async def _begin(self) -> Placement:
-        """Read the placement; start a move onto the configured accounts if it is settled."""
+    async def _begin(self) -> tuple[Placement, bool]:
+        """Read the placement; start a move onto the configured accounts if it is settled.
+        True with a move that an earlier run started."""
         placement = await self._read()
         configured = self._storage.account_ids
         if placement.settled and configured == placement.accounts:
-            return placement
+            return placement, False
         if not placement.settled and configured != placement.accounts:
             raise ConfigurationError(
                 f"a rebalance onto {list(placement.accounts)} is in progress: run it again "
@@ -120,6 +126,18 @@ class Rebalancer:
             )
             log.info(
                 "placement version %d: moving onto %d accounts", placement.version, len(configured)
+            )
+            return placement, False
+        return placement, True
+
+    async def _resume(self, placement: Placement) -> Placement:
+        """Fence before anything else: the run that died may have changed the placement
+        just before, and processes may still route by the version before that. Then let
+        ranges that were flipped take writes again."""
+        await self._fence(placement, "see the placement the interrupted run left")
+        if placement.frozen & placement.moved:
+            placement = await self._write(
+                placement.next_version(frozen=placement.frozen - placement.moved)
             )
         return placement
 
@@ -139,13 +157,18 @@ class Rebalancer:
         return placement
 
     async def _fence(self, placement: Placement, why: str) -> None:
+        """Wait until no process can route by an older placement and no request routed by
+        one is still in flight: the longest lease and storage timeout any process has
+        recorded (read now, after the change), plus the margin."""
+        lease_s, timeout_s = await self._storage.read_timing()
+        fence_s = lease_s + timeout_s + self._margin_s
         log.info(
-            "placement version %d: waiting %.0f s for every process to %s",
+            "placement version %d: waiting %.1f s for every process to %s",
             placement.version,
-            self._fence_s,
+            fence_s,
             why,
         )
-        await self._sleep(self._fence_s)
+        await self._sleep(fence_s)
 
     async def _moving_partitions(
         self, placement: Placement, slots: frozenset[int]
@@ -165,14 +188,19 @@ class Rebalancer:
         return found
 
     async def _partition_keys(self, account: int, table: str) -> set[str]:
+        """A key-only scan of one account's table, one bounded request per 1,000 rows."""
         client = self._storage.account_table(account, table)
-        async with self._storage.guard(timeout_s=600):
-            return {
-                entity["PartitionKey"]
-                async for entity in client.list_entities(
-                    select=["PartitionKey"], results_per_page=1000
+        keys: set[str] = set()
+        continuation: dict[str, str] | None = None
+        while True:
+            async with self._storage.guard():
+                page = await query_page(
+                    client, "", {}, select=["PartitionKey"], limit=1000, continuation=continuation
                 )
-            }
+            keys.update(entity["PartitionKey"] for entity in page.items)
+            continuation = page.continuation
+            if continuation is None:
+                return keys
 
     async def _copy(self, moving: _Moving) -> int:
         """Copy one partition with EGT upserts and check the copy row for row."""
@@ -196,13 +224,22 @@ class Rebalancer:
         return len(rows)
 
     async def _rows(self, client: TableClient, partition_key: str) -> dict[str, dict[str, Any]]:
-        async with self._storage.guard(timeout_s=600):
-            return {
-                entity["RowKey"]: dict(entity)
-                async for entity in client.query_entities(
-                    "PartitionKey eq @pk", parameters={"pk": partition_key}, results_per_page=1000
+        rows: dict[str, dict[str, Any]] = {}
+        continuation: dict[str, str] | None = None
+        while True:
+            async with self._storage.guard():
+                page = await query_page(
+                    client,
+                    "PartitionKey eq @pk",
+                    {"pk": partition_key},
+                    select=None,
+                    limit=1000,
+                    continuation=continuation,
                 )
-            }
+            rows.update((entity["RowKey"], dict(entity)) for entity in page.items)
+            continuation = page.continuation
+            if continuation is None:
+                return rows
 
     async def _transact(self, client: TableClient, operations: list[Any]) -> None:
         async with self._storage.guard():

@@ -520,10 +520,9 @@ async def _row_keys_between(
 
 async def _create(storage: Storage, table: str, entity: dict[str, Any]) -> bool:
     """Insert ``entity``; False when a row with its keys exists (nothing is changed)."""
-    client = storage.table(table, entity["PartitionKey"])
     async with storage.guard():
         try:
-            await client.create_entity(entity)
+            await storage.table(table, entity["PartitionKey"]).create_entity(entity)
             return True
         except ResourceExistsError:
             return False
@@ -538,8 +537,8 @@ async def _get_entity(
     select: list[str] | None = None,
 ) -> TableEntity | None:
     """One point read by both keys (the cheapest call there is); None when missing."""
-    client = storage.reader(table, partition_key)
     async with storage.guard():
+        client = storage.reader(table, partition_key)
         try:
             return await client.get_entity(partition_key, row_key, select=select)
         except ResourceNotFoundError:
@@ -556,10 +555,9 @@ async def _partition_page(
     continuation: dict[str, str] | None,
 ) -> Page[TableEntity]:
     """One page of one partition's listing rows (metadata excluded): one storage query."""
-    client = storage.reader(table, partition_key)
     async with storage.guard():
         return await query_page(
-            client,
+            storage.reader(table, partition_key),
             LISTING,
             {"pk": partition_key, "meta": META},
             select=select,

@@ -6,15 +6,18 @@ import asyncio
 import logging
 import math
 import time
+import uuid
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
+from azure.core import MatchConditions
 from azure.core.exceptions import (
     HttpResponseError,
     ResourceExistsError,
+    ResourceModifiedError,
     ResourceNotFoundError,
     ServiceRequestError,
     ServiceResponseError,
@@ -44,6 +47,10 @@ META_TABLE = "timelineMeta"
 """Service-wide rows (the auth secret) on the placement home, beside ``placement``; on every
 account, the row naming the placement home it belongs to."""
 MEMBER_KEYS = ("member", "placement")
+TIMING_KEYS = ("placement", "timing")
+"""Beside the placement row: the longest lease and storage timeout of any process."""
+CONTROL = "~control"
+"""Each account's ``timelineMeta`` client on the control connection pool."""
 
 MAX_BATCH_OPERATIONS = 100
 """Entity Group Transactions take at most 100 operations (Azurite breaks above that)."""
@@ -58,12 +65,16 @@ _UNAVAILABLE_ERRORS = (
 )
 
 
+LEGACY_SHARD = -1
+"""The ``fanout`` queue (and ``fanout-poison``) of a deployment from before queue shards."""
+
+
 def work_queue_name(shard: int) -> str:
-    return f"fanout-{shard}"
+    return "fanout" if shard == LEGACY_SHARD else f"fanout-{shard}"
 
 
 def poison_queue_name(shard: int) -> str:
-    return f"fanout-{shard}-poison"
+    return "fanout-poison" if shard == LEGACY_SHARD else f"fanout-{shard}-poison"
 
 
 def split_connection_strings(text: str | Sequence[str]) -> tuple[str, ...]:
@@ -123,17 +134,21 @@ class Storage:
     ) -> None:
         self._connection_strings = split_connection_strings(connection_strings)
         self.account_ids = tuple(account_id(text) for text in self._connection_strings)
+        if len({account.lower() for account in self.account_ids}) != len(self.account_ids):
+            raise ConfigurationError("a storage account is listed twice")
         self.options = options or StorageOptions()
         self._session: aiohttp.ClientSession | None = None
         self._queue_session: aiohttp.ClientSession | None = None
+        self._control_session: aiohttp.ClientSession | None = None
         self._tables: list[dict[str, TableClient]] = []
         self._queues: dict[str, QueueClient] = {}
-        self._placement = Placement.initial(
-            self.account_ids, self.options.queue_shards or len(self.account_ids)
-        )
-        self._stored = False
+        self._placement: Placement | None = None
+        self._confirmed = False
+        """The account list has passed the membership check and this process's timing is
+        recorded; both once per process, before it routes anything."""
         self._valid_until = -math.inf
         self._refused: str | None = None
+        self._renewing = asyncio.Lock()
         self._refresher: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> Storage:
@@ -145,20 +160,23 @@ class Storage:
 
     async def open(self) -> None:
         """Build the clients and read the placement; raises ``ConfigurationError`` when the
-        stored placement does not match the configured accounts."""
+        stored placement does not match the configured accounts. When storage does not
+        answer, nothing is routed until it does (the refresher keeps trying)."""
         connector = aiohttp.TCPConnector(limit=self.options.table_connections)
         self._session = aiohttp.ClientSession(connector=connector)
         self._queue_session = aiohttp.ClientSession()
+        self._control_session = aiohttp.ClientSession()
         self._tables = [
             {name: self._table_client(text, name) for name in (*TABLES, META_TABLE)}
             for text in self._connection_strings
         ]
+        for index, text in enumerate(self._connection_strings):
+            self._tables[index][CONTROL] = self._table_client(text, META_TABLE, control=True)
         self._tables[0][PLACEMENT_TABLE] = self._table_client(
-            self._connection_strings[0], PLACEMENT_TABLE
+            self._connection_strings[0], PLACEMENT_TABLE, control=True
         )
         with suppress(StorageUnavailableError):
             await self.refresh_placement()
-            await self._check_membership()
         if self._refused is not None:
             await self.close()
             raise ConfigurationError(self._refused)
@@ -178,66 +196,125 @@ class Storage:
             await client.close()
         self._tables.clear()
         self._queues.clear()
-        for session in (self._session, self._queue_session):
+        for session in (self._session, self._queue_session, self._control_session):
             if session is not None:
                 await session.close()
-        self._session = self._queue_session = None
+        self._session = self._queue_session = self._control_session = None
 
     # -- placement ---------------------------------------------------------------------
 
     @property
     def placement(self) -> Placement:
+        """The stored placement this process routes by (``StorageUnavailableError`` when it
+        has none: storage not initialised, or not reachable since the process started)."""
+        if self._placement is None:
+            raise StorageUnavailableError(
+                "the storage placement has not been read yet (is storage initialised? "
+                "`timeline init`)",
+                retry_after=2,
+            )
         return self._placement
 
     @property
     def queue_shards(self) -> int:
-        return self._placement.queue_shards
+        return self.placement.queue_shards
 
-    async def refresh_placement(self) -> Placement:
+    async def refresh_placement(self) -> Placement | None:
         """Read the stored placement; the lease counts from when the read started."""
         started = time.monotonic()
-        entity = await self.read_placement_entity()
-        if entity is not None:
-            self._adopt(Placement.from_entity(entity))
-        self._valid_until = started + self.options.placement_lease_s
-        return self._placement
-
-    async def read_placement_entity(self) -> TableEntity | None:
-        client = self._tables[0][PLACEMENT_TABLE]
-        async with self.guard():
-            try:
-                return await client.get_entity(*PLACEMENT_KEYS)
-            except ResourceNotFoundError:
-                return None  # a fresh storage: `create_all` writes the configured placement
-
-    def _adopt(self, stored: Placement) -> None:
+        entity = await self._control_get(self.placement_table(), PLACEMENT_KEYS)
         try:
+            if not self._confirmed:
+                await self._check_membership()
+            if entity is None:
+                self._placement = None  # not initialised: `create_all` stores one
+                return None
+            stored = Placement.from_entity(entity)
             stored.check_configured(self.account_ids, self.options.queue_shards)
+            if not self._confirmed:
+                await self._record_timing()
+                self._confirmed = True
         except ConfigurationError as error:
             if self._refused is None:
-                log.error("not routing storage requests any more: %s", error.message)
+                log.error("not routing storage requests: %s", error.message)
             self._refused = error.message
-            return
+            return None
         self._refused = None
-        self._placement, self._stored = stored, True
+        self._placement, self._valid_until = stored, started + self.options.placement_lease_s
+        return stored
+
+    async def read_placement_entity(self) -> TableEntity | None:
+        return await self._control_get(self.placement_table(), PLACEMENT_KEYS)
+
+    async def read_timing(self) -> tuple[float, float]:
+        """The longest placement lease and storage timeout any process has recorded."""
+        entity = await self._control_get(self.placement_table(), TIMING_KEYS)
+        if entity is None:
+            return self.options.placement_lease_s, self.options.timeout_s
+        return float(entity["lease_s"]), float(entity["timeout_s"])
+
+    async def _control_get(self, client: TableClient, keys: tuple[str, str]) -> TableEntity | None:
+        async with self.guard(renew=False):
+            try:
+                return await client.get_entity(*keys)
+            except ResourceNotFoundError:
+                return None  # the row, or its table (a fresh account), does not exist
 
     async def _check_membership(self) -> None:
-        """Refuse accounts that belong to the placement of another placement home: a list
-        in the wrong order would otherwise find no placement on its first account."""
-        home = self.account_ids[0]
+        """Raise ``ConfigurationError`` for an account that belongs to another placement
+        home, or that is listed twice under two spellings (the same member row twice)."""
+        home, seen = self.account_ids[0], set[str]()
         for index, account in enumerate(self._tables):
-            async with self.guard():
-                try:
-                    member = await account[META_TABLE].get_entity(*MEMBER_KEYS)
-                except ResourceNotFoundError:
-                    continue
+            member = await self._control_get(account[CONTROL], MEMBER_KEYS)
+            if member is None:
+                continue  # an added account whose rebalance has not started yet
             if member["home"] != home:
-                self._refused = (
-                    f"storage account {self.account_ids[index]} belongs to the placement whose "
-                    f"home is {member['home']}, but the first configured account is {home}: "
-                    "list the accounts in the stored order"
+                raise ConfigurationError(
+                    f"storage account {self.account_ids[index]} belongs to the placement "
+                    f"whose home is {member['home']}, but the first configured account is "
+                    f"{home}: list the accounts in the stored order"
                 )
+            if member.get("id") in seen:
+                raise ConfigurationError(
+                    f"storage account {self.account_ids[index]} is listed twice (under two "
+                    "connection strings)"
+                )
+            seen.add(member.get("id") or f"unnamed-{index}")
+
+    async def _record_timing(self) -> None:
+        """Raise the stored lease and timeout to this process's, before it routes anything:
+        a rebalance's fence must outlast the longest of any process."""
+        client = self.placement_table()
+        for _ in range(10):
+            async with self.guard(renew=False):
+                try:
+                    row = await client.get_entity(*TIMING_KEYS)
+                except ResourceNotFoundError:
+                    row = None
+            lease, timeout = self.options.placement_lease_s, self.options.timeout_s
+            if row is not None and row["lease_s"] >= lease and row["timeout_s"] >= timeout:
                 return
+            entity = {
+                "PartitionKey": TIMING_KEYS[0],
+                "RowKey": TIMING_KEYS[1],
+                "lease_s": max(lease, float(row["lease_s"]) if row else 0.0),
+                "timeout_s": max(timeout, float(row["timeout_s"]) if row else 0.0),
+            }
+            async with self.guard(renew=False):
+                try:
+                    if row is None:
+                        await client.create_entity(entity)
+                    else:
+                        await client.update_entity(
+                            entity,
+                            mode=UpdateMode.REPLACE,
+                            etag=row.metadata["etag"],
+                            match_condition=MatchConditions.IfNotModified,
+                        )
+                    return
+                except (ResourceExistsError, ResourceModifiedError):
+                    continue
+        raise StorageUnavailableError("could not record this process's timing", retry_after=2)
 
     async def _refresh_forever(self) -> None:
         period = self.options.placement_lease_s / 3
@@ -249,18 +326,37 @@ class Storage:
                 log.warning("could not read the placement: %s", type(error).__name__)
                 await asyncio.sleep(min(1.0, period))
 
+    async def _renew_if_expired(self) -> None:
+        """Re-read the placement now if this process may not route by the one it has (a
+        stalled event loop can starve the refresher past the lease)."""
+        if self._placement is not None and time.monotonic() <= self._valid_until:
+            return
+        async with self._renewing:
+            if self._placement is not None and time.monotonic() <= self._valid_until:
+                return
+            with suppress(StorageUnavailableError):
+                await self.refresh_placement()
+
+    async def confirmed_placement(self) -> Placement:
+        """The placement, read now if this process has none it may route by; raises
+        ``StorageUnavailableError`` (or refuses) when there is none yet."""
+        await self._renew_if_expired()
+        return self._routable()
+
     def _routable(self) -> Placement:
         if self._refused is not None:
             raise StorageUnavailableError(self._refused, retry_after=60)
+        placement = self.placement
         if time.monotonic() > self._valid_until:
             raise StorageUnavailableError(
                 "the storage placement could not be confirmed recently", retry_after=2
             )
-        return self._placement
+        return placement
 
     def table(self, name: str, partition_key: str) -> TableClient:
-        """The client to *write* ``partition_key`` of table ``name`` with; a partition that a
-        rebalance is copying takes no writes (a retryable ``StorageUnavailableError``)."""
+        """The client to *write* ``partition_key`` of table ``name`` with, right before the
+        request (inside ``guard``); a partition that a rebalance is copying takes no writes
+        (a retryable ``StorageUnavailableError``)."""
         placement, key_hash = self._routable(), hash64(partition_key)
         if not placement.writable(key_hash):
             raise StorageUnavailableError(
@@ -295,14 +391,18 @@ class Storage:
             "read_timeout": timeout,
         }
 
-    def _table_client(self, connection_string: str, name: str) -> TableClient:
+    def _table_client(
+        self, connection_string: str, name: str, *, control: bool = False
+    ) -> TableClient:
+        """A table client; ``control`` ones (placement, membership) have a connection pool
+        of their own, so a backlog of timeline writes never starves the placement lease."""
         return TableClient.from_connection_string(
             connection_string,
             name,
             retry_total=self.options.retries,
             retry_backoff_factor=0.2,
             retry_backoff_max=1,
-            **self._transport_kwargs(),
+            **self._transport_kwargs(self._control_session if control else None),
         )
 
     def _queue_client(self, connection_string: str, name: str) -> QueueClient:
@@ -318,9 +418,12 @@ class Storage:
 
     def _shard_queue(self, name: str, shard: int) -> QueueClient:
         if name not in self._queues:
-            if not 0 <= shard < self.queue_shards:
+            if shard == LEGACY_SHARD:
+                account = 0
+            elif 0 <= shard < self.queue_shards:
+                account = self.placement.queue_accounts[shard]
+            else:
                 raise ValueError(f"no queue shard {shard}")
-            account = self._placement.queue_accounts[shard]
             self._queues[name] = self._queue_client(self._connection_strings[account], name)
         return self._queues[name]
 
@@ -335,12 +438,27 @@ class Storage:
         shards = range(self.queue_shards)
         return [*(self.work_queue(k) for k in shards), *(self.poison_queue(k) for k in shards)]
 
+    async def legacy_queue_exists(self) -> bool:
+        """Whether the single ``fanout`` queue of a deployment from before queue shards is
+        still there (its messages are consumed beside the shards until it is deleted)."""
+        async with self.guard():
+            try:
+                await self.work_queue(LEGACY_SHARD).get_queue_properties()
+            except ResourceNotFoundError:
+                return False
+        return True
+
     @asynccontextmanager
-    async def guard(self, timeout_s: float | None = None) -> AsyncIterator[None]:
-        """Bound a storage call in time and turn outages into ``StorageUnavailableError``."""
+    async def guard(
+        self, timeout_s: float | None = None, *, renew: bool = True
+    ) -> AsyncIterator[None]:
+        """Bound a storage call in time and turn outages into ``StorageUnavailableError``;
+        first renew the placement if its lease ran out (``renew``)."""
         STORAGE_REQUESTS.inc()
         try:
             async with asyncio.timeout(timeout_s or self.options.timeout_s):
+                if renew:
+                    await self._renew_if_expired()
                 yield
         except Exception as error:
             if not is_retryable(error):
@@ -357,46 +475,74 @@ class Storage:
         existing ones are left as they are. Raises ``ConfigurationError`` when the stored
         placement does not match this configuration."""
         for account in self._tables:
-            for client in account.values():
-                async with self.guard():
-                    with suppress(ResourceExistsError):
-                        await client.create_table()
+            for name, client in account.items():
+                if name != CONTROL:
+                    async with self.guard(renew=False):
+                        with suppress(ResourceExistsError):
+                            await client.create_table()
         await self._store_initial_placement()
         for account in self._tables:
-            async with self.guard():
+            async with self.guard(renew=False):
                 with suppress(ResourceExistsError):
-                    await account[META_TABLE].create_entity(self._member_row())
-        await self._check_membership()
-        if self._refused is not None:
-            raise ConfigurationError(self._refused)
+                    await account[CONTROL].create_entity(self._member_row())
+        if await self.refresh_placement() is None:
+            raise ConfigurationError(self._refused or "the placement could not be stored")
         for queue in self._all_queues():
             async with self.guard():
                 with suppress(ResourceExistsError):
                     await queue.create_queue()
 
     async def _store_initial_placement(self) -> None:
-        async with self.guard():
+        """Store this configuration's placement unless one exists. When the first account
+        already holds data (a deployment from before several accounts), the placement
+        starts on it alone, and ``timeline rebalance`` spreads the data out."""
+        if await self.read_placement_entity() is not None:
+            return
+        accounts = self.account_ids
+        if len(accounts) > 1 and await self._holds_data(0):
+            log.warning(
+                "the first account already holds data: the placement starts on it alone; "
+                "run `timeline rebalance` to spread it over all %d accounts",
+                len(accounts),
+            )
+            accounts = accounts[:1]
+        initial = Placement.initial(accounts, self.options.queue_shards or len(accounts))
+        async with self.guard(renew=False):
             with suppress(ResourceExistsError):
-                await self.placement_table().create_entity(self._placement.to_entity())
-        await self.refresh_placement()
-        if self._refused is not None:
-            raise ConfigurationError(self._refused)
+                await self.placement_table().create_entity(initial.to_entity())
+
+    async def _holds_data(self, account: int) -> bool:
+        for name in TABLES:
+            async with self.guard(renew=False):
+                page = await query_page(
+                    self._tables[account][name], "", {}, select=["PartitionKey"], limit=1,
+                    continuation=None,
+                )  # fmt: skip
+            if page.items:
+                return True
+        return False
 
     def _member_row(self) -> dict[str, str]:
         partition_key, row_key = MEMBER_KEYS
-        return {"PartitionKey": partition_key, "RowKey": row_key, "home": self.account_ids[0]}
+        return {
+            "PartitionKey": partition_key,
+            "RowKey": row_key,
+            "home": self.account_ids[0],
+            "id": uuid.uuid4().hex,
+        }
 
     async def missing_resources(self) -> list[str]:
         """Names of tables and queues that do not exist (raises if storage is unreachable)."""
         missing: list[str] = []
-        in_use = self._connection_strings[: len(self._placement.accounts)]
+        placement = self._placement or await self.refresh_placement()
+        if placement is None:
+            return ["placement"]  # (or storage is unreachable: that raises)
+        in_use = self._connection_strings[: len(placement.accounts)]
         for index, text in enumerate(in_use):  # an added account waits for its rebalance
             async with self.guard(), self._service_client(text) as service:
                 existing = {table.name async for table in service.list_tables()}
             wanted = [*TABLES, META_TABLE, *([PLACEMENT_TABLE] if index == 0 else [])]
             missing += [f"{name} (account {index})" for name in wanted if name not in existing]
-        if not self._stored:
-            missing.append("placement")
         for queue in self._all_queues():
             async with self.guard():
                 try:
@@ -447,10 +593,10 @@ async def submit_batch(
     Deleting an already-missing row is not an error: inside a batch it fails the whole
     transaction, so that operation is dropped and the rest resent.
     """
-    client = storage.table(table, partition_key)
     batch = list(operations)
     while batch:
         async with storage.guard():
+            client = storage.table(table, partition_key)  # routed again for every request
             if len(batch) == 1:
                 kind, entity = batch[0]
                 if kind == "delete":
@@ -493,9 +639,8 @@ async def transact(
 ) -> None:
     """One Entity Group Transaction, all or nothing; raises ``TableTransactionError`` with the
     failing operation's index (conflicts and failed conditions are the caller's to judge)."""
-    client = storage.table(table, partition_key)
     async with storage.guard():
-        await client.submit_transaction(operations)
+        await storage.table(table, partition_key).submit_transaction(operations)
 
 
 def failed_index(error: TableTransactionError, *statuses: int) -> int | None:
