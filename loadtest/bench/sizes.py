@@ -17,18 +17,18 @@ class Sizes:
     burst_posts: int = 500
     backfill_posts: int = 1000
     backfill_follows: int = 24
-    bigfanout_followers: int = 30_000
+    bigfanout_followers: int = 20_000
     bigfanout_cap_s: float = 30.0
-    same_rowkey_per_round: int = 1500
+    same_rowkey_per_round: int = 1000
     balance_users: int = 10_000
-    balance_graph_users: int = 600
+    balance_graph_users: int = 400
     scaling_users: int = 2000
     scaling_authors: int = 50
     scaling_followers: int = 100
-    scaling_posts: int = 50
+    scaling_posts: int = 40
     scaling_rounds: int = 2
-    api_users: int = 40
-    api_requests: int = 600
+    api_users: int = 20
+    api_requests: int = 500
 
 
 QUICK = Sizes(
