@@ -220,20 +220,22 @@ class Storage:
         return self.placement.queue_shards
 
     async def refresh_placement(self) -> Placement | None:
-        """Read the stored placement; the lease counts from when the read started."""
-        started = time.monotonic()
-        entity = await self._control_get(self.placement_table(), PLACEMENT_KEYS)
+        """Read the stored placement; the lease counts from when the read started.
+
+        The first time, the accounts are checked and this process's timing recorded
+        *before* that read, so no placement is routed by until a rebalance can see how long
+        this process may keep routing by it."""
         try:
-            if not self._confirmed:
-                await self._check_membership()
-            if entity is None:
+            if not self._confirmed and not await self._confirm():
                 self._placement = None  # not initialised: `create_all` stores one
+                return None
+            started = time.monotonic()
+            entity = await self._control_get(self.placement_table(), PLACEMENT_KEYS)
+            if entity is None:
+                self._placement = None
                 return None
             stored = Placement.from_entity(entity)
             stored.check_configured(self.account_ids, self.options.queue_shards)
-            if not self._confirmed:
-                await self._record_timing()
-                self._confirmed = True
         except ConfigurationError as error:
             if self._refused is None:
                 log.error("not routing storage requests: %s", error.message)
@@ -242,6 +244,18 @@ class Storage:
         self._refused = None
         self._placement, self._valid_until = stored, started + self.options.placement_lease_s
         return stored
+
+    async def _confirm(self) -> bool:
+        """Check the accounts and record this process's timing, once; False when storage
+        holds no placement yet."""
+        await self._check_membership()
+        entity = await self._control_get(self.placement_table(), PLACEMENT_KEYS)
+        if entity is None:
+            return False
+        Placement.from_entity(entity).check_configured(self.account_ids, self.options.queue_shards)
+        await self._record_timing()
+        self._confirmed = True
+        return True
 
     async def read_placement_entity(self) -> TableEntity | None:
         return await self._control_get(self.placement_table(), PLACEMENT_KEYS)
@@ -482,9 +496,8 @@ class Storage:
                             await client.create_table()
         await self._store_initial_placement()
         for account in self._tables:
-            async with self.guard(renew=False):
-                with suppress(ResourceExistsError):
-                    await account[CONTROL].create_entity(self._member_row())
+            await self._ensure_member_row(account[CONTROL])
+        await self._check_membership()  # now that every account has its row
         if await self.refresh_placement() is None:
             raise ConfigurationError(self._refused or "the placement could not be stored")
         for queue in self._all_queues():
@@ -521,6 +534,22 @@ class Storage:
             if page.items:
                 return True
         return False
+
+    async def _ensure_member_row(self, client: TableClient) -> None:
+        """Create the account's member row, or give an old one (without an id) its id."""
+        existing = await self._control_get(client, MEMBER_KEYS)
+        async with self.guard(renew=False):
+            if existing is None:
+                with suppress(ResourceExistsError):
+                    await client.create_entity(self._member_row())
+            elif not existing.get("id"):
+                with suppress(ResourceModifiedError):  # another process gave it one
+                    await client.update_entity(
+                        {**self._member_row(), "home": existing["home"]},
+                        mode=UpdateMode.REPLACE,
+                        etag=existing.metadata["etag"],
+                        match_condition=MatchConditions.IfNotModified,
+                    )
 
     def _member_row(self) -> dict[str, str]:
         partition_key, row_key = MEMBER_KEYS

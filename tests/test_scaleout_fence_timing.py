@@ -1,0 +1,130 @@
+"""Regression (review 3, finding 5): the rebalance fence must outlast the *services'* lease.
+
+The bug: ``timeline rebalance`` fenced by its own settings (its own
+``TIMELINE_PLACEMENT_LEASE_S`` + ``TIMELINE_STORAGE_TIMEOUT_S`` + 30, or
+``TIMELINE_REBALANCE_FENCE_S``). The serving processes' lease and timeout were stored
+nowhere, so an operator who ran it from a shell without the services' tuned values got a
+fence shorter than the services' lease: a service still routing by the pre-freeze placement
+wrote to the old home after the copy, and the acknowledged write was lost from the new home.
+
+The fix: every process records its lease and storage timeout in storage before it routes
+anything, and each fence waits the longest recorded lease plus the longest recorded timeout
+plus the margin.
+
+Here the service's lease is 8 s; the admin's own settings (1 s lease, 1 s timeout, 0.5 s
+margin) would give a 2.5 s fence.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+from azure.core.exceptions import ServiceRequestError
+from azure.data.tables.aio import TableClient
+
+from tests.conftest import make_settings
+from timeline.azurite import Azurite
+from timeline.errors import StorageUnavailableError
+from timeline.placement import PLACEMENT_TABLE, Placement, hash64
+from timeline.rebalance import Rebalancer
+from timeline.storage import USERS, Storage, StorageOptions
+
+TIMEOUT_S, ADMIN_LEASE_S, SERVICE_LEASE_S, MARGIN_S = 1.0, 1.0, 8.0, 0.5
+
+
+@pytest.fixture
+def three_azurites() -> Iterator[list[Azurite]]:
+    servers = [Azurite(location=None) for _ in range(3)]
+    try:
+        for server in servers:
+            server.start()
+        yield servers
+    finally:
+        for server in servers:
+            server.stop()
+
+
+@contextlib.asynccontextmanager
+async def _storage(servers: list[Azurite], lease_s: float) -> AsyncIterator[Storage]:
+    strings = [server.connection_string for server in servers]
+    options = StorageOptions(timeout_s=TIMEOUT_S, placement_lease_s=lease_s)
+    async with Storage(strings, options) as storage:
+        yield storage
+
+
+class _Unreachable:
+    """The placement table of a placement home this process cannot reach any more."""
+
+    def __init__(self, client: TableClient) -> None:
+        self._client = client
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "close":
+            return self._client.close
+
+        def unreachable(*_args: Any, **_kwargs: Any) -> Any:
+            raise ServiceRequestError("injected: the placement home is unreachable")
+
+        return unreachable
+
+
+async def test_a_rebalance_cannot_fence_shorter_than_the_services_lease(
+    three_azurites: list[Azurite], tmp_path: Path
+) -> None:
+    two, three = three_azurites[:2], three_azurites
+    async with _storage(two, ADMIN_LEASE_S) as storage:
+        await storage.create_all()
+    target = Placement.initial(tuple("abc"), 3)
+    user = next(f"m-{n}" for n in range(1000) if target.home(hash64(f"m-{n}")) == 2)
+
+    # The operator's shell: none of the services' tuned values.
+    admin_settings = make_settings(
+        "\n".join(s.connection_string for s in three),
+        tmp_path,
+        placement_lease_s=ADMIN_LEASE_S,
+        storage_timeout_s=TIMEOUT_S,
+    )
+    slept: list[float] = []
+
+    async def fence(seconds: float) -> None:
+        slept.append(seconds)
+        await asyncio.sleep(seconds)
+
+    async with (
+        _storage(three, SERVICE_LEASE_S) as service,
+        Storage(admin_settings.connection_string(), admin_settings.storage_options()) as admin,
+    ):
+        assert await service.refresh_placement() is not None  # its last good read: on 2
+        tables = service._tables[0]
+        tables[PLACEMENT_TABLE] = cast(TableClient, _Unreachable(tables[PLACEMENT_TABLE]))
+        await Rebalancer(admin, margin_s=MARGIN_S, steps=1, progress=False, sleep=fence).run()
+        # A write of a moved partition, by the service's last placement read if it may still
+        # route by it (then it must land where the partition lives now), else refused.
+        acknowledged = False
+        with contextlib.suppress(StorageUnavailableError):
+            async with service.guard():
+                client = service.table(USERS, user)
+                await client.upsert_entity({"PartitionKey": user, "RowKey": "profile", "x": 1})
+                acknowledged = True
+        new_home = await admin.refresh_placement()
+        assert new_home is not None
+        async with admin.guard():
+            rows = [
+                e
+                async for e in admin.reader(USERS, user).query_entities(
+                    "PartitionKey eq @p", parameters={"p": user}
+                )
+            ]
+    assert not acknowledged or rows, (
+        f"a write acknowledged after a rebalance that fenced {slept} s landed on the old "
+        "home; the new home has nothing"
+    )
+    assert all(seconds >= SERVICE_LEASE_S + TIMEOUT_S for seconds in slept), (
+        f"the rebalance fenced {slept} s: shorter than the service's {SERVICE_LEASE_S} s lease "
+        "plus one storage call"
+    )

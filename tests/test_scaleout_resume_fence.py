@@ -1,0 +1,165 @@
+"""Regression (review 3, finding 2): a rerun of a rebalance killed in its last flip fence.
+
+The bug: the killed range was flipped (``moved``, still ``frozen``) just before the kill,
+so the rerun skipped it and went straight to deleting the moved partitions from their old
+homes and settling, without waiting any fence. A process whose last placement read came
+before the flip, and which then could not reach the placement home (the lease design
+allows routing by that read for ``lease`` seconds), still read that range from the old
+home -- which the rerun had just emptied.
+
+The fix: a rerun first waits the fence (the longest lease and storage timeout any process
+has recorded, plus the margin), then unfreezes the flipped ranges, then goes on.
+
+Process P reads the placement right before the flip and then cannot reach the placement
+home. While the rerun works, P reads the moving partition again and again: every read P
+routes must see all of it; a read P refuses (its lease ran out) is what the lease is for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any, cast
+
+import pytest
+from azure.core.exceptions import ServiceRequestError
+from azure.data.tables.aio import TableClient
+
+from timeline.azurite import Azurite
+from timeline.errors import StorageUnavailableError
+from timeline.placement import PLACEMENT_TABLE, Placement, hash64, slot_of
+from timeline.rebalance import RebalanceError, Rebalancer
+from timeline.storage import SUBJECT_FOLLOWERS, Storage, StorageOptions
+
+LEASE_S, TIMEOUT_S, MARGIN_S = 3.0, 1.0, 0.5
+"""Every process here runs with this lease and timeout, so each fence is 4.5 s."""
+
+
+@pytest.fixture
+def three_azurites() -> Iterator[list[Azurite]]:
+    servers = [Azurite(location=None) for _ in range(3)]
+    try:
+        for server in servers:
+            server.start()
+        yield servers
+    finally:
+        for server in servers:
+            server.stop()
+
+
+@contextlib.asynccontextmanager
+async def _storage(servers: list[Azurite]) -> AsyncIterator[Storage]:
+    strings = [server.connection_string for server in servers]
+    options = StorageOptions(timeout_s=TIMEOUT_S, placement_lease_s=LEASE_S)
+    async with Storage(strings, options) as storage:
+        yield storage
+
+
+class _Unreachable:
+    """The placement table of a placement home this process cannot reach any more."""
+
+    def __init__(self, client: TableClient) -> None:
+        self._client = client
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "close":
+            return self._client.close
+
+        def unreachable(*_args: Any, **_kwargs: Any) -> Any:
+            raise ServiceRequestError("injected: the placement home is unreachable")
+
+        return unreachable
+
+
+async def _followers(storage: Storage, subject: str) -> int:
+    async with storage.guard():
+        client = storage.reader(SUBJECT_FOLLOWERS, subject)
+        return len(
+            [
+                e
+                async for e in client.query_entities(
+                    "PartitionKey eq @pk", parameters={"pk": subject}
+                )
+            ]
+        )
+
+
+async def test_rerun_after_a_kill_in_the_last_flip_fence_waits_before_deleting(
+    three_azurites: list[Azurite],
+) -> None:
+    two, three = three_azurites[:2], three_azurites
+    async with _storage(two) as storage:
+        await storage.create_all()
+    target = Placement.initial(tuple("abc"), 3)
+    # A subject whose partition moves to the new account in the LAST of two ranges (odd slots).
+    subject = next(
+        f"celeb-{n}"
+        for n in range(10_000)
+        if target.home(hash64(f"celeb-{n}")) == 2 and slot_of(hash64(f"celeb-{n}")) % 2 == 1
+    )
+    async with _storage(two) as storage, storage.guard():
+        client = storage.table(SUBJECT_FOLLOWERS, subject)
+        for n in range(5):
+            await client.upsert_entity({"PartitionKey": subject, "RowKey": f"fan-{n}"})
+
+    async with _storage(three) as process_p, _storage(three) as admin:
+        assert await _followers(process_p, subject) == 5
+        fences = 0
+
+        async def first_run_sleep(seconds: float) -> None:
+            nonlocal fences
+            fences += 1
+            if fences == 4:  # the flip of the last range has just been written: killed
+                raise RebalanceError("killed during the flip fence")
+            await asyncio.sleep(seconds)  # every other fence really waits
+            if fences == 3:  # the last range is frozen: P reads the placement (not moved yet)
+                assert await process_p.refresh_placement() is not None
+                tables = process_p._tables[0]
+                tables[PLACEMENT_TABLE] = cast(TableClient, _Unreachable(tables[PLACEMENT_TABLE]))
+
+        with pytest.raises(RebalanceError):
+            await Rebalancer(admin, margin_s=MARGIN_S, steps=2, sleep=first_run_sleep).run()
+
+        slept: list[float] = []
+
+        async def rerun_sleep(seconds: float) -> None:
+            slept.append(seconds)
+            await asyncio.sleep(seconds)
+
+        seen: list[int] = []
+        refused = 0
+
+        async def read_through_p() -> None:
+            """P's reads of the moved partition, for as long as the rerun works."""
+            nonlocal refused
+            while True:
+                try:
+                    seen.append(await _followers(process_p, subject))
+                except StorageUnavailableError:
+                    refused += 1
+                await asyncio.sleep(0.05)
+
+        reader = asyncio.create_task(read_through_p())
+        rerun_started = time.monotonic()
+        try:
+            await Rebalancer(
+                admin, margin_s=MARGIN_S, steps=2, progress=False, sleep=rerun_sleep
+            ).run()
+            rerun_took = time.monotonic() - rerun_started
+            await asyncio.sleep(0.2)  # and once more after it (P's lease may still hold)
+        finally:
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader
+
+        assert seen, "P never read"
+        assert all(count == 5 for count in seen), (
+            f"a process routing by its placement lease read {sorted(set(seen))} of 5 followers: "
+            f"the rerun deleted the old home {rerun_took:.1f} s after starting and slept {slept} "
+            f"(no fence after the flip it inherited); {refused} read(s) refused"
+        )
+        assert refused, "P's lease never ran out: its placement home was not made unreachable"
+        assert slept, "the rerun never fenced"
+        assert slept[0] >= LEASE_S + TIMEOUT_S, f"the rerun fenced only {slept}"

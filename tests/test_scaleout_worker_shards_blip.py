@@ -1,0 +1,62 @@
+"""Regression (review 3, finding 6): a worker started while storage does not answer.
+
+The bug: ``Storage.open`` swallowed a failed placement read and kept ``Placement.initial``
+(one shard per *configured* account, or ``TIMELINE_QUEUE_SHARDS``), and the worker built
+its shard list from ``storage.queue_shards`` once, right after ``open``. So a worker
+(re)started during a storage blip, with ``TIMELINE_QUEUE_SHARDS`` unset while the stored
+placement has 4 shards, consumed ``fanout-0`` only, for its whole life; if every worker
+restarted in the same outage (a deploy, a node reboot), shards 1..3 were never consumed.
+
+The fix: the worker waits for a placement read from storage before it builds its shard
+list, and ``Storage.queue_shards`` raises until one has been read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import make_settings, running_worker
+from timeline.azurite import Azurite
+from timeline.queue import FanoutQueue
+from timeline.storage import Storage, StorageOptions
+
+
+@pytest.fixture
+def one_azurite() -> Iterator[Azurite]:
+    server = Azurite(location=None)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.signal(signal.SIGCONT)
+        server.stop()
+
+
+@pytest.mark.parametrize("blip", [False, True], ids=["control", "blip"])
+async def test_a_worker_started_in_a_blip_consumes_every_stored_shard(
+    one_azurite: Azurite, tmp_path: Path, blip: bool
+) -> None:
+    async with Storage(one_azurite.connection_string, StorageOptions(queue_shards=4)) as admin:
+        await admin.create_all()
+        assert admin.queue_shards == 4
+        shard3 = FanoutQueue(admin, 3)
+        settings = make_settings(
+            one_azurite.connection_string, tmp_path, storage_timeout_s=1.0, storage_retries=0
+        )
+        if blip:
+            one_azurite.signal(signal.SIGSTOP)
+            asyncio.get_running_loop().call_later(2.5, one_azurite.signal, signal.SIGCONT)
+        async with running_worker(settings):
+            await asyncio.sleep(4)  # storage answers again; the worker runs
+            await shard3.send_raw("not a fan-out message")  # a worker poisons this at once
+            for _ in range(100):
+                work, poison = await shard3.depth()
+                if poison == 1:
+                    return
+                await asyncio.sleep(0.1)
+        pytest.fail(f"fanout-3 is never consumed (work {work}, poison {poison})")
