@@ -14,6 +14,7 @@ from azure.storage.queue import QueueMessage
 from fanout_worker.metrics import IN_FLIGHT, MESSAGES, POISONED, QUEUE_DEPTH
 from timeline.config import Settings
 from timeline.errors import (
+    ConfigurationError,
     MalformedMessageError,
     RetryableError,
     StorageUnavailableError,
@@ -107,7 +108,9 @@ class Worker:
         while not self._stopping.is_set():
             try:
                 placement = await storage.confirmed_placement()
-                shards = [FanoutQueue(storage, shard) for shard in range(placement.queue_shards)]
+                shards = [
+                    FanoutQueue(storage, shard) for shard in self._assigned(placement.queue_shards)
+                ]
                 if await storage.legacy_queue_exists():
                     shards.append(FanoutQueue(storage, LEGACY_SHARD))
                 return shards
@@ -116,6 +119,17 @@ class Worker:
                 log.warning("waiting for the storage placement: %s", error.message)
                 await self._sleep(backoff_delay(failures, base=0.2, cap=5))
         return []
+
+    def _assigned(self, queue_shards: int) -> list[int]:
+        """The shards ``TIMELINE_WORKER_SHARDS`` names (all by default)."""
+        wanted = self._settings.worker_shards
+        if wanted is None:
+            return list(range(queue_shards))
+        if not wanted or max(wanted) >= queue_shards or min(wanted) < 0:
+            raise ConfigurationError(
+                f"TIMELINE_WORKER_SHARDS names shards outside 0-{queue_shards - 1}: {wanted}"
+            )
+        return list(wanted)
 
     async def _consume(self, shards: list[FanoutQueue], processor: FanoutProcessor) -> None:
         log.info(

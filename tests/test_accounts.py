@@ -167,6 +167,26 @@ async def test_queue_shards_spread_over_accounts_and_all_are_consumed(
             await eventually(drained, what="every shard drained")
 
 
+async def test_a_worker_consumes_only_the_shards_it_is_given(
+    three_azurites: list[Azurite], tmp_path: Path
+) -> None:
+    settings = _settings(three_azurites[:1], tmp_path, queue_shards=3, worker_shards="1-2")
+    async with _storage(three_azurites[:1], queue_shards=3) as storage:
+        await storage.create_all()
+        queues = FanoutQueues(storage)
+        malformed = "not a message"  # poisoned at once by whichever worker reads it
+        for shard in queues.shards:
+            await shard.send_raw(malformed)
+        async with running_worker(settings):
+
+            async def others_drained() -> bool:
+                depths = [await shard.depth() for shard in queues.shards]
+                return depths[1:] == [(0, 1), (0, 1)]
+
+            await eventually(others_drained, what="shards 1 and 2 consumed")
+            assert await queues.shards[0].depth() == (1, 0), "shard 0 was consumed"
+
+
 async def test_a_mismatched_account_list_refuses_to_start(
     three_azurites: list[Azurite], tmp_path: Path
 ) -> None:

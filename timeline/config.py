@@ -75,6 +75,9 @@ class Settings(BaseSettings):
     worker_idle_sleep_s: float = Field(default=0.5, ge=0)
     worker_shutdown_grace_s: float = Field(default=10.0, ge=0)
     worker_metrics_port: int | None = Field(default=None, ge=0, le=65535)
+    worker_shards: tuple[int, ...] | None = None
+    """Queue shards this worker consumes, e.g. ``0-3,7`` (default: all of them): with many
+    workers and shards, each takes a few, so idle polling stays within a queue's limits."""
 
     @field_validator("azurite_ports", mode="before")
     @classmethod
@@ -83,6 +86,18 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             return tuple(part.strip() for part in value.split(","))
         return value
+
+    @field_validator("worker_shards", mode="before")
+    @classmethod
+    def _expand_shards(cls, value: object) -> object:
+        """Accept ``0-3,7`` (ranges and single shards, comma-separated)."""
+        if not isinstance(value, str):
+            return value
+        shards: list[int] = []
+        for part in filter(None, (piece.strip() for piece in value.split(","))):
+            first, _, last = part.partition("-")
+            shards += range(int(first), int(last or first) + 1)
+        return tuple(sorted(set(shards)))
 
     @property
     def uses_embedded_azurite(self) -> bool:
