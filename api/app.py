@@ -15,7 +15,7 @@ from timeline.config import Settings
 from timeline.queue import FanoutQueues
 from timeline.ratelimit import RateLimits
 from timeline.repositories import Repositories
-from timeline.secret import auth_secret
+from timeline.secret import wait_for_auth_secret
 from timeline.service import TimelineService
 from timeline.storage import Storage
 from timeline.tokens import TokenSigner
@@ -47,7 +47,9 @@ def create_app(settings: Settings, connection_string: str) -> web.Application:
     async def storage_ctx(app: web.Application) -> AsyncIterator[None]:
         async with Storage(connection_string, settings.storage_options()) as storage:
             app[STORAGE_KEY] = storage
-            secret = await auth_secret(storage, settings.auth_secret, settings.legacy_secret_file)
+            secret = await wait_for_auth_secret(
+                storage, settings.auth_secret, settings.legacy_secret_file
+            )
             app[SERVICE_KEY] = _build_service(settings, storage, secret)
             yield
 

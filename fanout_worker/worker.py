@@ -8,7 +8,7 @@ import logging
 import signal
 from dataclasses import dataclass
 
-from azure.core.exceptions import HttpResponseError
+from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
 from azure.storage.queue import QueueMessage
 
 from fanout_worker.metrics import IN_FLIGHT, MESSAGES, POISONED, QUEUE_DEPTH
@@ -184,6 +184,13 @@ class Worker:
                 failures = 0
             except StorageUnavailableError:
                 failures += 1
+                messages = []
+            except ResourceNotFoundError:
+                if queue.shard != LEGACY_SHARD:
+                    raise
+                log.info("the legacy fanout queue is gone; consuming the shards only")
+                with contextlib.suppress(ValueError):
+                    shards.remove(queue)
                 messages = []
             finally:
                 await self._release(count)

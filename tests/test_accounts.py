@@ -296,3 +296,24 @@ async def _census(servers: list[Azurite]) -> dict[int, list[tuple[str, str, str]
                         async for entity in client.list_entities()
                     ]
     return census
+
+
+def test_worker_shards_parse_ranges_lists_and_one_number() -> None:
+    assert Settings(worker_shards="0-3,7").worker_shards == (0, 1, 2, 3, 7)
+    assert Settings(worker_shards="3").worker_shards == (3,)
+    with pytest.raises(ValueError, match="backwards"):
+        Settings(worker_shards="3-1")
+
+
+async def test_init_with_one_account_under_two_spellings_stores_nothing(
+    three_azurites: list[Azurite], tmp_path: Path
+) -> None:
+    """Refused before a placement naming both spellings is stored: the right list works."""
+    first = three_azurites[0].connection_string
+    alias = first.replace("127.0.0.1", "localhost")
+    with pytest.raises(ConfigurationError, match="twice"):
+        async with Storage([first, alias]) as storage:
+            await storage.create_all()
+    async with Storage(first) as storage:
+        await storage.create_all()
+        assert len(storage.placement.accounts) == 1

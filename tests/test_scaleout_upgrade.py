@@ -25,8 +25,9 @@ from tests.conftest import api_client, eventually, make_settings, running_worker
 from timeline.azurite import Azurite
 from timeline.keys import new_post_id, now_ticks
 from timeline.messages import PostDeleted, encode
+from timeline.queue import FanoutQueue
 from timeline.rebalance import Rebalancer
-from timeline.storage import USERS, Storage
+from timeline.storage import LEGACY_SHARD, USERS, Storage
 from timeline.tokens import TokenSigner
 
 
@@ -161,3 +162,25 @@ async def test_init_with_two_accounts_over_existing_single_account_data_keeps_it
         async with grown.guard():
             on_b = [e async for e in grown.account_table(1, USERS).list_entities()]
         assert on_b, "the rebalance moved nothing onto the second account"
+
+
+async def test_deleting_the_old_queue_under_a_running_worker_does_not_stop_it(
+    one_azurite: Azurite, tmp_path: Path
+) -> None:
+    """The README says to delete `fanout` once drained: a worker polling it carries on."""
+    settings = make_settings(one_azurite.connection_string, tmp_path)
+    async with Storage(settings.connection_string()) as storage:
+        await storage.create_all()
+        await storage.work_queue(LEGACY_SHARD).create_queue()
+        await storage.poison_queue(LEGACY_SHARD).create_queue()
+        shard = FanoutQueue(storage, 0)
+        async with running_worker(settings):
+            for poisoned_so_far in (1, 2):
+                await shard.send_raw("not a message")  # poisoned once the worker reads it
+
+                async def poisoned(expected: int = poisoned_so_far) -> bool:
+                    return await shard.depth() == (0, expected)
+
+                await eventually(poisoned, what="the worker consuming its shard")
+                if poisoned_so_far == 1:  # the worker polls both queues by now
+                    await storage.work_queue(LEGACY_SHARD).delete_queue()

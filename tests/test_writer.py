@@ -118,7 +118,9 @@ async def test_permanent_failure_reaches_the_tracker(
         Storage(settings.connection_string(), settings.storage_options()) as storage,
         PartitionWriter(storage, TIMELINES, linger_s=0) as writer,
     ):
-        tracker = Tracker()  # no create_all(): the timelines table does not exist here
+        await storage.create_all()
+        await storage.account_table(0, TIMELINES).delete_table()  # every write now fails
+        tracker = Tracker()
         for post in _posts(2):
             await writer.upsert(unique(), post.row_key, post.properties(), tracker, deadline=_far())
         with pytest.raises(Exception, match="TableNotFound"):

@@ -90,12 +90,16 @@ class Settings(BaseSettings):
     @field_validator("worker_shards", mode="before")
     @classmethod
     def _expand_shards(cls, value: object) -> object:
-        """Accept ``0-3,7`` (ranges and single shards, comma-separated)."""
+        """Accept ``0-3,7`` (ranges and single shards, comma-separated), or one number."""
+        if isinstance(value, int):
+            return (value,)
         if not isinstance(value, str):
             return value
         shards: list[int] = []
         for part in filter(None, (piece.strip() for piece in value.split(","))):
             first, _, last = part.partition("-")
+            if int(last or first) < int(first):
+                raise ValueError(f"a shard range runs backwards: {part}")
             shards += range(int(first), int(last or first) + 1)
         return tuple(sorted(set(shards)))
 

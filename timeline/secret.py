@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import secrets
 from pathlib import Path
 
 from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
 
+from timeline.errors import StorageUnavailableError
+from timeline.retry import backoff_delay
 from timeline.storage import Storage
+
+log = logging.getLogger(__name__)
 
 SECRET_KEYS = ("secret", "auth")
 
@@ -39,7 +44,26 @@ async def auth_secret(
             await client.create_entity(created)
         except ResourceExistsError:
             return str((await client.get_entity(*SECRET_KEYS))["value"]).encode()
+        except ResourceNotFoundError:  # no table yet
+            raise StorageUnavailableError(
+                "storage is not initialised: run `timeline init`", retry_after=5
+            ) from None
     return str(created["value"]).encode()
+
+
+async def wait_for_auth_secret(
+    storage: Storage, configured: str | None, legacy_file: Path | None = None
+) -> bytes:
+    """``auth_secret``, retried with backoff while storage is unreachable or not yet
+    initialised: a process started before its storage waits instead of crashing."""
+    attempt = 0
+    while True:
+        try:
+            return await auth_secret(storage, configured, legacy_file)
+        except StorageUnavailableError as error:
+            attempt += 1
+            log.warning("waiting for storage to read the auth secret: %s", error.message)
+            await asyncio.sleep(backoff_delay(attempt, base=0.5, cap=10))
 
 
 def _read(path: Path | None) -> str:

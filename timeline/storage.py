@@ -175,8 +175,13 @@ class Storage:
         self._tables[0][PLACEMENT_TABLE] = self._table_client(
             self._connection_strings[0], PLACEMENT_TABLE, control=True
         )
-        with suppress(StorageUnavailableError):
-            await self.refresh_placement()
+        try:
+            with suppress(StorageUnavailableError):
+                await self.refresh_placement()
+        except HttpResponseError as error:  # e.g. 403: a wrong key
+            self._refused = (
+                f"storage refused the placement read ({error.status_code}): {error.reason}"
+            )
         if self._refused is not None:
             await self.close()
             raise ConfigurationError(self._refused)
@@ -242,17 +247,21 @@ class Storage:
             self._refused = error.message
             return None
         self._refused = None
-        self._placement, self._valid_until = stored, started + self.options.placement_lease_s
-        return stored
+        if started + self.options.placement_lease_s > self._valid_until:  # not an older read
+            self._placement, self._valid_until = stored, started + self.options.placement_lease_s
+        return self._placement
 
     async def _confirm(self) -> bool:
         """Check the accounts and record this process's timing, once; False when storage
-        holds no placement yet."""
-        await self._check_membership()
+        holds no placement yet. Only the accounts the placement uses are checked here: an
+        added one (unreachable, perhaps) is checked by ``create_all`` when it comes in."""
         entity = await self._control_get(self.placement_table(), PLACEMENT_KEYS)
         if entity is None:
+            await self._check_membership()  # a misordered list finds no placement first
             return False
-        Placement.from_entity(entity).check_configured(self.account_ids, self.options.queue_shards)
+        stored = Placement.from_entity(entity)
+        stored.check_configured(self.account_ids, self.options.queue_shards)
+        await self._check_membership(len(stored.accounts))
         await self._record_timing()
         self._confirmed = True
         return True
@@ -274,11 +283,12 @@ class Storage:
             except ResourceNotFoundError:
                 return None  # the row, or its table (a fresh account), does not exist
 
-    async def _check_membership(self) -> None:
-        """Raise ``ConfigurationError`` for an account that belongs to another placement
-        home, or that is listed twice under two spellings (the same member row twice)."""
+    async def _check_membership(self, accounts: int | None = None) -> None:
+        """Raise ``ConfigurationError`` for an account (of the first ``accounts``) that
+        belongs to another placement home, or that is listed twice under two spellings (the
+        same member row twice)."""
         home, seen = self.account_ids[0], set[str]()
-        for index, account in enumerate(self._tables):
+        for index, account in enumerate(self._tables[:accounts]):
             member = await self._control_get(account[CONTROL], MEMBER_KEYS)
             if member is None:
                 continue  # an added account whose rebalance has not started yet
@@ -494,10 +504,10 @@ class Storage:
                     async with self.guard(renew=False):
                         with suppress(ResourceExistsError):
                             await client.create_table()
-        await self._store_initial_placement()
         for account in self._tables:
             await self._ensure_member_row(account[CONTROL])
-        await self._check_membership()  # now that every account has its row
+        await self._check_membership()  # before a placement naming these accounts is stored
+        await self._store_initial_placement()
         if await self.refresh_placement() is None:
             raise ConfigurationError(self._refused or "the placement could not be stored")
         for queue in self._all_queues():
@@ -519,7 +529,8 @@ class Storage:
                 len(accounts),
             )
             accounts = accounts[:1]
-        initial = Placement.initial(accounts, self.options.queue_shards or len(accounts))
+        shards = self.options.queue_shards or len(self.account_ids)  # fixed once stored
+        initial = Placement.initial(accounts, shards)
         async with self.guard(renew=False):
             with suppress(ResourceExistsError):
                 await self.placement_table().create_entity(initial.to_entity())
