@@ -21,7 +21,7 @@ from timeline.azurite import Azurite
 from timeline.config import Settings
 from timeline.queue import FanoutQueue
 from timeline.repositories import Repositories
-from timeline.storage import Storage
+from timeline.storage import Storage, StorageOptions
 
 TEST_SECRET = "test-secret-not-for-production"
 
@@ -91,6 +91,39 @@ def private_azurite() -> Iterator[Azurite]:
     server.start()
     yield server
     server.stop()
+
+
+@contextlib.contextmanager
+def azurites(count: int) -> Iterator[list[Azurite]]:
+    """``count`` in-memory Azurites of a test's own: one storage account each."""
+    servers = [Azurite(location=None) for _ in range(count)]
+    try:
+        for server in servers:
+            server.start()
+        yield servers
+    finally:
+        for server in servers:
+            server.stop()
+
+
+@pytest.fixture
+def two_azurites() -> Iterator[list[Azurite]]:
+    with azurites(2) as servers:
+        yield servers
+
+
+@pytest.fixture
+def three_azurites() -> Iterator[list[Azurite]]:
+    with azurites(3) as servers:
+        yield servers
+
+
+@contextlib.asynccontextmanager
+async def storage_on(servers: list[Azurite], **options: Any) -> AsyncIterator[Storage]:
+    """A ``Storage`` over these Azurites, in this order, with these ``StorageOptions``."""
+    strings = [server.connection_string for server in servers]
+    async with Storage(strings, StorageOptions(**options)) as storage:
+        yield storage
 
 
 @pytest.fixture(scope="session")

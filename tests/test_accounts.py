@@ -6,17 +6,22 @@ Every test runs on two or three real Azurite instances of its own.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import api_client, eventually, make_settings, program_env, running_worker
+from tests.conftest import (
+    api_client,
+    eventually,
+    make_settings,
+    program_env,
+    running_worker,
+    storage_on,
+)
 from tests.helpers import Api
 from timeline.azurite import Azurite
 from timeline.config import Settings
@@ -24,19 +29,7 @@ from timeline.errors import ConfigurationError
 from timeline.placement import Placement, hash64, jump_hash
 from timeline.queue import FanoutQueues
 from timeline.rebalance import RebalanceError, Rebalancer
-from timeline.storage import TABLES, TIMELINES, USERS, Storage, StorageOptions
-
-
-@pytest.fixture
-def three_azurites() -> Iterator[list[Azurite]]:
-    servers = [Azurite(location=None) for _ in range(3)]
-    try:
-        for server in servers:
-            server.start()
-        yield servers
-    finally:
-        for server in servers:
-            server.stop()
+from timeline.storage import TABLES, TIMELINES, USERS, Storage
 
 
 def _strings(servers: list[Azurite]) -> str:
@@ -45,12 +38,6 @@ def _strings(servers: list[Azurite]) -> str:
 
 def _settings(servers: list[Azurite], data_dir: Path, **overrides: Any) -> Settings:
     return make_settings(_strings(servers), data_dir, **overrides)
-
-
-@contextlib.asynccontextmanager
-async def _storage(servers: list[Azurite], **options: Any) -> AsyncIterator[Storage]:
-    async with Storage(_strings(servers), StorageOptions(**options)) as storage:
-        yield storage
 
 
 # -- placement: pure functions ------------------------------------------------------------
@@ -93,7 +80,7 @@ async def test_posts_follows_and_deletes_cross_accounts(
 ) -> None:
     """Author and reader on different accounts; every row lands on its partition's home."""
     settings = _settings(three_azurites[:2], tmp_path)
-    async with _storage(three_azurites[:2]) as storage:
+    async with storage_on(three_azurites[:2]) as storage:
         await storage.create_all()
         author, reader = _users_on_different_accounts(storage.placement)
         async with api_client(settings) as client, running_worker(settings):
@@ -149,7 +136,7 @@ async def test_queue_shards_spread_over_accounts_and_all_are_consumed(
     three_azurites: list[Azurite], tmp_path: Path
 ) -> None:
     settings = _settings(three_azurites, tmp_path, queue_shards=4)
-    async with _storage(three_azurites, queue_shards=4) as storage:
+    async with storage_on(three_azurites, queue_shards=4) as storage:
         await storage.create_all()
         assert storage.placement.queue_accounts == (0, 1, 2, 0)
         queues = FanoutQueues(storage)
@@ -171,7 +158,7 @@ async def test_a_worker_consumes_only_the_shards_it_is_given(
     three_azurites: list[Azurite], tmp_path: Path
 ) -> None:
     settings = _settings(three_azurites[:1], tmp_path, queue_shards=3, worker_shards="1-2")
-    async with _storage(three_azurites[:1], queue_shards=3) as storage:
+    async with storage_on(three_azurites[:1], queue_shards=3) as storage:
         await storage.create_all()
         queues = FanoutQueues(storage)
         malformed = "not a message"  # poisoned at once by whichever worker reads it
@@ -191,16 +178,16 @@ async def test_a_mismatched_account_list_refuses_to_start(
     three_azurites: list[Azurite], tmp_path: Path
 ) -> None:
     first, second, third = three_azurites
-    async with _storage([first, second]) as storage:
+    async with storage_on([first, second]) as storage:
         await storage.create_all()
     for wrong in ([second, first], [first], [first, third], [first, second, third, third]):
         with pytest.raises(ConfigurationError):
-            async with _storage(wrong):
+            async with storage_on(wrong):
                 pass
     with pytest.raises(ConfigurationError, match="queue shards"):
-        async with _storage([first, second], queue_shards=5):
+        async with storage_on([first, second], queue_shards=5):
             pass
-    async with _storage([first, second, third]) as grown:
+    async with storage_on([first, second, third]) as grown:
         assert len(grown.placement.accounts) == 2, "an added account waits for the rebalance"
     env = program_env(
         storage_connection_strings=_strings([second, first]), data_dir=tmp_path, auth_secret="x"
@@ -226,7 +213,7 @@ async def test_rebalance_resumes_after_dying_and_moves_everything(
     the second finishes: every row is on its new home, once, and nowhere else."""
     two, three = three_azurites[:2], three_azurites
     settings = _settings(two, tmp_path)
-    async with _storage(two) as storage:
+    async with storage_on(two) as storage:
         await storage.create_all()
     users = [f"r-{n}" for n in range(30)]
     async with api_client(settings) as client, running_worker(settings):
@@ -256,7 +243,7 @@ async def test_rebalance_resumes_after_dying_and_moves_everything(
     async def record(seconds: float) -> None:
         waits.append(seconds)
 
-    async with _storage(three) as storage:
+    async with storage_on(three) as storage:
         with pytest.raises(RebalanceError):
             await Rebalancer(storage, margin_s=0, steps=3, sleep=die_at_second_fence).run()
         interrupted = await storage.refresh_placement()
@@ -285,7 +272,7 @@ async def test_rebalance_resumes_after_dying_and_moves_everything(
 async def _census(servers: list[Azurite]) -> dict[int, list[tuple[str, str, str]]]:
     """Every (table, partition, row) per account, read straight from each account."""
     census: dict[int, list[tuple[str, str, str]]] = {}
-    async with _storage(servers) as storage:
+    async with storage_on(servers) as storage:
         for account in range(len(servers)):
             census[account] = []
             for table in TABLES:

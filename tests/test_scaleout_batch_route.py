@@ -16,42 +16,21 @@ every acknowledged delete must hold at the partition's new home.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from collections.abc import AsyncIterator, Iterator
 from typing import Any, cast
 
-import pytest
 from azure.data.tables.aio import TableClient
 
+from tests.conftest import storage_on
 from timeline.azurite import Azurite
 from timeline.errors import StorageUnavailableError
 from timeline.placement import Placement, hash64
 from timeline.rebalance import Rebalancer
-from timeline.storage import TIMELINES, Operation, Storage, StorageOptions, submit_batch
+from timeline.storage import TIMELINES, Operation, Storage, submit_batch
 
 LEASE_S, TIMEOUT_S, MARGIN_S = 1.5, 1.0, 0.1
 """Every process here runs with this lease and timeout, so each fence is 2.6 s."""
-
-
-@pytest.fixture
-def three_azurites() -> Iterator[list[Azurite]]:
-    servers = [Azurite(location=None) for _ in range(3)]
-    try:
-        for server in servers:
-            server.start()
-        yield servers
-    finally:
-        for server in servers:
-            server.stop()
-
-
-@contextlib.asynccontextmanager
-async def _storage(servers: list[Azurite]) -> AsyncIterator[Storage]:
-    strings = [server.connection_string for server in servers]
-    options = StorageOptions(timeout_s=TIMEOUT_S, placement_lease_s=LEASE_S)
-    async with Storage(strings, options) as storage:
-        yield storage
+OPTIONS = {"timeout_s": TIMEOUT_S, "placement_lease_s": LEASE_S}
 
 
 class _Slow:
@@ -91,16 +70,22 @@ async def test_a_delete_batch_routed_before_a_freeze_never_lands_after_the_copy(
     three_azurites: list[Azurite],
 ) -> None:
     two, three = three_azurites[:2], three_azurites
-    async with _storage(two) as storage:
+    async with storage_on(two, **OPTIONS) as storage:
         await storage.create_all()
     target = Placement.initial(tuple("abc"), 3)
     owner = next(f"o-{n}" for n in range(1000) if target.home(hash64(f"o-{n}")) == 2)
-    async with _storage(two) as storage, storage.guard():
+    async with (
+        storage_on(two, **OPTIONS) as storage,
+        storage.guard(),
+    ):
         client = storage.table(TIMELINES, owner)
         for row in ("r1", "r2"):
             await client.upsert_entity({"PartitionKey": owner, "RowKey": row})
 
-    async with _storage(three) as process, _storage(three) as admin:
+    async with (
+        storage_on(three, **OPTIONS) as process,
+        storage_on(three, **OPTIONS) as admin,
+    ):
         old_home = process.placement.home(hash64(owner))
         slow = _Slow(process._tables[old_home][TIMELINES])
         process._tables[old_home][TIMELINES] = cast(TableClient, slow)

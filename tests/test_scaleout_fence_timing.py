@@ -19,42 +19,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any, cast
 
-import pytest
 from azure.core.exceptions import ServiceRequestError
 from azure.data.tables.aio import TableClient
 
-from tests.conftest import make_settings
+from tests.conftest import make_settings, storage_on
 from timeline.azurite import Azurite
 from timeline.errors import StorageUnavailableError
 from timeline.placement import PLACEMENT_TABLE, Placement, hash64
 from timeline.rebalance import Rebalancer
-from timeline.storage import USERS, Storage, StorageOptions
+from timeline.storage import USERS, Storage
 
 TIMEOUT_S, ADMIN_LEASE_S, SERVICE_LEASE_S, MARGIN_S = 1.0, 1.0, 8.0, 0.5
-
-
-@pytest.fixture
-def three_azurites() -> Iterator[list[Azurite]]:
-    servers = [Azurite(location=None) for _ in range(3)]
-    try:
-        for server in servers:
-            server.start()
-        yield servers
-    finally:
-        for server in servers:
-            server.stop()
-
-
-@contextlib.asynccontextmanager
-async def _storage(servers: list[Azurite], lease_s: float) -> AsyncIterator[Storage]:
-    strings = [server.connection_string for server in servers]
-    options = StorageOptions(timeout_s=TIMEOUT_S, placement_lease_s=lease_s)
-    async with Storage(strings, options) as storage:
-        yield storage
 
 
 class _Unreachable:
@@ -77,7 +55,7 @@ async def test_a_rebalance_cannot_fence_shorter_than_the_services_lease(
     three_azurites: list[Azurite], tmp_path: Path
 ) -> None:
     two, three = three_azurites[:2], three_azurites
-    async with _storage(two, ADMIN_LEASE_S) as storage:
+    async with storage_on(two, timeout_s=TIMEOUT_S, placement_lease_s=ADMIN_LEASE_S) as storage:
         await storage.create_all()
     target = Placement.initial(tuple("abc"), 3)
     user = next(f"m-{n}" for n in range(1000) if target.home(hash64(f"m-{n}")) == 2)
@@ -96,7 +74,7 @@ async def test_a_rebalance_cannot_fence_shorter_than_the_services_lease(
         await asyncio.sleep(seconds)
 
     async with (
-        _storage(three, SERVICE_LEASE_S) as service,
+        storage_on(three, timeout_s=TIMEOUT_S, placement_lease_s=SERVICE_LEASE_S) as service,
         Storage(admin_settings.connection_string(), admin_settings.storage_options()) as admin,
     ):
         assert await service.refresh_placement() is not None  # its last good read: on 2

@@ -17,26 +17,12 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
-from collections.abc import Iterator
 
 import pytest
 
 from timeline.azurite import Azurite
 from timeline.errors import ConfigurationError, StorageUnavailableError
 from timeline.storage import USERS, Storage, StorageOptions
-
-
-@pytest.fixture
-def two_azurites() -> Iterator[list[Azurite]]:
-    servers = [Azurite(location=None) for _ in range(2)]
-    try:
-        for server in servers:
-            server.start()
-        yield servers
-    finally:
-        for server in servers:
-            server.signal(signal.SIGCONT)
-            server.stop()
 
 
 async def test_a_misordered_list_is_refused_even_after_a_blip_at_start(

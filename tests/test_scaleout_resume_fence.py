@@ -20,41 +20,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Iterator
 from typing import Any, cast
 
 import pytest
 from azure.core.exceptions import ServiceRequestError
 from azure.data.tables.aio import TableClient
 
+from tests.conftest import storage_on
 from timeline.azurite import Azurite
 from timeline.errors import StorageUnavailableError
 from timeline.placement import PLACEMENT_TABLE, Placement, hash64, slot_of
 from timeline.rebalance import RebalanceError, Rebalancer
-from timeline.storage import SUBJECT_FOLLOWERS, Storage, StorageOptions
+from timeline.storage import SUBJECT_FOLLOWERS, Storage
 
 LEASE_S, TIMEOUT_S, MARGIN_S = 3.0, 1.0, 0.5
 """Every process here runs with this lease and timeout, so each fence is 4.5 s."""
-
-
-@pytest.fixture
-def three_azurites() -> Iterator[list[Azurite]]:
-    servers = [Azurite(location=None) for _ in range(3)]
-    try:
-        for server in servers:
-            server.start()
-        yield servers
-    finally:
-        for server in servers:
-            server.stop()
-
-
-@contextlib.asynccontextmanager
-async def _storage(servers: list[Azurite]) -> AsyncIterator[Storage]:
-    strings = [server.connection_string for server in servers]
-    options = StorageOptions(timeout_s=TIMEOUT_S, placement_lease_s=LEASE_S)
-    async with Storage(strings, options) as storage:
-        yield storage
+OPTIONS = {"timeout_s": TIMEOUT_S, "placement_lease_s": LEASE_S}
 
 
 class _Unreachable:
@@ -90,7 +71,7 @@ async def test_rerun_after_a_kill_in_the_last_flip_fence_waits_before_deleting(
     three_azurites: list[Azurite],
 ) -> None:
     two, three = three_azurites[:2], three_azurites
-    async with _storage(two) as storage:
+    async with storage_on(two, **OPTIONS) as storage:
         await storage.create_all()
     target = Placement.initial(tuple("abc"), 3)
     # A subject whose partition moves to the new account in the LAST of two ranges (odd slots).
@@ -99,12 +80,18 @@ async def test_rerun_after_a_kill_in_the_last_flip_fence_waits_before_deleting(
         for n in range(10_000)
         if target.home(hash64(f"celeb-{n}")) == 2 and slot_of(hash64(f"celeb-{n}")) % 2 == 1
     )
-    async with _storage(two) as storage, storage.guard():
+    async with (
+        storage_on(two, **OPTIONS) as storage,
+        storage.guard(),
+    ):
         client = storage.table(SUBJECT_FOLLOWERS, subject)
         for n in range(5):
             await client.upsert_entity({"PartitionKey": subject, "RowKey": f"fan-{n}"})
 
-    async with _storage(three) as process_p, _storage(three) as admin:
+    async with (
+        storage_on(three, **OPTIONS) as process_p,
+        storage_on(three, **OPTIONS) as admin,
+    ):
         assert await _followers(process_p, subject) == 5
         fences = 0
 

@@ -13,24 +13,12 @@ member row carries a random id that two configured accounts may not share.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from timeline.azurite import Azurite
 from timeline.errors import ConfigurationError
 from timeline.rebalance import Rebalancer
 from timeline.storage import USERS, Storage, StorageOptions
-
-
-@pytest.fixture
-def one_azurite() -> Iterator[Azurite]:
-    server = Azurite(location=None)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def _same_account_other_string(connection_string: str) -> str:
@@ -50,8 +38,10 @@ async def _no_fence(_seconds: float) -> None:
 
 
 @pytest.mark.parametrize("variant", ["reordered", "localhost"])
-async def test_the_same_account_listed_twice_is_refused(one_azurite: Azurite, variant: str) -> None:
-    first = one_azurite.connection_string
+async def test_the_same_account_listed_twice_is_refused(
+    private_azurite: Azurite, variant: str
+) -> None:
+    first = private_azurite.connection_string
     if variant == "reordered":
         second = _same_account_other_string(first)
     else:

@@ -16,7 +16,6 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -31,44 +30,22 @@ from timeline.storage import LEGACY_SHARD, USERS, Storage
 from timeline.tokens import TokenSigner
 
 
-@pytest.fixture
-def one_azurite() -> Iterator[Azurite]:
-    server = Azurite(location=None)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture
-def two_azurites() -> Iterator[list[Azurite]]:
-    servers = [Azurite(location=None) for _ in range(2)]
-    try:
-        for server in servers:
-            server.start()
-        yield servers
-    finally:
-        for server in servers:
-            server.stop()
-
-
 async def test_messages_left_in_the_old_fanout_queue_are_processed(
-    one_azurite: Azurite, tmp_path: Path
+    private_azurite: Azurite, tmp_path: Path
 ) -> None:
     """A delete's first pass, and another delete's second pass still invisible, left in
     ``fanout``: both run to the end (the first pass's own second pass included)."""
     settings = make_settings(
-        one_azurite.connection_string,
+        private_azurite.connection_string,
         tmp_path,
         storage_timeout_s=1.0,
         worker_write_deadline_s=1.0,
         worker_sweep_delay_s=2.5,  # a delete's second pass comes back 2.5 s after its first
     )
-    async with Storage(one_azurite.connection_string) as storage:
+    async with Storage(private_azurite.connection_string) as storage:
         await storage.create_all()  # `timeline init` of the new version
-        legacy = storage._queue_client(one_azurite.connection_string, "fanout")
-        legacy_poison = storage._queue_client(one_azurite.connection_string, "fanout-poison")
+        legacy = storage.work_queue(LEGACY_SHARD)
+        legacy_poison = storage.poison_queue(LEGACY_SHARD)
         await legacy.create_queue()  # what the previous version left behind...
         await legacy_poison.create_queue()
         first_pass = PostDeleted(author="alice", post_id=new_post_id(now_ticks()))
@@ -99,13 +76,13 @@ async def test_messages_left_in_the_old_fanout_queue_are_processed(
 
 
 async def test_tokens_signed_with_the_old_secret_file_still_work(
-    one_azurite: Azurite, tmp_path: Path
+    private_azurite: Azurite, tmp_path: Path
 ) -> None:
     old_secret = "the-secret-the-previous-version-generated"
     (tmp_path / "auth-secret").write_text(old_secret)
     os.chmod(tmp_path / "auth-secret", 0o600)
-    settings = make_settings(one_azurite.connection_string, tmp_path, auth_secret=None)
-    async with Storage(one_azurite.connection_string) as storage:
+    settings = make_settings(private_azurite.connection_string, tmp_path, auth_secret=None)
+    async with Storage(private_azurite.connection_string) as storage:
         await storage.create_all()
     token = TokenSigner(old_secret.encode(), token_ttl_s=3600).mint_bearer("alice")
     async with api_client(settings) as client:
@@ -165,10 +142,10 @@ async def test_init_with_two_accounts_over_existing_single_account_data_keeps_it
 
 
 async def test_deleting_the_old_queue_under_a_running_worker_does_not_stop_it(
-    one_azurite: Azurite, tmp_path: Path
+    private_azurite: Azurite, tmp_path: Path
 ) -> None:
     """The README says to delete `fanout` once drained: a worker polling it carries on."""
-    settings = make_settings(one_azurite.connection_string, tmp_path)
+    settings = make_settings(private_azurite.connection_string, tmp_path)
     async with Storage(settings.connection_string()) as storage:
         await storage.create_all()
         await storage.work_queue(LEGACY_SHARD).create_queue()

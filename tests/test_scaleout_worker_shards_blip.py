@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,31 +25,20 @@ from timeline.queue import FanoutQueue
 from timeline.storage import Storage, StorageOptions
 
 
-@pytest.fixture
-def one_azurite() -> Iterator[Azurite]:
-    server = Azurite(location=None)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.signal(signal.SIGCONT)
-        server.stop()
-
-
 @pytest.mark.parametrize("blip", [False, True], ids=["control", "blip"])
 async def test_a_worker_started_in_a_blip_consumes_every_stored_shard(
-    one_azurite: Azurite, tmp_path: Path, blip: bool
+    private_azurite: Azurite, tmp_path: Path, blip: bool
 ) -> None:
-    async with Storage(one_azurite.connection_string, StorageOptions(queue_shards=4)) as admin:
+    async with Storage(private_azurite.connection_string, StorageOptions(queue_shards=4)) as admin:
         await admin.create_all()
         assert admin.queue_shards == 4
         shard3 = FanoutQueue(admin, 3)
         settings = make_settings(
-            one_azurite.connection_string, tmp_path, storage_timeout_s=1.0, storage_retries=0
+            private_azurite.connection_string, tmp_path, storage_timeout_s=1.0, storage_retries=0
         )
         if blip:
-            one_azurite.signal(signal.SIGSTOP)
-            asyncio.get_running_loop().call_later(2.5, one_azurite.signal, signal.SIGCONT)
+            private_azurite.signal(signal.SIGSTOP)
+            asyncio.get_running_loop().call_later(2.5, private_azurite.signal, signal.SIGCONT)
         async with running_worker(settings):
             await asyncio.sleep(4)  # storage answers again; the worker runs
             await shard3.send_raw("not a fan-out message")  # a worker poisons this at once
