@@ -71,4 +71,5 @@ def _build_service(settings: Settings, storage: Storage, secret: bytes) -> Timel
         page_size=settings.page_size,
         max_post_chars=settings.max_post_chars,
         limits=limits,
+        timeline_cap=settings.max_timeline_items,
     )

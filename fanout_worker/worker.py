@@ -92,6 +92,7 @@ class Worker:
                 writer,
                 follower_page_size=settings.worker_follower_page_size,
                 timing=settings.fanout_timing(),
+                timeline_cap=settings.max_timeline_items,
             )
             await writer.start()
             try:

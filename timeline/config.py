@@ -51,6 +51,9 @@ class Settings(BaseSettings):
     azurite_ports: tuple[int, int, int] | None = None
 
     max_post_chars: int = Field(default=280, ge=1, le=10_000)
+    max_timeline_items: int = Field(default=800, ge=0)
+    """Entries a home timeline keeps (older ones are trimmed, and no page reads past them);
+    0 keeps everything."""
     token_ttl_s: int = Field(default=30 * 24 * 3600, ge=60)
     max_body_bytes: int = Field(default=16 * 1024, ge=1024, le=1024 * 1024)
     storage_timeout_s: float = Field(default=5.0, gt=0)

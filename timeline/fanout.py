@@ -16,18 +16,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 
 from timeline.entities import Post
 from timeline.keys import now_ticks, post_id_ticks, post_row_key
 from timeline.messages import FanoutMessage, Followed, PostCreated, PostDeleted, Unfollowed
+from timeline.placement import hash64
 from timeline.repositories import Repositories, request_id
 from timeline.storage import Storage
 from timeline.writer import PartitionWriter, Tracker
 
+log = logging.getLogger(__name__)
+
 BACKFILL_POSTS = 250
 """A follow backfills one page: the newest posts a reader sees first."""
+TRIM_SLACK_SHARE = 16
+"""A timeline is trimmed about once per ``cap / 16`` deliveries to it (50 for 800), so it
+holds at most about 1/16 more than the cap between trims."""
 ADMISSION_SHARE = 0.5
 """New work starts only while the writer's backlog drains within this share of the write
 deadline: deep enough for big batches, shallow enough that writes meet their deadline."""
@@ -81,10 +88,13 @@ class FanoutProcessor:
         *,
         follower_page_size: int = 1000,
         timing: Timing | None = None,
+        timeline_cap: int = 0,
     ) -> None:
         self._repos = repositories
         self._writer = writer
         self._page_size = follower_page_size
+        self._cap = timeline_cap
+        self._trim_every = max(1, timeline_cap // TRIM_SLACK_SHARE)
         self._timing = timing or Timing()
         self._page_rows = 100.0
         """A moving average of rows per delivered page, for admission."""
@@ -97,9 +107,14 @@ class FanoutProcessor:
         *,
         follower_page_size: int = 1000,
         timing: Timing | None = None,
+        timeline_cap: int = 0,
     ) -> FanoutProcessor:
         return cls(
-            Repositories.on(storage), writer, follower_page_size=follower_page_size, timing=timing
+            Repositories.on(storage),
+            writer,
+            follower_page_size=follower_page_size,
+            timing=timing,
+            timeline_cap=timeline_cap,
         )
 
     async def handle(self, message: FanoutMessage) -> Outcome:
@@ -127,6 +142,7 @@ class FanoutProcessor:
             written = await self._put(owners, post, deadline)
         await written.wait()
         await self._undo_lost_reasons(post, owners, page.items)
+        await self._trim([owner for owner in owners if self._trim_due(owner, post.post_id)])
         if page.continuation is not None:
             return Continue(message.model_copy(update={"cursor": page.continuation}))
         return DONE
@@ -210,8 +226,28 @@ class FanoutProcessor:
             await self._remove_rows(follower, gone)
         else:
             await self.purge(follower, subject)
+        await self._trim([follower])
         await follows.sync_index(follower, subject)
         return DONE
+
+    def _trim_due(self, owner: str, post_id: str) -> bool:
+        """One delivery in ``cap / TRIM_SLACK_SHARE`` trims its timeline, chosen by a hash so
+        that a redelivered page trims the same timelines: a query per that many deliveries,
+        and a timeline outgrows the cap by about that many entries between trims."""
+        return bool(self._cap) and hash64(f"{owner}/{post_id}") % self._trim_every == 0
+
+    async def _trim(self, owners: list[str]) -> None:
+        """Trim these timelines together; housekeeping, so a failure is logged, never the
+        outcome of the message whose writes have all landed (the next trim catches up)."""
+        if not self._cap or not owners:
+            return
+        results = await asyncio.gather(
+            *(self._repos.timelines.trim(owner, self._cap) for owner in owners),
+            return_exceptions=True,
+        )
+        failed = [result for result in results if isinstance(result, BaseException)]
+        if failed:
+            log.warning("%d of %d timeline trims failed: %r", len(failed), len(owners), failed[0])
 
     async def unfollowed(self, message: Unfollowed) -> Outcome:
         """Purge the subject's posts from the follower's timeline, now and once more later.

@@ -287,6 +287,23 @@ class TimelinesRepository:
     async def page(self, owner: str, limit: int, continuation: dict[str, str] | None) -> Page[Post]:
         return await _post_page(self._storage, TIMELINES, owner, limit, continuation)
 
+    async def trim(self, owner: str, keep: int) -> int:
+        """Delete the entries older than the newest ``keep`` among the partition's first
+        1,000: one key-only query, then EGT deletes, so one trim's work is bounded (a longer
+        timeline shrinks by up to ``1000 - keep`` per trim). A newer entry landing meanwhile
+        only pushes the doomed ones further back; an older one (a late backfill) may stay
+        past ``keep`` until the next trim. Returns how many were deleted."""
+        page = await _partition_page(
+            self._storage, TIMELINES, owner, select=["RowKey"], limit=1000, continuation=None
+        )
+        doomed = [entity["RowKey"] for entity in page.items][keep:]
+        deletes: list[Operation] = [
+            ("delete", {"PartitionKey": owner, "RowKey": key}) for key in doomed
+        ]
+        for batch in chunked(deletes):
+            await submit_batch(self._storage, TIMELINES, owner, batch)
+        return len(doomed)
+
 
 class FollowsRepository:
     """Follows: ``subjectFollowers`` is the truth, ``subjectFollowing`` its derived index."""

@@ -55,6 +55,7 @@ class TimelineService:
         page_size: int,
         max_post_chars: int,
         limits: RateLimits,
+        timeline_cap: int = 0,
     ) -> None:
         self._repos = repositories
         self._queue = queue
@@ -62,6 +63,7 @@ class TimelineService:
         self._page_size = page_size
         self._max_post_chars = max_post_chars
         self._limits = limits
+        self._cap = timeline_cap
 
     def authenticate(self, token: str) -> str:
         """The user id a bearer token acts as (no storage read)."""
@@ -158,10 +160,25 @@ class TimelineService:
     ) -> PageOut:
         _require_self(actor, owner)
         scope = f"timeline:{owner}"
-        page = await self._repos.timelines.page(
-            owner, self._limit(limit), self._continuation(scope, continuation)
+        position = self._continuation(scope, continuation) or {}
+        served_text = position.pop(SERVED, "0")
+        if not served_text.isdigit():
+            raise InvalidInputError(
+                "the continuation token is malformed", code="invalid_continuation"
+            )
+        served = int(served_text)
+        wanted = self._limit(limit)
+        if self._cap:
+            wanted = min(wanted, self._cap - served)
+            if wanted <= 0:
+                return PageOut(items=[], continuation=None)
+        page = await self._repos.timelines.page(owner, wanted, position or None)
+        served += len(page.items)
+        if page.continuation is None or (self._cap and served >= self._cap):
+            return self._page_out(scope, Page(page.items, None), Post.to_json)
+        return self._page_out(
+            scope, Page(page.items, {**page.continuation, SERVED: str(served)}), Post.to_json
         )
-        return self._page_out(scope, page, Post.to_json)
 
     async def author_posts(
         self, author: str, limit: int | None, continuation: str | None
@@ -220,6 +237,10 @@ class TimelineService:
             items=[to_json(item) for item in page.items],
             continuation=None if token is None else self._signer.encode_continuation(scope, token),
         )
+
+
+SERVED = "n"
+"""In a home timeline's continuation: entries served so far (pages stop at the cap)."""
 
 
 def _require_self(actor: str, user_id: str) -> None:
