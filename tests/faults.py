@@ -85,3 +85,20 @@ class _TableProxy:
         if limit is not None:
             kwargs["results_per_page"] = min(limit, kwargs.get("results_per_page") or limit)
         return self._client.query_entities(*args, **kwargs)
+
+
+class UnreachableTable:
+    """A table client whose every call fails as an unreachable account would (e.g. the
+    placement table of a placement home this process cannot reach any more)."""
+
+    def __init__(self, client: TableClient) -> None:
+        self._client = client
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "close":
+            return self._client.close
+
+        def unreachable(*_args: Any, **_kwargs: Any) -> Any:
+            raise ServiceRequestError("injected: the account is unreachable")
+
+        return unreachable

@@ -20,12 +20,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
-from azure.core.exceptions import ServiceRequestError
 from azure.data.tables.aio import TableClient
 
 from tests.conftest import make_settings, storage_on
+from tests.faults import UnreachableTable
 from timeline.azurite import Azurite
 from timeline.errors import StorageUnavailableError
 from timeline.placement import PLACEMENT_TABLE, Placement, hash64
@@ -33,22 +33,6 @@ from timeline.rebalance import Rebalancer
 from timeline.storage import USERS, Storage
 
 TIMEOUT_S, ADMIN_LEASE_S, SERVICE_LEASE_S, MARGIN_S = 1.0, 1.0, 8.0, 0.5
-
-
-class _Unreachable:
-    """The placement table of a placement home this process cannot reach any more."""
-
-    def __init__(self, client: TableClient) -> None:
-        self._client = client
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "close":
-            return self._client.close
-
-        def unreachable(*_args: Any, **_kwargs: Any) -> Any:
-            raise ServiceRequestError("injected: the placement home is unreachable")
-
-        return unreachable
 
 
 async def test_a_rebalance_cannot_fence_shorter_than_the_services_lease(
@@ -79,7 +63,7 @@ async def test_a_rebalance_cannot_fence_shorter_than_the_services_lease(
     ):
         assert await service.refresh_placement() is not None  # its last good read: on 2
         tables = service._tables[0]
-        tables[PLACEMENT_TABLE] = cast(TableClient, _Unreachable(tables[PLACEMENT_TABLE]))
+        tables[PLACEMENT_TABLE] = cast(TableClient, UnreachableTable(tables[PLACEMENT_TABLE]))
         await Rebalancer(admin, margin_s=MARGIN_S, steps=1, progress=False, sleep=fence).run()
         # A write of a moved partition, by the service's last placement read if it may still
         # route by it (then it must land where the partition lives now), else refused.

@@ -20,13 +20,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import Any, cast
+from typing import cast
 
 import pytest
-from azure.core.exceptions import ServiceRequestError
 from azure.data.tables.aio import TableClient
 
 from tests.conftest import storage_on
+from tests.faults import UnreachableTable
 from timeline.azurite import Azurite
 from timeline.errors import StorageUnavailableError
 from timeline.placement import PLACEMENT_TABLE, Placement, hash64, slot_of
@@ -36,22 +36,6 @@ from timeline.storage import SUBJECT_FOLLOWERS, Storage
 LEASE_S, TIMEOUT_S, MARGIN_S = 3.0, 1.0, 0.5
 """Every process here runs with this lease and timeout, so each fence is 4.5 s."""
 OPTIONS = {"timeout_s": TIMEOUT_S, "placement_lease_s": LEASE_S}
-
-
-class _Unreachable:
-    """The placement table of a placement home this process cannot reach any more."""
-
-    def __init__(self, client: TableClient) -> None:
-        self._client = client
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "close":
-            return self._client.close
-
-        def unreachable(*_args: Any, **_kwargs: Any) -> Any:
-            raise ServiceRequestError("injected: the placement home is unreachable")
-
-        return unreachable
 
 
 async def _followers(storage: Storage, subject: str) -> int:
@@ -104,7 +88,9 @@ async def test_rerun_after_a_kill_in_the_last_flip_fence_waits_before_deleting(
             if fences == 3:  # the last range is frozen: P reads the placement (not moved yet)
                 assert await process_p.refresh_placement() is not None
                 tables = process_p._tables[0]
-                tables[PLACEMENT_TABLE] = cast(TableClient, _Unreachable(tables[PLACEMENT_TABLE]))
+                tables[PLACEMENT_TABLE] = cast(
+                    TableClient, UnreachableTable(tables[PLACEMENT_TABLE])
+                )
 
         with pytest.raises(RebalanceError):
             await Rebalancer(admin, margin_s=MARGIN_S, steps=2, sleep=first_run_sleep).run()
