@@ -12,6 +12,7 @@ from api.middleware import error_middleware, metrics_middleware
 from api.openapi import build_openapi
 from api.routes import OPERATIONS
 from timeline.config import Settings
+from timeline.home import HomeTimeline
 from timeline.queue import FanoutQueues
 from timeline.ratelimit import RateLimits
 from timeline.repositories import Repositories
@@ -71,5 +72,6 @@ def _build_service(settings: Settings, storage: Storage, secret: bytes) -> Timel
         page_size=settings.page_size,
         max_post_chars=settings.max_post_chars,
         limits=limits,
+        home=HomeTimeline(storage, max_merged=settings.max_merged_authors),
         timeline_cap=settings.max_timeline_items,
     )

@@ -13,8 +13,13 @@ while the harness breaks things:
 Then everything is left to settle and the end state is checked exactly, from the tables
 themselves:
 
-- every home timeline holds exactly the live posts of its owner and of the authors its
-  owner follows (in ``subjectFollowers``, the truth), each once, with the post's text;
+- every home timeline, paged as readers page it (merged with the large authors its owner
+  follows; the threshold is low, so authors cross it both ways under the load), holds
+  exactly the live posts of its owner and of the authors its owner follows (in
+  ``subjectFollowers``, the truth), each once, newest first, with the post's text;
+- the stored copies of every author a reader does not merge are exactly those posts; every
+  author has settled as copied or merged, and a merged author's every follower has a merge
+  row or an overflow row; every reader's merge-row count equals its merge rows;
 - every counter equals what it counts, and ``subjectFollowing`` mirrors the truth;
 - every queue is empty: nothing is left over and nothing was poisoned;
 - every row is on its partition's home account, and nowhere else.
@@ -35,7 +40,10 @@ from typing import Any
 import aiohttp
 
 from tests.conftest import TEST_SECRET, eventually, program_env
+from timeline.audience import COPIED, MERGED
 from timeline.azurite import Azurite, free_ports
+from timeline.entities import Post
+from timeline.home import HomeTimeline, Position
 from timeline.placement import hash64
 from timeline.queue import FanoutQueues
 from timeline.repositories import Repositories, count_of
@@ -51,6 +59,10 @@ PLACEMENT_LEASE_S = 1.0
 REBALANCE_MARGIN_S = 0.2
 """The fence is the lease plus one storage call plus this."""
 CLIENTS = 4
+HYBRID_THRESHOLD = 5
+"""Of 7 possible followers (about half follow under this load): up at 5, down at 2 or fewer."""
+MAX_MERGED = 2
+"""So readers who follow several large authors get some as copies (overflow)."""
 SETTLE_TIMEOUT_S = 120.0
 
 
@@ -67,6 +79,10 @@ class Report:
     timeline_rows: int = 0
     live_posts: int = 0
     rebalanced: bool = False
+    merged_authors: int = 0
+    regrades: Counter[str] = field(default_factory=Counter)
+    merge_rows: int = 0
+    overflow_rows: int = 0
 
     def line(self) -> dict[str, Any]:
         return {
@@ -79,6 +95,10 @@ class Report:
             "live_posts": self.live_posts,
             "timeline_rows": self.timeline_rows,
             "rebalanced": self.rebalanced,
+            "merged_authors": self.merged_authors,
+            "regrades": dict(self.regrades),
+            "merge_rows": self.merge_rows,
+            "overflow_rows": self.overflow_rows,
         }
 
 
@@ -123,6 +143,8 @@ class Cluster:
             worker_arrival_window_s=3,
             worker_retry_base_s=0.1,
             worker_retry_cap_s=2,
+            fanout_on_read_followers=HYBRID_THRESHOLD,
+            max_merged_authors=MAX_MERGED,
         )
 
     async def start(self) -> None:
@@ -132,6 +154,15 @@ class Cluster:
         assert await init.wait() == 0, (self.workdir / "init.log").read_text()
         self.api = await self._spawn("api", "api.log")
         self.workers = [await self._spawn_worker() for _ in range(self._worker_count)]
+
+    def regrades(self) -> Counter[str]:
+        """Authors settled as merged or copied, from the workers' logs."""
+        settled: Counter[str] = Counter()
+        for log in self.workdir.glob("worker-*.log"):
+            for line in log.read_text(errors="replace").splitlines():
+                if " is now " in line:
+                    settled[line.rsplit(" ", 1)[-1]] += 1
+        return settled
 
     async def _spawn_worker(self) -> asyncio.subprocess.Process:
         self._spawned += 1
@@ -218,23 +249,27 @@ class Clients:
             self.tokens[user] = response["token"]
 
     async def act(self, until: float) -> None:
+        """Follows outnumber unfollows in the first half and the other way round in the
+        second, so authors cross the hybrid threshold up, then back down."""
         loop = asyncio.get_running_loop()
+        halfway = until - (until - loop.time()) / 2
         while loop.time() < until:
-            await self._one_action()
+            await self._one_action(growing=loop.time() < halfway)
 
-    async def _one_action(self) -> None:
+    async def _one_action(self, *, growing: bool) -> None:
         rng, users = self._rng, sorted(self.tokens)
         user, other = rng.sample(users, 2)
         roll = rng.random()
+        follow_share = 0.3 if growing else 0.1
         if roll < 0.4:
             await self._act(
                 "post", "POST", f"/users/{user}/posts", user, {"text": f"t{rng.random()}"}
             )
         elif roll < 0.55:
             await self._delete_one(user)
-        elif roll < 0.75:
+        elif roll < 0.55 + follow_share:
             await self._act("follow", "PUT", f"/users/{user}/following/{other}", user)
-        elif roll < 0.9:
+        elif roll < 0.95:
             await self._act("unfollow", "DELETE", f"/users/{user}/following/{other}", user)
         else:
             await self._act("unfollow", "DELETE", f"/users/{user}/following/{other}", user)
@@ -303,6 +338,7 @@ async def run(
             await _settle(storage)
             await _check(storage, sorted(clients.tokens), report)
             await _check_placement(storage)
+        report.regrades = cluster.regrades()
     finally:
         await cluster.stop()
     return report
@@ -349,16 +385,35 @@ async def _check(storage: Storage, users: list[str], report: Report) -> None:
         for user in users
     }
     report.live_posts = sum(len(posts) for posts in live.values())
+    modes = {user: await repos.audience.mode(user) for user in users}
+    assert {mode.state for mode in modes.values()} <= {COPIED, MERGED}, "a regrade never ended"
+    report.merged_authors = sum(mode.state == MERGED for mode in modes.values())
+    home = HomeTimeline(storage, max_merged=MAX_MERGED)
     for reader in users:
         authors = [reader, *(a for a in users if reader in follows[a])]
         expected = {pid: text for author in authors for pid, text in live[author].items()}
-        rows = await _all(repos.timelines.page, reader)
+        served = await _home(home, reader)
+        assert len({post.post_id for post in served}) == len(served), f"{reader}: a repeat"
+        assert [post.row_key for post in served] == sorted(post.row_key for post in served)
+        assert {post.post_id: post.text for post in served} == expected, f"{reader}: home"
+        listed = set(await repos.audience.merged_authors(reader))
+        stale = {author for author in listed if modes[author].state != MERGED}
+        assert not stale, f"{reader} has merge rows of authors that are copied: {stale}"
+        assert listed <= set(authors), f"{reader} merges authors it does not follow"
+        assert len(listed) == await repos.audience.merge_count(reader), f"{reader}: merge count"
+        report.merge_rows += len(listed)
+        rows = [row for row in await _all(repos.timelines.page, reader) if row.author not in listed]
         report.timeline_rows += len(rows)
         actual = {post.post_id: post.text for post in rows}
-        assert len(actual) == len(rows), f"{reader}: a post appears twice"
-        missing, extra = expected.keys() - actual.keys(), actual.keys() - expected.keys()
+        unmerged = {pid: text for pid, text in expected.items() if _author(live, pid) not in listed}
+        missing, extra = unmerged.keys() - actual.keys(), actual.keys() - unmerged.keys()
         assert (missing, extra) == (set(), set()), f"{reader}: missing {missing}, stale {extra}"
-        assert actual == expected, f"{reader}: a copy differs from its post"
+        assert actual == unmerged, f"{reader}: a copy differs from its post"
+        for author in authors[1:]:
+            if modes[author].state == MERGED and author not in listed:
+                overflow = await repos.audience.copy_etag(author, reader)
+                assert overflow is not None, f"{reader} follows merged {author} without a row"
+                report.overflow_rows += 1
     for user in users:
         following = sorted(a for a in users if user in follows[a])
         indexed = sorted(edge.user_id for edge in await _all(repos.follows.following_page, user))
@@ -392,6 +447,20 @@ async def _all(fetch: Any, key: str) -> list[Any]:
         continuation = page.continuation
         if continuation is None:
             return items
+
+
+async def _home(home: HomeTimeline, reader: str) -> list[Post]:
+    """The whole home timeline, paged 7 at a time as a client would."""
+    posts: list[Post] = []
+    position: Position | None = Position()
+    while position is not None:
+        page, position = await home.page(reader, 7, position)
+        posts.extend(page)
+    return posts
+
+
+def _author(live: dict[str, dict[str, str]], post_id: str) -> str:
+    return next(author for author, posts in live.items() if post_id in posts)
 
 
 async def _all_posts(repos: Repositories, author: str) -> dict[str, str]:

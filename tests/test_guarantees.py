@@ -31,6 +31,7 @@ from timeline.config import Settings
 from timeline.entities import Post, User
 from timeline.errors import StorageUnavailableError
 from timeline.fanout import FanoutProcessor
+from timeline.home import HomeTimeline
 from timeline.keys import new_post_id, now_ticks
 from timeline.messages import FanoutMessage, Followed, PostCreated, PostDeleted, Unfollowed
 from timeline.metrics import MESSAGES_SENT
@@ -109,6 +110,7 @@ def _service(storage: Storage, queue: FanoutQueue | None = None) -> TimelineServ
         page_size=250,
         max_post_chars=280,
         limits=RateLimits.per_minute(storage, posts=0, writes=0, registrations=0),
+        home=HomeTimeline(storage, max_merged=20),
     )
 
 

@@ -54,6 +54,12 @@ class Settings(BaseSettings):
     max_timeline_items: int = Field(default=800, ge=0)
     """Entries a home timeline keeps (older ones are trimmed, and no page reads past them);
     0 keeps everything."""
+    fanout_on_read_followers: int = Field(default=10_000, ge=0)
+    """Followers from which an author's posts are merged into timelines at read time instead
+    of copied (back to copies below half of it); 0 copies every author's posts."""
+    max_merged_authors: int = Field(default=20, ge=1, le=40)
+    """Large authors one timeline page merges; a reader who follows more gets copies of the
+    rest."""
     token_ttl_s: int = Field(default=30 * 24 * 3600, ge=60)
     max_body_bytes: int = Field(default=16 * 1024, ge=1024, le=1024 * 1024)
     storage_timeout_s: float = Field(default=5.0, gt=0)

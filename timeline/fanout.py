@@ -17,13 +17,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import uuid
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 
-from timeline.entities import Post
+from timeline.audience import COPIED, GROWING, MERGED, SHRINKING, AuthorMode
+from timeline.entities import Page, Post
 from timeline.keys import now_ticks, post_id_ticks, post_row_key
-from timeline.messages import FanoutMessage, Followed, PostCreated, PostDeleted, Unfollowed
+from timeline.messages import (
+    FanoutMessage,
+    Followed,
+    PostCreated,
+    PostDeleted,
+    Regrade,
+    Unfollowed,
+)
 from timeline.placement import hash64
+from timeline.queue import MessageSender
 from timeline.repositories import Repositories, request_id
 from timeline.storage import Storage
 from timeline.writer import PartitionWriter, Tracker
@@ -41,6 +51,25 @@ deadline: deep enough for big batches, shallow enough that writes meet their dea
 _TICKS_PER_SECOND = 10_000_000
 _ARRIVAL_POLLS = (0.05, 0.1, 0.2)
 """Short in-process waits for a row the API is writing right after it queued the message."""
+
+
+@dataclass(frozen=True, slots=True)
+class Hybrid:
+    """When authors are merged at read time instead of copied (``timeline.audience``)."""
+
+    threshold: int = 0
+    """Followers from which an author is merged; below half of it, copied again (0: never
+    merged)."""
+    max_merged: int = 20
+    """Merge rows a reader may hold; past them it gets copies."""
+    queue: MessageSender | None = None
+    """Where a crossing sends its ``Regrade``."""
+
+    def merge_due(self, mode: AuthorMode, followers: int) -> bool:
+        return mode.state == COPIED and bool(self.threshold) and followers >= self.threshold
+
+    def copy_due(self, mode: AuthorMode, followers: int) -> bool:
+        return mode.state == MERGED and (not self.threshold or 2 * followers < self.threshold)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,8 +118,10 @@ class FanoutProcessor:
         follower_page_size: int = 1000,
         timing: Timing | None = None,
         timeline_cap: int = 0,
+        hybrid: Hybrid | None = None,
     ) -> None:
         self._repos = repositories
+        self._hybrid = hybrid or Hybrid()
         self._writer = writer
         self._page_size = follower_page_size
         self._cap = timeline_cap
@@ -108,6 +139,7 @@ class FanoutProcessor:
         follower_page_size: int = 1000,
         timing: Timing | None = None,
         timeline_cap: int = 0,
+        hybrid: Hybrid | None = None,
     ) -> FanoutProcessor:
         return cls(
             Repositories.on(storage),
@@ -115,6 +147,7 @@ class FanoutProcessor:
             follower_page_size=follower_page_size,
             timing=timing,
             timeline_cap=timeline_cap,
+            hybrid=hybrid,
         )
 
     async def handle(self, message: FanoutMessage) -> Outcome:
@@ -127,6 +160,8 @@ class FanoutProcessor:
                 return await self.backfill(message)
             case Unfollowed():
                 return await self.unfollowed(message)
+            case Regrade():
+                return await self.regrade(message)
 
     async def deliver(self, message: PostCreated) -> Outcome:
         """Write the post into one page of followers' timelines (and the author's own)."""
@@ -134,9 +169,10 @@ class FanoutProcessor:
             post = await self._arrived_post(message)
             if post is None:
                 return await self._missing_post(message)
-            page = await self._repos.follows.follower_ids_page(
-                post.author, self._page_size, message.cursor
-            )
+            merged = message.merged
+            if message.cursor is None:
+                merged = not (await self._repos.audience.mode(post.author)).copies_to_followers
+            page = await self._readers_page(post.author, merged, message.cursor)
             owners = page.items if message.cursor is not None else [post.author, *page.items]
             self._page_rows += (len(owners) - self._page_rows) / 16
             written = await self._put(owners, post, deadline)
@@ -144,8 +180,18 @@ class FanoutProcessor:
         await self._undo_lost_reasons(post, owners, page.items)
         await self._trim([owner for owner in owners if self._trim_due(owner, post.post_id)])
         if page.continuation is not None:
-            return Continue(message.model_copy(update={"cursor": page.continuation}))
+            update = {"cursor": page.continuation, "merged": merged}
+            return Continue(message.model_copy(update=update))
         return DONE
+
+    async def _readers_page(
+        self, author: str, merged: bool, cursor: dict[str, str] | None
+    ) -> Page[str]:
+        """A page of those who may hold copies of the author's posts: every follower, or
+        only the overflow readers of a merged author."""
+        if merged:
+            return await self._repos.audience.copy_readers_page(author, self._page_size, cursor)
+        return await self._repos.follows.follower_ids_page(author, self._page_size, cursor)
 
     async def _arrived_post(self, message: PostCreated) -> Post | None:
         """The post; the API queues the message before it stores the post, so wait briefly."""
@@ -192,31 +238,90 @@ class FanoutProcessor:
         author, post_id = message.author, message.post_id
         if message.cursor is None and not message.confirm:
             await self._repos.posts.delete(author, post_id)
-        page = await self._repos.follows.follower_ids_page(author, self._page_size, message.cursor)
+        merged = message.merged
+        if message.cursor is None:
+            merged = self._never_copied(await self._repos.audience.mode(author), post_id)
+        page = await self._readers_page(author, merged, message.cursor)
         await self._remove(page.items if message.cursor else [author, *page.items], post_id)
         if page.continuation is not None:
-            return Continue(message.model_copy(update={"cursor": page.continuation}))
+            update = {"cursor": page.continuation, "merged": merged}
+            return Continue(message.model_copy(update=update))
         if not message.confirm:
-            sweep = message.model_copy(update={"cursor": None, "confirm": True})
+            sweep = message.model_copy(update={"cursor": None, "confirm": True, "merged": False})
             return Continue(sweep, delay_s=self._timing.sweep_delay_s)
         return DONE
+
+    def _never_copied(self, mode: AuthorMode, post_id: str) -> bool:
+        """No follower but overflow readers can hold a copy: the author has been merged since
+        before the post was made (by more than any delivery's write deadline and clock skew:
+        every delivery of it read the author merged)."""
+        margin = round(self._timing.sweep_delay_s * _TICKS_PER_SECOND)
+        return mode.state == MERGED and post_id_ticks(post_id) > mode.since + margin
 
     async def backfill(self, message: Followed) -> Outcome:
         """Copy the subject's newest posts into the follower's timeline; undo what lost its
         reason by the time the copies landed."""
         follower, subject = message.follower, message.subject
         follows = self._repos.follows
+        if not await follows.is_following(follower, subject):
+            if self._young(message.requested):
+                return Defer("the follow is not stored yet")
+            if await self._abandoned(message) or not await follows.is_following(follower, subject):
+                await follows.sync_index(follower, subject)
+                return DONE  # never made, or unfollowed since (its passes remove copies)
+        else:
+            await self._abandoned(message)  # made by another request: this one never lands
+        if not await self._merge_for(follower, subject):
+            await self._copy_newest(follower, subject)
+        await follows.sync_index(follower, subject)
+        await self._regrade_if_due(subject)
+        return DONE
+
+    async def _merge_for(self, follower: str, subject: str) -> bool:
+        """True if the subject is merged at read time and the follower got a merge row. If a
+        move back to copies began meanwhile, it may have passed this follower already: take
+        the row back (unless rewritten since, by a new move up) and say no."""
+        audience = self._repos.audience
+        if (await audience.mode(subject)).state not in (GROWING, MERGED):
+            return False
+        if not await self._give_merge_row(follower, subject):
+            return False
+        etag = await audience.merge_etag(follower, subject)
+        if (await audience.mode(subject)).state in (GROWING, MERGED):
+            return True
+        if etag is not None:
+            await audience.remove_merge(follower, subject, etag)
+        return False
+
+    async def _give_merge_row(self, follower: str, subject: str) -> bool:
+        """Give the follower a merge row for the subject, or, when its merge rows are full,
+        make it an overflow reader (then False: it needs copies). A row whose follow is gone
+        by the time it is written is taken back."""
+        audience = self._repos.audience
+        merged = await audience.add_merge(follower, subject, self._hybrid.max_merged)
+        if not merged:
+            await audience.add_copy(subject, follower)
+        await self._unmerge_if_unfollowed(follower, subject)
+        return merged
+
+    async def _unmerge_if_unfollowed(self, follower: str, subject: str) -> None:
+        """Read the merge and overflow rows, then the follow; remove them only if unchanged
+        since that read, so a re-follow's handler that rewrote them in between keeps them."""
+        audience = self._repos.audience
+        merge, copy = await asyncio.gather(
+            audience.merge_etag(follower, subject), audience.copy_etag(subject, follower)
+        )
+        if (merge or copy) and not await self._repos.follows.is_following(follower, subject):
+            if merge is not None:
+                await audience.remove_merge(follower, subject, merge)
+            if copy is not None:
+                await audience.remove_copy(subject, follower, copy)
+
+    async def _copy_newest(self, follower: str, subject: str) -> None:
+        """Copy the subject's newest posts into the follower's timeline; undo what lost its
+        reason by the time the copies landed."""
+        follows = self._repos.follows
         async with self._admission(BACKFILL_POSTS) as deadline:
-            if not await follows.is_following(follower, subject):
-                if self._young(message.requested):
-                    return Defer("the follow is not stored yet")
-                if await self._abandoned(message) or not await follows.is_following(
-                    follower, subject
-                ):
-                    await follows.sync_index(follower, subject)
-                    return DONE  # never made, or unfollowed since (its passes remove copies)
-            else:
-                await self._abandoned(message)  # made by another request: this one never lands
             posts = await self._repos.posts.newest(subject, BACKFILL_POSTS)
             written = await self._put_rows(follower, posts, deadline)
         await written.wait()
@@ -227,8 +332,6 @@ class FanoutProcessor:
         else:
             await self.purge(follower, subject)
         await self._trim([follower])
-        await follows.sync_index(follower, subject)
-        return DONE
 
     def _trim_due(self, owner: str, post_id: str) -> bool:
         """One delivery in ``cap / TRIM_SLACK_SHARE`` trims its timeline, chosen by a hash so
@@ -260,6 +363,7 @@ class FanoutProcessor:
         if not await follows.is_following(follower, subject):
             if not message.confirm:
                 await self._abandoned(message)  # made by another request: this one never lands
+            await self._unmerge_if_unfollowed(follower, subject)
             await self.purge(follower, subject)
         elif message.confirm:
             await self.reconcile(follower, subject)
@@ -273,8 +377,69 @@ class FanoutProcessor:
         if message.confirm:
             return DONE
         await follows.sync_index(follower, subject)
+        await self._regrade_if_due(subject)
         sweep = message.model_copy(update={"confirm": True})
         return Continue(sweep, delay_s=self._timing.sweep_delay_s)
+
+    async def _regrade_if_due(self, author: str) -> None:
+        """Send a ``Regrade`` when the author's follower count has crossed the threshold (up)
+        or half of it (down). It is sent before anything changes, and it changes the mode only
+        if still due, so a lost or duplicated send is harmless: the next follow or unfollow
+        sends again, a duplicate finds the move taken."""
+        hybrid = self._hybrid
+        if hybrid.queue is None:
+            return
+        mode, followers = await asyncio.gather(
+            self._repos.audience.mode(author),
+            self._repos.follows.follower_count(author),
+        )
+        if hybrid.merge_due(mode, followers) or hybrid.copy_due(mode, followers):
+            merge = mode.state == COPIED
+            await hybrid.queue.send(Regrade(author=author, merge=merge, token=uuid.uuid4().hex))
+
+    async def regrade(self, message: Regrade) -> Outcome:
+        """Move the author to ``merged`` or back to ``copied``, one page of followers per
+        lease. The mode row says who owns the move: the first page takes it (only if the move
+        is still due), later pages and redeliveries go on only while they own it.
+
+        Up: the author is ``growing`` (posts still copied, readers already merge) until every
+        follower has a merge row or an overflow row; only then ``merged``. Down: ``shrinking``
+        (posts copied again) while every follower gets the newest posts copied and loses its
+        merge row; then ``copied``. Followers who arrive meanwhile are handled by their own
+        follow (merge row while growing, copies while shrinking)."""
+        audience, author = self._repos.audience, message.author
+        moving, settled = (GROWING, MERGED) if message.merge else (SHRINKING, COPIED)
+        mode = await audience.mode(author)
+        if mode.state != moving or mode.token != message.token:
+            if message.cursor is not None or not await self._still_due(author, mode, message):
+                return DONE
+            if not await audience.change_mode(author, mode, moving, token=message.token):
+                return DONE  # another move took it first
+        page = await self._repos.follows.follower_ids_page(author, self._page_size, message.cursor)
+        regrade_one = self._give_merge_row if message.merge else self._unmerge
+        await asyncio.gather(*(regrade_one(follower, author) for follower in page.items))
+        if page.continuation is not None:
+            return Continue(message.model_copy(update={"cursor": page.continuation}))
+        mode = await audience.mode(author)
+        if mode.state == moving and mode.token == message.token:
+            since = now_ticks() if message.merge else 0
+            if await audience.change_mode(author, mode, settled, since=since):
+                log.info("author %s is now %s", author, settled)
+        return DONE
+
+    async def _still_due(self, author: str, mode: AuthorMode, message: Regrade) -> bool:
+        followers = await self._repos.follows.follower_count(author)
+        hybrid = self._hybrid
+        due = hybrid.merge_due if message.merge else hybrid.copy_due
+        return due(mode, followers)
+
+    async def _unmerge(self, follower: str, author: str) -> None:
+        """Copy the author's newest posts to a follower, then drop its merge or overflow row."""
+        if await self._repos.follows.is_following(follower, author):
+            await self._copy_newest(follower, author)
+        audience = self._repos.audience
+        await audience.remove_merge(follower, author)
+        await audience.remove_copy(author, follower)
 
     async def _abandoned(self, message: Followed | Unfollowed) -> bool:
         """Give up waiting for the API's write: claim its request, so it can never land."""

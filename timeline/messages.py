@@ -46,6 +46,9 @@ class PostCreated(_Message):
     author: UserId
     post_id: PostId
     cursor: Cursor | None = None
+    merged: bool = False
+    """Set by the first page when the author is merged at read time: the cursor then walks
+    the author's overflow readers, not its followers (``timeline.audience``)."""
 
 
 class PostDeleted(_Message):
@@ -58,6 +61,9 @@ class PostDeleted(_Message):
     post_id: PostId
     cursor: Cursor | None = None
     confirm: bool = False
+    merged: bool = False
+    """Set by the first page when no follower can hold a copy of the post but the author's
+    overflow readers: the cursor then walks those."""
 
 
 class Followed(_Message):
@@ -83,8 +89,21 @@ class Unfollowed(_Message):
     """The second, delayed purge that sweeps writes which landed after the first."""
 
 
+class Regrade(_Message):
+    """Move an author across the hybrid fan-out threshold, one page of followers at a time:
+    to ``merged`` (give followers merge rows) or back to ``copied`` (copy the author's newest
+    posts into their timelines, then drop their merge rows)."""
+
+    type: Literal["regrade"] = "regrade"
+    author: UserId
+    merge: bool
+    token: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{32}$")]
+    """Names this move in the author's mode row: only the message that started it goes on."""
+    cursor: Cursor | None = None
+
+
 FanoutMessage = Annotated[
-    PostCreated | PostDeleted | Followed | Unfollowed, Field(discriminator="type")
+    PostCreated | PostDeleted | Followed | Unfollowed | Regrade, Field(discriminator="type")
 ]
 _ADAPTER: TypeAdapter[FanoutMessage] = TypeAdapter(FanoutMessage)
 

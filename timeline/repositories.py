@@ -27,6 +27,7 @@ from azure.core import MatchConditions
 from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
 from azure.data.tables import TableEntity, TableTransactionError, UpdateMode
 
+from timeline.audience import FIRST_POST_KEY, AudienceRepository
 from timeline.entities import POST_SELECT, PROFILE_ROW_KEY, Edge, Page, Post, User
 from timeline.errors import ConflictError, StorageUnavailableError
 from timeline.keys import post_row_key
@@ -53,6 +54,8 @@ META = "~"
 COUNT_ROW = "~count"
 PARTITION = "PartitionKey eq @pk"
 LISTING = "PartitionKey eq @pk and RowKey lt @meta"
+POST_LISTING = "PartitionKey eq @pk and RowKey ge @first and RowKey lt @meta"
+"""A timeline's posts: its head rows (merge rows, ``timeline.audience``) sort before them."""
 _ATTEMPTS = 20
 """Optimistic-concurrency rounds before contention is reported as a retryable 503."""
 
@@ -285,7 +288,16 @@ class TimelinesRepository:
         return deleted
 
     async def page(self, owner: str, limit: int, continuation: dict[str, str] | None) -> Page[Post]:
-        return await _post_page(self._storage, TIMELINES, owner, limit, continuation)
+        page = await _partition_page(
+            self._storage,
+            TIMELINES,
+            owner,
+            select=POST_SELECT,
+            limit=limit,
+            continuation=continuation,
+            posts_only=True,
+        )
+        return Page([Post.from_entity(entity) for entity in page.items], page.continuation)
 
     async def trim(self, owner: str, keep: int) -> int:
         """Delete the entries older than the newest ``keep`` among the partition's first
@@ -294,7 +306,13 @@ class TimelinesRepository:
         only pushes the doomed ones further back; an older one (a late backfill) may stay
         past ``keep`` until the next trim. Returns how many were deleted."""
         page = await _partition_page(
-            self._storage, TIMELINES, owner, select=["RowKey"], limit=1000, continuation=None
+            self._storage,
+            TIMELINES,
+            owner,
+            select=["RowKey"],
+            limit=1000,
+            continuation=None,
+            posts_only=True,
         )
         doomed = [entity["RowKey"] for entity in page.items][keep:]
         deletes: list[Operation] = [
@@ -391,6 +409,9 @@ class FollowsRepository:
         truth = await self.is_following(follower, subject)
         if (index is not None and bool(index.get("active"))) != truth:
             await self.sync_index(follower, subject)
+
+    async def follower_count(self, subject: str) -> int:
+        return await count_of(self._storage, SUBJECT_FOLLOWERS, subject)
 
     async def is_following(self, follower: str, subject: str) -> bool:
         entity = await _get_entity(
@@ -570,13 +591,17 @@ async def _partition_page(
     select: list[str],
     limit: int,
     continuation: dict[str, str] | None,
+    posts_only: bool = False,
 ) -> Page[TableEntity]:
     """One page of one partition's listing rows (metadata excluded): one storage query."""
+    filter_text, parameters = LISTING, {"pk": partition_key, "meta": META}
+    if posts_only:
+        filter_text, parameters = POST_LISTING, {**parameters, "first": FIRST_POST_KEY}
     async with storage.guard():
         return await query_page(
             storage.reader(table, partition_key),
-            LISTING,
-            {"pk": partition_key, "meta": META},
+            filter_text,
+            parameters,
             select=select,
             limit=limit,
             continuation=continuation,
@@ -609,19 +634,6 @@ async def _scan(
             return
 
 
-async def _post_page(
-    storage: Storage,
-    table: str,
-    partition_key: str,
-    limit: int,
-    continuation: dict[str, str] | None,
-) -> Page[Post]:
-    page = await _partition_page(
-        storage, table, partition_key, select=POST_SELECT, limit=limit, continuation=continuation
-    )
-    return Page([Post.from_entity(entity) for entity in page.items], page.continuation)
-
-
 async def _edge_page(
     storage: Storage,
     table: str,
@@ -649,6 +661,7 @@ class Repositories:
     posts: PostsRepository
     timelines: TimelinesRepository
     follows: FollowsRepository
+    audience: AudienceRepository
 
     @classmethod
     def on(cls, storage: Storage) -> Repositories:
@@ -657,4 +670,5 @@ class Repositories:
             PostsRepository(storage),
             TimelinesRepository(storage),
             FollowsRepository(storage),
+            AudienceRepository(storage),
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -13,7 +14,9 @@ from timeline.errors import (
     NotFoundError,
     PermissionDeniedError,
 )
+from timeline.home import HomeTimeline, Position
 from timeline.keys import (
+    USER_ID_PATTERN,
     clean_text,
     new_post_id,
     now_ticks,
@@ -28,6 +31,7 @@ from timeline.repositories import Repositories, request_id
 from timeline.tokens import TokenSigner
 
 T = TypeVar("T")
+_USER_ID = re.compile(USER_ID_PATTERN.replace("$", r"\Z"))
 MAX_DISPLAY_NAME_CHARS = 64
 
 
@@ -55,6 +59,7 @@ class TimelineService:
         page_size: int,
         max_post_chars: int,
         limits: RateLimits,
+        home: HomeTimeline,
         timeline_cap: int = 0,
     ) -> None:
         self._repos = repositories
@@ -63,6 +68,7 @@ class TimelineService:
         self._page_size = page_size
         self._max_post_chars = max_post_chars
         self._limits = limits
+        self._home = home
         self._cap = timeline_cap
 
     def authenticate(self, token: str) -> str:
@@ -158,27 +164,26 @@ class TimelineService:
     async def home_timeline(
         self, actor: str, owner: str, limit: int | None, continuation: str | None
     ) -> PageOut:
+        """The owner's timeline merged with the large authors it follows (``timeline.home``);
+        the continuation counts what was served, so no page reads past the cap."""
         _require_self(actor, owner)
         scope = f"timeline:{owner}"
-        position = self._continuation(scope, continuation) or {}
-        served_text = position.pop(SERVED, "0")
-        if not served_text.isdigit():
-            raise InvalidInputError(
-                "the continuation token is malformed", code="invalid_continuation"
-            )
-        served = int(served_text)
+        position, served = _home_position(self._continuation(scope, continuation))
         wanted = self._limit(limit)
         if self._cap:
             wanted = min(wanted, self._cap - served)
             if wanted <= 0:
                 return PageOut(items=[], continuation=None)
-        page = await self._repos.timelines.page(owner, wanted, position or None)
-        served += len(page.items)
-        if page.continuation is None or (self._cap and served >= self._cap):
-            return self._page_out(scope, Page(page.items, None), Post.to_json)
-        return self._page_out(
-            scope, Page(page.items, {**page.continuation, SERVED: str(served)}), Post.to_json
-        )
+        posts, following = await self._home.page(owner, wanted, position)
+        served += len(posts)
+        if following is None or (self._cap and served >= self._cap):
+            return self._page_out(scope, Page(posts, None), Post.to_json)
+        token = {
+            AFTER: following.after,
+            LISTED: ",".join(following.listed or ()),
+            SERVED: str(served),
+        }
+        return self._page_out(scope, Page(posts, token), Post.to_json)
 
     async def author_posts(
         self, author: str, limit: int | None, continuation: str | None
@@ -241,6 +246,23 @@ class TimelineService:
 
 SERVED = "n"
 """In a home timeline's continuation: entries served so far (pages stop at the cap)."""
+AFTER = "a"
+"""In a home timeline's continuation: the last row key served (or the merge bound)."""
+LISTED = "m"
+"""In a home timeline's continuation: the authors the first page merged, comma-separated."""
+_ROW_KEY = re.compile(r"[0-9]{19}_[0-9a-f]{26}\Z|0\Z")
+
+
+def _home_position(token: dict[str, str] | None) -> tuple[Position, int]:
+    """The position and served count of a home timeline continuation; a token from before
+    hybrid fan-out (a storage continuation) starts at its next row and merges nothing."""
+    if token is None:
+        return Position(), 0
+    served, after = token.get(SERVED, "0"), token.get(AFTER, token.get("NextRowKey", ""))
+    listed = tuple(author for author in token.get(LISTED, "").split(",") if author)
+    if not served.isdigit() or not _ROW_KEY.match(after) or not all(map(_USER_ID.match, listed)):
+        raise InvalidInputError("the continuation token is malformed", code="invalid_continuation")
+    return Position(after, listed, inclusive=AFTER not in token), int(served)
 
 
 def _require_self(actor: str, user_id: str) -> None:

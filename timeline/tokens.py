@@ -17,8 +17,11 @@ from timeline.keys import USER_ID_PATTERN, validate_user_id
 MAX_CONTINUATION_CHARS = 4096
 CONTINUATION_PATTERN = r"^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$"
 """The shape of a continuation token (base64url payload, a dot, base64url signature)."""
-_CONTINUATION_KEYS = frozenset({"PartitionKey", "RowKey", "NextPartitionKey", "NextRowKey", "n"})
-"""A storage continuation's keys, and ``n``: entries served so far (home timelines)."""
+_CONTINUATION_KEYS = frozenset(
+    {"PartitionKey", "RowKey", "NextPartitionKey", "NextRowKey", "n", "a", "m"}
+)
+"""A storage continuation's keys, and a home timeline's: ``n`` entries served so far, ``a``
+the last row key served, ``m`` the merged authors (``timeline.service``)."""
 _BEARER = re.compile(USER_ID_PATTERN.removesuffix("$") + r"\.[0-9]{1,19}\.[A-Za-z0-9_-]{43}\Z")
 """The shape ``mint_bearer`` produces: user id, expiry in seconds, base64url HMAC-SHA256."""
 

@@ -1,0 +1,268 @@
+"""Hybrid fan-out state: which authors are merged into timelines at read time, and for whom.
+
+Three kinds of rows, each in the partition of the one who reads it:
+
+- ``~mode`` in the author's ``subjectFollowers`` partition (beside the follower count): the
+  author's state. ``copied`` (no row) and ``shrinking`` authors' posts are copied to every
+  follower; ``growing`` authors' too, while their followers are being given merge rows;
+  ``merged`` authors' posts are copied only to the author and to overflow readers.
+- ``!m-{author}`` merge rows at the head of a reader's ``timelines`` partition (they sort
+  before every post row key, so the page query that reads the newest posts reads them
+  first), counted by ``!n`` in the same transaction so a reader never merges more than
+  ``max_merged`` authors per page.
+- ``~copy-{reader}`` in a merged author's ``subjectFollowers`` partition: a reader whose
+  merge rows were full when it met the author, so the author's posts are copied to it.
+
+Merging is always correct for an author the reader follows: it shows exactly the author's
+live posts, and the page ignores the reader's copies of that author. So a stale merge row
+costs a query, never a wrong page; what must hold is that a follower of a ``merged`` author
+has a merge row or an overflow row.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any
+
+from azure.core import MatchConditions
+from azure.core.exceptions import ResourceExistsError, ResourceModifiedError, ResourceNotFoundError
+from azure.data.tables import TableEntity, TableTransactionError, UpdateMode
+
+from timeline.entities import Page
+from timeline.errors import StorageUnavailableError
+from timeline.storage import (
+    SUBJECT_FOLLOWERS,
+    TIMELINES,
+    Storage,
+    TransactionOperation,
+    failed_index,
+    query_page,
+    transact,
+)
+
+COPIED, GROWING, MERGED, SHRINKING = "copied", "growing", "merged", "shrinking"
+MODE_ROW = "~mode"
+MERGE_PREFIX = "!m-"
+MERGE_COUNT_ROW = "!n"
+COPY_PREFIX = "~copy-"
+FIRST_POST_KEY = "0"
+"""Every post row key (19 digits, ``_``, post id) sorts after this and every head row before."""
+_RANGE = "PartitionKey eq @pk and RowKey ge @low and RowKey lt @high"
+_ATTEMPTS = 20
+
+
+def merge_row_author(row_key: str) -> str | None:
+    return row_key.removeprefix(MERGE_PREFIX) if row_key.startswith(MERGE_PREFIX) else None
+
+
+@dataclass(frozen=True, slots=True)
+class AuthorMode:
+    """An author's hybrid fan-out state, with the etag it was read with (None: no row)."""
+
+    state: str = COPIED
+    token: str = ""
+    """The regrade message that owns a ``growing`` or ``shrinking`` state."""
+    since: int = 0
+    """When the state last became ``merged`` (.NET ticks of the worker that made it so)."""
+    etag: str | None = None
+
+    @property
+    def copies_to_followers(self) -> bool:
+        return self.state != MERGED
+
+
+class AudienceRepository:
+    def __init__(self, storage: Storage) -> None:
+        self._storage = storage
+
+    async def mode(self, author: str) -> AuthorMode:
+        entity = await self._get(SUBJECT_FOLLOWERS, author, MODE_ROW)
+        if entity is None:
+            return AuthorMode()
+        return AuthorMode(
+            state=str(entity["state"]),
+            token=str(entity.get("token", "")),
+            since=int(entity.get("since", 0)),
+            etag=str(entity.metadata["etag"]),
+        )
+
+    async def change_mode(
+        self, author: str, seen: AuthorMode, state: str, *, token: str = "", since: int = 0
+    ) -> bool:
+        """Move the author from ``seen`` to ``state``; False if it changed since it was read."""
+        row = {
+            "PartitionKey": author,
+            "RowKey": MODE_ROW,
+            "state": state,
+            "token": token,
+            "since": str(since),
+        }
+        async with self._storage.guard():
+            client = self._storage.table(SUBJECT_FOLLOWERS, author)
+            try:
+                if seen.etag is None:
+                    await client.create_entity(row)
+                else:
+                    await client.update_entity(
+                        row,
+                        mode=UpdateMode.REPLACE,
+                        etag=seen.etag,
+                        match_condition=MatchConditions.IfNotModified,
+                    )
+            except (ResourceExistsError, ResourceModifiedError, ResourceNotFoundError):
+                return False
+        return True
+
+    async def merged_authors(self, reader: str) -> list[str]:
+        """Every author with a merge row in the reader's timeline (one range query)."""
+        rows = await self._range(TIMELINES, reader, MERGE_PREFIX, limit=1000)
+        return [row.removeprefix(MERGE_PREFIX) for row in rows]
+
+    async def add_merge(self, reader: str, author: str, max_merged: int) -> bool:
+        """Give the reader a merge row for the author (rewriting an existing one, so a pending
+        conditional removal fails); False when the reader already merges ``max_merged``."""
+        row = {"PartitionKey": reader, "RowKey": MERGE_PREFIX + author}
+        for _ in range(_ATTEMPTS):
+            if await self._get(TIMELINES, reader, MERGE_PREFIX + author) is not None:
+                await self._upsert(TIMELINES, row)
+                return True
+            counter = await self._get(TIMELINES, reader, MERGE_COUNT_ROW)
+            count = _count(counter)
+            if count >= max_merged:
+                return False
+            try:
+                await transact(
+                    self._storage,
+                    TIMELINES,
+                    reader,
+                    [("create", row), _counter_operation(reader, counter, count + 1)],
+                )
+                return True
+            except TableTransactionError as error:
+                if failed_index(error, 409, 412) is None:
+                    raise
+        raise _contention()
+
+    async def merge_count(self, reader: str) -> int:
+        return _count(await self._get(TIMELINES, reader, MERGE_COUNT_ROW))
+
+    async def merge_etag(self, reader: str, author: str) -> str | None:
+        entity = await self._get(TIMELINES, reader, MERGE_PREFIX + author)
+        return None if entity is None else str(entity.metadata["etag"])
+
+    async def remove_merge(self, reader: str, author: str, etag: str | None = None) -> bool:
+        """Remove the merge row (only if it still has ``etag``, when given) and uncount it."""
+        for _ in range(_ATTEMPTS):
+            entity = await self._get(TIMELINES, reader, MERGE_PREFIX + author)
+            if entity is None or (etag is not None and entity.metadata["etag"] != etag):
+                return False
+            counter = await self._get(TIMELINES, reader, MERGE_COUNT_ROW)
+            count = _count(counter)
+            keys = {"PartitionKey": reader, "RowKey": MERGE_PREFIX + author}
+            condition = {"etag": entity.metadata["etag"], "match_condition": _UNCHANGED}
+            try:
+                await transact(
+                    self._storage,
+                    TIMELINES,
+                    reader,
+                    [("delete", keys, condition), _counter_operation(reader, counter, count - 1)],
+                )
+                return True
+            except TableTransactionError as error:
+                if failed_index(error, 404, 409, 412) is None:
+                    raise
+        raise _contention()
+
+    async def add_copy(self, author: str, reader: str) -> None:
+        """Record an overflow reader: the merged author's posts are copied to it."""
+        await self._upsert(
+            SUBJECT_FOLLOWERS, {"PartitionKey": author, "RowKey": COPY_PREFIX + reader}
+        )
+
+    async def copy_etag(self, author: str, reader: str) -> str | None:
+        entity = await self._get(SUBJECT_FOLLOWERS, author, COPY_PREFIX + reader)
+        return None if entity is None else str(entity.metadata["etag"])
+
+    async def remove_copy(self, author: str, reader: str, etag: str | None = None) -> None:
+        kwargs: dict[str, Any] = {}
+        if etag is not None:
+            kwargs = {"etag": etag, "match_condition": _UNCHANGED}
+        async with self._storage.guard():
+            client = self._storage.table(SUBJECT_FOLLOWERS, author)
+            with contextlib.suppress(ResourceModifiedError, ResourceNotFoundError):
+                await client.delete_entity(author, COPY_PREFIX + reader, **kwargs)
+
+    async def copy_readers_page(
+        self, author: str, limit: int, continuation: dict[str, str] | None
+    ) -> Page[str]:
+        """One page of the author's overflow readers (sorted, like followers)."""
+        async with self._storage.guard():
+            page = await query_page(
+                self._storage.reader(SUBJECT_FOLLOWERS, author),
+                _RANGE,
+                _prefix_range(author, COPY_PREFIX),
+                select=["RowKey"],
+                limit=limit,
+                continuation=continuation,
+            )
+        return Page(
+            [entity["RowKey"].removeprefix(COPY_PREFIX) for entity in page.items],
+            page.continuation,
+        )
+
+    async def _range(self, table: str, partition: str, prefix: str, *, limit: int) -> list[str]:
+        keys: list[str] = []
+        continuation: dict[str, str] | None = None
+        while True:
+            async with self._storage.guard():
+                page = await query_page(
+                    self._storage.reader(table, partition),
+                    _RANGE,
+                    _prefix_range(partition, prefix),
+                    select=["RowKey"],
+                    limit=limit,
+                    continuation=continuation,
+                )
+            keys.extend(entity["RowKey"] for entity in page.items)
+            continuation = page.continuation
+            if continuation is None:
+                return keys
+
+    async def _get(self, table: str, partition: str, row: str) -> TableEntity | None:
+        async with self._storage.guard():
+            try:
+                return await self._storage.reader(table, partition).get_entity(partition, row)
+            except ResourceNotFoundError:
+                return None
+
+    async def _upsert(self, table: str, row: dict[str, Any]) -> None:
+        async with self._storage.guard():
+            client = self._storage.table(table, row["PartitionKey"])
+            await client.upsert_entity(row, mode=UpdateMode.REPLACE)
+
+
+_UNCHANGED = MatchConditions.IfNotModified
+
+
+def _prefix_range(partition: str, prefix: str) -> dict[str, str]:
+    """Row keys starting with ``prefix``: from it up to the next possible prefix."""
+    return {"pk": partition, "low": prefix, "high": prefix[:-1] + chr(ord(prefix[-1]) + 1)}
+
+
+def _count(counter: TableEntity | None) -> int:
+    return 0 if counter is None else int(counter["n"])
+
+
+def _counter_operation(
+    reader: str, counter: TableEntity | None, count: int
+) -> TransactionOperation:
+    row = {"PartitionKey": reader, "RowKey": MERGE_COUNT_ROW, "n": max(0, count)}
+    if counter is None:
+        return ("create", row)
+    etag = {"etag": counter.metadata["etag"], "match_condition": _UNCHANGED}
+    return ("update", row, {"mode": UpdateMode.REPLACE, **etag})
+
+
+def _contention() -> StorageUnavailableError:
+    return StorageUnavailableError("too much contention on one partition", retry_after=1)

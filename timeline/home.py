@@ -1,0 +1,198 @@
+"""Home timeline pages: the reader's own partition merged with the newest posts of the large
+authors it follows (hybrid fan-out), in one round of concurrent storage queries.
+
+A page reads every source from one position (the last row key served; row keys order posts
+newest first, ties by post id, in every table), then serves, newest first, only what no
+source can still undercut: items up to the *bound*, the last key read by any source that has
+more. So no item is served twice or skipped, whatever each source returned, and a page may
+be short (never empty unless the timeline ended) when one source is dense.
+
+Which authors are merged is read from storage on every page: the reader's merge rows (the
+head of its timeline partition, read by the same query as its newest posts) and, for each,
+whether the reader still follows the author. A merged author's copies in the reader's own
+partition are ignored (its posts come from ``posts``, so a delete shows at once); a listed
+author the reader no longer follows is dropped with its copies (an unfollow shows at once).
+To start the author queries in the same round trip as the head, the process remembers each
+reader's last merge list as a guess; a guess never decides anything, and an author missing
+from it costs one more round trip, once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from timeline.audience import FIRST_POST_KEY, merge_row_author
+from timeline.entities import POST_SELECT, Post
+from timeline.repositories import META, FollowsRepository
+from timeline.storage import POSTS, TIMELINES, Storage, query_page
+
+_HEAD = "PartitionKey eq @pk and RowKey lt @meta"
+_AFTER = "PartitionKey eq @pk and RowKey gt @after and RowKey lt @meta"
+_FROM = "PartitionKey eq @pk and RowKey ge @after and RowKey lt @meta"
+MIN_AUTHOR_ROWS = 10
+"""The fewest rows a page asks of one merged author (see ``HomeTimeline._author_rows``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Position:
+    """Where the next page starts: after the row key ``after`` (or at it, for ``inclusive``
+    positions from tokens made before hybrid fan-out), with the authors the first page
+    listed (None: this is a first page, so read the merge rows)."""
+
+    after: str = FIRST_POST_KEY
+    listed: tuple[str, ...] | None = None
+    inclusive: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class _Source:
+    posts: list[Post]
+    more: bool
+    last_key: str
+    """The last row key read (a post or not): the source is complete up to here."""
+
+
+class HomeTimeline:
+    def __init__(self, storage: Storage, *, max_merged: int, guesses: int = 100_000) -> None:
+        self._storage = storage
+        self._follows = FollowsRepository(storage)
+        self._max_merged = max_merged
+        self._guesses: OrderedDict[str, tuple[str, ...]] = OrderedDict()
+        self._guess_capacity = guesses
+
+    async def page(
+        self, owner: str, limit: int, position: Position
+    ) -> tuple[list[Post], Position | None]:
+        """Up to ``limit`` posts from ``position`` and where the next page starts (None: the
+        timeline ended)."""
+        if position.listed is None:
+            return await self._first_page(owner, limit)
+        own, merged = await asyncio.gather(
+            self._own(owner, limit, position),
+            self._authors(owner, position.listed, limit, after=position.after),
+        )
+        return _merge(own, merged, position.listed, limit)
+
+    async def _first_page(self, owner: str, limit: int) -> tuple[list[Post], Position | None]:
+        guess = self._guesses.get(owner, ())
+        (own, listed), guessed = await asyncio.gather(
+            self._head(owner, limit), self._authors(owner, guess, limit)
+        )
+        merged = {author: source for author, source in guessed.items() if author in listed}
+        missing = tuple(author for author in listed if author not in guess)
+        if missing:
+            merged |= await self._authors(owner, missing, limit, listed=len(listed))
+        self._remember(owner, listed)
+        return _merge(own, merged, listed, limit)
+
+    def _remember(self, owner: str, listed: tuple[str, ...]) -> None:
+        if not listed and owner not in self._guesses:
+            return
+        self._guesses[owner] = listed
+        self._guesses.move_to_end(owner)
+        while len(self._guesses) > self._guess_capacity:
+            self._guesses.popitem(last=False)
+
+    async def _head(self, owner: str, limit: int) -> tuple[_Source, tuple[str, ...]]:
+        """The reader's merge rows and newest posts: one query (more only if storage cut it
+        short inside the merge rows, which are bounded)."""
+        listed: list[str] = []
+        continuation: dict[str, str] | None = None
+        while True:
+            async with self._storage.guard():
+                page = await query_page(
+                    self._storage.reader(TIMELINES, owner),
+                    _HEAD,
+                    {"pk": owner, "meta": META},
+                    select=POST_SELECT,
+                    limit=limit + self._max_merged + 1,
+                    continuation=continuation,
+                )
+            rows = [entity for entity in page.items if entity["RowKey"] >= FIRST_POST_KEY]
+            for entity in page.items:
+                author = merge_row_author(entity["RowKey"])
+                if author is not None:
+                    listed.append(author)
+            continuation = page.continuation
+            if rows or continuation is None:
+                last = rows[-1]["RowKey"] if rows else FIRST_POST_KEY
+                posts = [Post.from_entity(entity) for entity in rows]
+                return _Source(posts, continuation is not None, last), tuple(listed)
+
+    async def _own(self, owner: str, limit: int, position: Position) -> _Source:
+        condition = _FROM if position.inclusive else _AFTER
+        return await self._query(TIMELINES, owner, condition, position.after, limit)
+
+    async def _authors(
+        self,
+        owner: str,
+        authors: tuple[str, ...],
+        limit: int,
+        *,
+        after: str = FIRST_POST_KEY,
+        listed: int | None = None,
+    ) -> dict[str, _Source]:
+        """The posts after ``after`` of each author the owner still follows, all at once."""
+        rows = self._author_rows(limit, listed if listed is not None else len(authors))
+
+        async def one(author: str) -> tuple[str, _Source | None]:
+            source, following = await asyncio.gather(
+                self._query(POSTS, author, _AFTER, after, rows),
+                self._follows.is_following(owner, author),
+            )
+            return author, source if following else None
+
+        results = await asyncio.gather(*(one(author) for author in authors))
+        return {author: source for author, source in results if source is not None}
+
+    def _author_rows(self, limit: int, authors: int) -> int:
+        """What to ask of each merged author: an equal share of the page (at least
+        ``MIN_AUTHOR_ROWS``), so a page reads about twice ``limit`` rows whatever the number
+        of authors; a source that runs out of rows first only shortens the page."""
+        return min(limit, max(MIN_AUTHOR_ROWS, -(-limit // (authors + 1))))
+
+    async def _query(
+        self, table: str, partition: str, condition: str, after: str, limit: int
+    ) -> _Source:
+        async with self._storage.guard():
+            page = await query_page(
+                self._storage.reader(table, partition),
+                condition,
+                {"pk": partition, "meta": META, "after": after},
+                select=[*POST_SELECT, "void"],
+                limit=limit,
+                continuation=None,
+            )
+        last = page.items[-1]["RowKey"] if page.items else after
+        posts = [Post.from_entity(entity) for entity in page.items if not entity.get("void")]
+        return _Source(posts, page.continuation is not None, last)
+
+
+def _merge(
+    own: _Source, merged: dict[str, _Source], listed: tuple[str, ...], limit: int
+) -> tuple[list[Post], Position | None]:
+    """Newest first, up to the bound; the next position is the last key served, or the bound
+    when the page served everything up to it."""
+    skipped = set(listed)
+    kept = _Source(
+        [post for post in own.posts if post.author not in skipped], own.more, own.last_key
+    )
+    sources = [kept, *merged.values()]
+    bound = min((source.last_key for source in sources if source.more), default=None)
+    candidates = sorted(
+        (
+            post
+            for source in sources
+            for post in source.posts
+            if bound is None or post.row_key <= bound
+        ),
+        key=lambda post: post.row_key,
+    )
+    page = candidates[:limit]
+    if len(candidates) > limit:
+        return page, Position(page[-1].row_key, listed)
+    if bound is not None:
+        return page, Position(bound, listed)
+    return page, None
