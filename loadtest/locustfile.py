@@ -1,5 +1,7 @@
 """Timeline users: mostly reading (as on every timeline service), sometimes posting and
-following. Tokens come from ``loadtest/results/tokens.json``, written by ``loadtest.seed``."""
+following. Tokens come from ``loadtest/results/tokens.json``, written by ``loadtest.seed``,
+with ``hybrid.json`` beside it: readers who follow large authors report their timeline reads
+as merged, so their latency shows next to plain reads."""
 
 from __future__ import annotations
 
@@ -10,10 +12,13 @@ from pathlib import Path
 
 from locust import FastHttpUser, between, task
 
-TOKENS: dict[str, str] = json.loads(
-    Path(os.environ.get("TIMELINE_LOADTEST_TOKENS", "loadtest/results/tokens.json")).read_text()
-)
+_TOKENS_FILE = Path(os.environ.get("TIMELINE_LOADTEST_TOKENS", "loadtest/results/tokens.json"))
+TOKENS: dict[str, str] = json.loads(_TOKENS_FILE.read_text())
 USERS = sorted(TOKENS)
+_HYBRID_FILE = _TOKENS_FILE.with_name("hybrid.json")
+MERGED_READERS = (
+    set(json.loads(_HYBRID_FILE.read_text())["merged_readers"]) if _HYBRID_FILE.exists() else set()
+)
 
 
 class TimelineUser(FastHttpUser):
@@ -23,11 +28,12 @@ class TimelineUser(FastHttpUser):
         self.me = random.choice(USERS)
         self.headers = {"Authorization": f"Bearer {TOKENS[self.me]}"}
         self.continuation: str | None = None
+        self.kind = "timeline (merged)" if self.me in MERGED_READERS else "timeline"
 
     @task(10)
     def home_timeline(self) -> None:
         with self.client.get(
-            f"/users/{self.me}/timeline", headers=self.headers, name="read: timeline",
+            f"/users/{self.me}/timeline", headers=self.headers, name=f"read: {self.kind}",
             catch_response=True,
         ) as response:  # fmt: skip
             if response.status_code == 200:
@@ -39,7 +45,7 @@ class TimelineUser(FastHttpUser):
             return
         self.client.get(
             f"/users/{self.me}/timeline", params={"continuation": self.continuation},
-            headers=self.headers, name="read: timeline next page",
+            headers=self.headers, name=f"read: {self.kind} next page",
         )  # fmt: skip
         self.continuation = None
 

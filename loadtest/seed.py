@@ -1,7 +1,10 @@
 """Seed a realistic social graph straight into storage, fast and deterministic.
 
 Follower counts follow a Zipf law (a few accounts with thousands of followers, most with a
-handful); the top authors already have posts, fanned out into their followers' timelines.
+handful); the top authors already have posts, fanned out into their followers' timelines,
+except for the accounts with at least ``TIMELINE_FANOUT_ON_READ_FOLLOWERS`` followers: those
+are seeded as a finished ``Regrade`` leaves them (merged, with a merge row in each follower's
+timeline), so home timeline reads of their followers merge their posts.
 Everything is an idempotent upsert, so seeding again with the same seed changes nothing.
 Bearer tokens are minted with the stack's secret (no storage read), one per user.
 """
@@ -12,6 +15,7 @@ import argparse
 import asyncio
 import json
 import random
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -20,6 +24,7 @@ from typing import Any
 from tqdm import tqdm
 
 from loadtest.bench.harness import write_rows
+from timeline.audience import MERGE_COUNT_ROW, MERGE_PREFIX, MERGED, MODE_ROW
 from timeline.config import Settings
 from timeline.entities import Post, User
 from timeline.keys import new_post_id, now_ticks
@@ -61,7 +66,14 @@ class Graph:
         return result
 
 
-async def seed(storage: Storage, graph: Graph, *, authors: int, posts_per_author: int) -> None:
+async def seed(
+    storage: Storage,
+    graph: Graph,
+    *,
+    authors: int,
+    posts_per_author: int,
+    large: AbstractSet[str] = frozenset(),
+) -> None:
     now = datetime.now(UTC)
     following = graph.following()
     with_posts = set(graph.users[:authors])
@@ -103,9 +115,38 @@ async def seed(storage: Storage, graph: Graph, *, authors: int, posts_per_author
     copies: list[dict[str, Any]] = [
         post.to_entity(owner)
         for post in posts
-        for owner in [post.author, *graph.followers[post.author]]
+        for owner in [post.author, *([] if post.author in large else graph.followers[post.author])]
     ]
     await write_rows(storage, TIMELINES, copies, "seed: timelines", in_flight=32)
+    await _seed_merged(storage, graph, large, base)
+
+
+async def _seed_merged(storage: Storage, graph: Graph, large: AbstractSet[str], since: int) -> None:
+    """Large authors' mode rows, and each follower's merge rows and their count."""
+    modes = [
+        {"PartitionKey": a, "RowKey": MODE_ROW, "state": MERGED, "token": "", "since": str(since)}
+        for a in large
+    ]
+    await write_rows(storage, SUBJECT_FOLLOWERS, modes, "seed: large authors")
+    merged: dict[str, list[str]] = {}
+    for author in sorted(large):
+        for fan in graph.followers[author]:
+            merged.setdefault(fan, []).append(author)
+    rows = [
+        {"PartitionKey": fan, "RowKey": MERGE_PREFIX + author}
+        for fan, authors in merged.items()
+        for author in authors
+    ] + [{"PartitionKey": fan, "RowKey": MERGE_COUNT_ROW, "n": len(a)} for fan, a in merged.items()]
+    await write_rows(storage, TIMELINES, rows, "seed: merge rows", in_flight=32)
+
+
+def large_authors(graph: Graph, threshold: int, max_merged: int) -> set[str]:
+    """The accounts at or above the threshold (none when it is 0), at most ``max_merged``, so
+    every reader merges them all."""
+    if not threshold:
+        return set()
+    ranked = sorted(graph.users, key=lambda user: -len(graph.followers[user]))
+    return {user for user in ranked[:max_merged] if len(graph.followers[user]) >= threshold}
 
 
 def _count_row(partition: str, count: int) -> dict[str, Any]:
@@ -123,12 +164,16 @@ def mint_tokens(settings: Settings, secret: bytes, users: list[str]) -> dict[str
 async def main_async(args: argparse.Namespace) -> None:
     settings = Settings()
     graph = Graph.zipf(args.users, seed=args.seed)
+    large = large_authors(graph, settings.fanout_on_read_followers, settings.max_merged_authors)
     async with Storage(settings.connection_string(), settings.storage_options()) as storage:
         await storage.create_all()
-        await seed(storage, graph, authors=args.authors, posts_per_author=args.posts)
+        await seed(storage, graph, authors=args.authors, posts_per_author=args.posts, large=large)
         secret = await auth_secret(storage, settings.auth_secret, settings.legacy_secret_file)
     args.tokens.parent.mkdir(parents=True, exist_ok=True)
     args.tokens.write_text(json.dumps(mint_tokens(settings, secret, graph.users)))
+    merged_readers = sorted({fan for author in large for fan in graph.followers[author]})
+    hybrid = {"large_authors": sorted(large), "merged_readers": merged_readers}
+    args.tokens.with_name("hybrid.json").write_text(json.dumps(hybrid))
 
 
 def main() -> None:

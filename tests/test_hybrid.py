@@ -23,6 +23,7 @@ from timeline.storage import Storage
 THRESHOLD = 4
 """An author with 4 followers is large here; back to copies below 2."""
 MAX_MERGED = 2
+CAP = 7
 
 
 @dataclass
@@ -86,13 +87,16 @@ class Stack:
         await eventually(reached, timeout_s=60, what=f"{author} {state}")
 
 
-@pytest.fixture
-async def stack(private_azurite: Azurite, tmp_path: Path) -> AsyncIterator[Stack]:
+@pytest.fixture(params=[0], ids=["uncapped"])
+async def stack(
+    private_azurite: Azurite, tmp_path: Path, request: pytest.FixtureRequest
+) -> AsyncIterator[Stack]:
     settings = make_settings(
         private_azurite.connection_string,
         tmp_path,
         fanout_on_read_followers=THRESHOLD,
         max_merged_authors=MAX_MERGED,
+        max_timeline_items=request.param,
     )
     async with Storage(settings.connection_string()) as storage:
         await storage.create_all()
@@ -205,3 +209,41 @@ async def test_a_follow_of_a_merged_author_shows_its_older_posts(stack: Stack) -
     await _pages_match(stack, reader, [large], 2, 250)
     assert not set(posts) & await stack.copies(reader)
     assert post_row_key(posts[0]) > post_row_key(posts[-1])  # newest first in key order
+
+
+async def test_a_dense_large_author_shortens_pages_but_loses_nothing(stack: Stack) -> None:
+    larges = [await stack.user("large") for _ in range(3)]
+    for large in larges:
+        await stack.audience(large, THRESHOLD)
+        await stack.settled(large, MERGED)
+    reader = await stack.user("reader")
+    for large in larges[:MAX_MERGED]:
+        await stack.follow(reader, large)
+    for n in range(100):  # one source far denser than its share of a page
+        await stack.post(larges[0], f"dense {n}")
+    await stack.post(larges[1], "sparse")
+    await _pages_match(stack, reader, larges[:MAX_MERGED], 250, 60)
+    pages = await stack.pages(reader, 250)
+    assert len(pages) > 1  # the dense author's share bounded the first page
+
+
+@pytest.mark.parametrize("stack", [CAP], ids=["capped"], indirect=True)
+async def test_a_merged_timeline_stops_at_the_cap(stack: Stack) -> None:
+    large, small = await stack.user("large"), await stack.user("small")
+    await stack.audience(large, THRESHOLD)
+    await stack.settled(large, MERGED)
+    reader = await stack.user("reader")
+    await stack.follow(reader, large)
+    await stack.follow(reader, small)
+    for n in range(CAP):
+        await stack.post(large, f"large {n}")
+        await stack.post(small, f"small {n}")
+    newest = (await stack.truth(reader, [large, small]))[:CAP]
+
+    async def capped() -> bool:
+        return _flat(await stack.pages(reader, 250)) == newest
+
+    await eventually(capped, what="the merged timeline to show the newest entries up to the cap")
+    for limit in (1, 4, 250):
+        pages = await stack.pages(reader, limit)
+        assert _flat(pages) == newest, f"limit {limit}"

@@ -20,15 +20,24 @@ from tests.helpers import Api, bearer, error_of
 from timeline.azurite import Azurite
 from timeline.fanout import TRIM_SLACK_SHARE, FanoutProcessor
 from timeline.keys import new_post_id, now_ticks
+from timeline.metrics import TRIM_REQUESTS
 from timeline.storage import Storage
 from timeline.tokens import TokenSigner
 
 CAP = 10
 
 
-@pytest.fixture
-async def capped(private_azurite: Azurite, tmp_path: Path) -> AsyncIterator[tuple[Api, Storage]]:
-    settings = make_settings(private_azurite.connection_string, tmp_path, max_timeline_items=CAP)
+SAMPLED_CAP = 48
+"""A cap where one delivery in 3 trims (48 // TRIM_SLACK_SHARE)."""
+
+
+@pytest.fixture(params=[CAP])
+async def capped(
+    private_azurite: Azurite, tmp_path: Path, request: pytest.FixtureRequest
+) -> AsyncIterator[tuple[Api, Storage]]:
+    settings = make_settings(
+        private_azurite.connection_string, tmp_path, max_timeline_items=request.param
+    )
     async with Storage(settings.connection_string()) as storage:
         await storage.create_all()
         async with api_client(settings) as client, running_worker(settings):
@@ -112,6 +121,29 @@ async def test_a_backfill_respects_the_cap(capped: Any) -> None:
         )
 
     await eventually(backfilled_and_trimmed, what="a backfill of 20 posts capped at 10")
+
+
+@pytest.mark.parametrize("capped", [SAMPLED_CAP], indirect=True)
+async def test_sampled_trims_keep_a_stream_near_the_cap(capped: Any) -> None:
+    """With a cap where only some deliveries trim, the stored timeline still stays near the
+    cap, reads stop exactly at it, and trimming costs far less than a query per delivery."""
+    api, storage = capped
+    author, reader = unique("author"), unique("reader")
+    author_token, reader_token = await api.register(author), await api.register(reader)
+    await api.follow(reader, reader_token, author)
+    trims_before = TRIM_REQUESTS._value.get()
+    posted = [(await api.post(author, author_token, f"p{n}"))["post_id"] for n in range(120)]
+
+    async def delivered() -> bool:
+        newest = (await api.timeline(reader, reader_token, limit=1))["items"]
+        return [item["post_id"] for item in newest] == posted[-1:]
+
+    await eventually(delivered, what="the last post delivered")
+    assert await _pages(api, reader, reader_token, 250) == [posted[::-1][:SAMPLED_CAP]]
+    stored = await _stored_rows(storage, reader)
+    assert SAMPLED_CAP <= stored < SAMPLED_CAP + 30, stored
+    deliveries = 2 * len(posted)  # the reader's timeline and the author's own
+    assert TRIM_REQUESTS._value.get() - trims_before < deliveries  # about 0.55 each
 
 
 def test_trimming_costs_a_small_fraction_of_a_query_per_delivery() -> None:

@@ -124,10 +124,11 @@ class AudienceRepository:
         conditional removal fails); False when the reader already merges ``max_merged``."""
         row = {"PartitionKey": reader, "RowKey": MERGE_PREFIX + author}
         for _ in range(_ATTEMPTS):
-            if await self._get(TIMELINES, reader, MERGE_PREFIX + author) is not None:
+            head = await self._head(reader)
+            if row["RowKey"] in head:
                 await self._upsert(TIMELINES, row)
                 return True
-            counter = await self._get(TIMELINES, reader, MERGE_COUNT_ROW)
+            counter = head.get(MERGE_COUNT_ROW)
             count = _count(counter)
             if count >= max_merged:
                 return False
@@ -143,6 +144,19 @@ class AudienceRepository:
                 if failed_index(error, 409, 412) is None:
                     raise
         raise _contention()
+
+    async def _head(self, reader: str) -> dict[str, TableEntity]:
+        """The rows before the reader's posts (merge rows and their count): one query."""
+        async with self._storage.guard():
+            page = await query_page(
+                self._storage.reader(TIMELINES, reader),
+                _RANGE,
+                {"pk": reader, "low": "!", "high": FIRST_POST_KEY},
+                select=["RowKey", "n"],
+                limit=1000,
+                continuation=None,
+            )
+        return {entity["RowKey"]: entity for entity in page.items}
 
     async def merge_count(self, reader: str) -> int:
         return _count(await self._get(TIMELINES, reader, MERGE_COUNT_ROW))

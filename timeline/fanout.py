@@ -304,6 +304,23 @@ class FanoutProcessor:
         await self._unmerge_if_unfollowed(follower, subject)
         return merged
 
+    async def _give_merge_rows(self, followers: list[str], subject: str) -> None:
+        """``_give_merge_row`` for a page of followers, with one follow check for the page
+        (after every row is written) instead of one each."""
+        audience, max_merged = self._repos.audience, self._hybrid.max_merged
+
+        async def give(follower: str) -> None:
+            if not await audience.add_merge(follower, subject, max_merged):
+                await audience.add_copy(subject, follower)
+
+        await asyncio.gather(*(give(follower) for follower in followers))
+        if followers:
+            still = await self._repos.follows.followers_between(
+                subject, followers[0], followers[-1]
+            )
+            gone = [follower for follower in followers if follower not in still]
+            await asyncio.gather(*(self._unmerge_if_unfollowed(f, subject) for f in gone))
+
     async def _unmerge_if_unfollowed(self, follower: str, subject: str) -> None:
         """Read the merge and overflow rows, then the follow; remove them only if unchanged
         since that read, so a re-follow's handler that rewrote them in between keeps them."""
@@ -416,8 +433,10 @@ class FanoutProcessor:
             if not await audience.change_mode(author, mode, moving, token=message.token):
                 return DONE  # another move took it first
         page = await self._repos.follows.follower_ids_page(author, self._page_size, message.cursor)
-        regrade_one = self._give_merge_row if message.merge else self._unmerge
-        await asyncio.gather(*(regrade_one(follower, author) for follower in page.items))
+        if message.merge:
+            await self._give_merge_rows(page.items, author)
+        else:
+            await asyncio.gather(*(self._unmerge(follower, author) for follower in page.items))
         if page.continuation is not None:
             return Continue(message.model_copy(update={"cursor": page.continuation}))
         mode = await audience.mode(author)

@@ -8,10 +8,12 @@ more. So no item is served twice or skipped, whatever each source returned, and 
 be short (never empty unless the timeline ended) when one source is dense.
 
 Which authors are merged is read from storage on every page: the reader's merge rows (the
-head of its timeline partition, read by the same query as its newest posts) and, for each,
-whether the reader still follows the author. A merged author's copies in the reader's own
-partition are ignored (its posts come from ``posts``, so a delete shows at once); a listed
-author the reader no longer follows is dropped with its copies (an unfollow shows at once).
+head of its timeline partition, read by the same query as its newest posts) and which of
+those authors the reader still follows (its ``subjectFollowing`` rows, one query, which
+every follow and unfollow request brings in step before it answers). A merged author's
+copies in the reader's own partition are ignored (its posts come from ``posts``, so a
+delete shows at once); a listed author the reader no longer follows is dropped with its
+copies (an unfollow shows at once).
 To start the author queries in the same round trip as the head, the process remembers each
 reader's last merge list as a guess; a guess never decides anything, and an author missing
 from it costs one more round trip, once.
@@ -136,16 +138,15 @@ class HomeTimeline:
     ) -> dict[str, _Source]:
         """The posts after ``after`` of each author the owner still follows, all at once."""
         rows = self._author_rows(limit, listed if listed is not None else len(authors))
-
-        async def one(author: str) -> tuple[str, _Source | None]:
-            source, following = await asyncio.gather(
-                self._query(POSTS, author, _AFTER, after, rows),
-                self._follows.is_following(owner, author),
-            )
-            return author, source if following else None
-
-        results = await asyncio.gather(*(one(author) for author in authors))
-        return {author: source for author, source in results if source is not None}
+        queries = [self._query(POSTS, author, _AFTER, after, rows) for author in authors]
+        following, sources = await asyncio.gather(
+            self._follows.following_among(owner, authors), asyncio.gather(*queries)
+        )
+        return {
+            author: source
+            for author, source in zip(authors, sources, strict=True)
+            if author in following
+        }
 
     def _author_rows(self, limit: int, authors: int) -> int:
         """What to ask of each merged author: an equal share of the page (at least

@@ -28,3 +28,6 @@ WRITE_RETRIES = Counter("fanout_write_retries_total", "Timeline write requests r
 WRITES_EXPIRED = Counter(
     "fanout_writes_expired_total", "Timeline upserts dropped because their reason was too old"
 )
+TRIM_REQUESTS = Counter(
+    "fanout_trim_requests_total", "Storage requests made to trim timelines to the cap"
+)

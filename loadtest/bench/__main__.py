@@ -19,12 +19,16 @@ from loadtest.bench.api import api
 from loadtest.bench.backfill import backfill
 from loadtest.bench.bigfanout import bigfanout_phase
 from loadtest.bench.burst import burst
+from loadtest.bench.cap import cap
 from loadtest.bench.ceiling import ceilings
+from loadtest.bench.hybrid import hybrid
 from loadtest.bench.live import live
 from loadtest.bench.scaling import scaling
 from loadtest.bench.sizes import QUICK, Sizes
 
-PHASES = ("live", "burst", "scaling", "backfill", "bigfanout", "accounts", "api")
+PHASES = (
+    "live", "burst", "scaling", "backfill", "bigfanout", "accounts", "api", "hybrid", "cap"
+)  # fmt: skip
 
 
 def ratios(result: dict[str, Any]) -> dict[str, float]:
@@ -44,6 +48,9 @@ def ratios(result: dict[str, Any]) -> dict[str, float]:
         "burst_vs_adjacent_single": get("burst_eps") / get("burst_adjacent_single_eps"),
         "fanout_2_accounts_vs_1": get("fanout_eps_2_accounts") / one,
         "fanout_2_workers_vs_1": get("fanout_eps_2_workers") / one,
+        "merged_read_vs_plain": get("merged_read_p50_ms_5") / get("plain_read_p50_ms"),
+        "timeline_rows_capped_vs_uncapped": get("timeline_rows_capped")
+        / get("timeline_rows_uncapped"),
     }
 
 
@@ -69,6 +76,8 @@ async def run(sizes: Sizes, phases: set[str], profile: Path | None = None) -> di
         "bigfanout": lambda: bigfanout_phase(sizes),
         "accounts": lambda: accounts(sizes),
         "api": lambda: api(sizes, profile),
+        "hybrid": lambda: hybrid(sizes),
+        "cap": lambda: cap(sizes),
     }
     seconds = {"ceilings": time.monotonic() - started}
     for name in tqdm([p for p in PHASES if p in phases], desc="bench", unit="phase"):

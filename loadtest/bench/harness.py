@@ -9,6 +9,7 @@ import contextlib
 import math
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -97,6 +98,11 @@ def rate(progress: list[tuple[float, float]], start: float, end: float) -> float
         return math.nan
     (t0, n0), (t1, n1) = inside[0], inside[-1]
     return (n1 - n0) / max(t1 - t0, 1e-9)
+
+
+def quantile(values: Sequence[float], q: float) -> float:
+    """The ``q`` quantile (0.01..0.99) of ``values``, interpolated."""
+    return statistics.quantiles(values, n=100, method="inclusive")[round(q * 100) - 1]
 
 
 # --- CPU time --------------------------------------------------------------------------------
@@ -226,13 +232,15 @@ async def fresh_storage(accounts: int = 1) -> AsyncIterator[tuple[list[Azurite],
 class WorkerProcess:
     """A real ``fanout-worker`` process, observed through its metrics endpoint, RSS and CPU."""
 
-    def __init__(self, azurites: Sequence[Azurite]) -> None:
+    def __init__(self, azurites: Sequence[Azurite], **settings: str) -> None:
+        """``settings``: extra ``TIMELINE_*`` variables (for the phases that need them)."""
         (self.port,) = free_ports(1)
         env = scrubbed_env(
             TIMELINE_STORAGE_CONNECTION_STRINGS="\n".join(a.connection_string for a in azurites),
             TIMELINE_WORKER_METRICS_PORT=str(self.port),
             TIMELINE_WORKER_IDLE_SLEEP_S="0.05",
             TIMELINE_DATA_DIR=tempfile.mkdtemp(prefix="bench-"),
+            **settings,
         )
         self.process = subprocess.Popen(
             [sys.executable, "-m", "fanout_worker"], env=env, stderr=subprocess.DEVNULL
@@ -266,9 +274,11 @@ class WorkerProcess:
 
 
 @contextlib.asynccontextmanager
-async def workers(azurites: Sequence[Azurite], count: int) -> AsyncIterator[list[WorkerProcess]]:
+async def workers(
+    azurites: Sequence[Azurite], count: int, **settings: str
+) -> AsyncIterator[list[WorkerProcess]]:
     """``count`` worker processes on the same accounts (competing consumers)."""
-    processes = [WorkerProcess(azurites) for _ in range(count)]
+    processes = [WorkerProcess(azurites, **settings) for _ in range(count)]
     try:
         await asyncio.gather(*(p.ready() for p in processes))
         yield processes
@@ -277,8 +287,8 @@ async def workers(azurites: Sequence[Azurite], count: int) -> AsyncIterator[list
 
 
 @contextlib.asynccontextmanager
-async def worker(azurites: Sequence[Azurite]) -> AsyncIterator[WorkerProcess]:
-    async with workers(azurites, 1) as (process,):
+async def worker(azurites: Sequence[Azurite], **settings: str) -> AsyncIterator[WorkerProcess]:
+    async with workers(azurites, 1, **settings) as (process,):
         yield process
 
 

@@ -29,6 +29,13 @@ class Sizes:
     scaling_rounds: int = 2
     api_users: int = 20
     api_requests: int = 500
+    large_author_followers: int = 100_000
+    hybrid_reads: int = 200
+    regrade_followers: int = 2000
+    cap_items: int = 800
+    cap_authors: int = 10
+    cap_posts_per_author: int = 100
+    cap_followers: int = 10
 
 
 QUICK = Sizes(
@@ -37,4 +44,6 @@ QUICK = Sizes(
     bigfanout_followers=3000, bigfanout_cap_s=60, same_rowkey_per_round=500,
     balance_users=10_000, balance_graph_users=200, scaling_users=200, scaling_authors=10,
     scaling_followers=20, scaling_posts=10, scaling_rounds=1, api_users=5, api_requests=100,
+    large_author_followers=2000, hybrid_reads=20, regrade_followers=200, cap_items=64,
+    cap_authors=4, cap_posts_per_author=20, cap_followers=4,
 )  # fmt: skip
