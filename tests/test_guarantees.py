@@ -30,7 +30,7 @@ from timeline.azurite import Azurite
 from timeline.config import Settings
 from timeline.entities import Post, User
 from timeline.errors import StorageUnavailableError
-from timeline.fanout import FanoutProcessor
+from timeline.fanout import DONE, FanoutProcessor
 from timeline.home import HomeTimeline
 from timeline.keys import new_post_id, now_ticks
 from timeline.messages import FanoutMessage, Followed, PostCreated, PostDeleted, Unfollowed
@@ -574,3 +574,33 @@ async def test_a_voided_post_id_is_not_a_surviving_post(repos: Repositories) -> 
     assert await repos.posts.surviving(author, [post]) == set()
     assert await repos.posts.get(author, post.post_id) is None
     assert (await repos.posts.page(author, 10, None)).items == []
+
+
+# --- a backfill that waited for the writer reads the follow again ---------------------------
+
+
+async def test_a_backfill_held_by_admission_reads_the_follow_again(storage: Storage) -> None:
+    """The follow that justifies a backfill's copies is read inside their write deadline:
+    one read before a long wait for the writer's backlog must not send copies of an author
+    unfollowed meanwhile (a crash after such writes would leave them to unfollow passes that
+    may already have run)."""
+    repos = Repositories.on(storage)
+    author, reader, _ = await _pair(repos, posts=3)
+    async with PartitionWriter(storage, TIMELINES) as writer:
+        processor = FanoutProcessor(repos, writer)
+        backlog = writer.admission(0.001, 10**9)  # hold the writer's admission closed
+        await backlog.__aenter__()
+        requests_before = writer.requests
+        backfill = asyncio.create_task(
+            processor.backfill(Followed(follower=reader, subject=author))
+        )
+
+        async def waiting() -> bool:
+            return writer.admission_waiters > 0
+
+        await eventually(waiting, what="the backfill to wait for admission")
+        await _unfollow(repos, reader, author)
+        await backlog.__aexit__(None, None, None)
+        assert await backfill == DONE
+        assert writer.requests == requests_before, "copies sent on a follow read before the wait"
+    assert await _ids(repos, reader) == []

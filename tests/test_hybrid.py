@@ -14,9 +14,11 @@ import pytest
 
 from tests.conftest import api_client, eventually, make_settings, running_worker, unique
 from tests.helpers import Api, bearer
-from timeline.audience import COPIED, MERGED
+from timeline.audience import COPIED, GROWING, MERGED, AuthorMode
 from timeline.azurite import Azurite
 from timeline.keys import post_row_key
+from timeline.messages import Regrade
+from timeline.queue import FanoutQueues
 from timeline.repositories import Repositories
 from timeline.storage import Storage
 
@@ -31,6 +33,7 @@ class Stack:
     api: Api
     repos: Repositories
     tokens: dict[str, str]
+    queue: FanoutQueues
 
     async def user(self, prefix: str) -> str:
         user = unique(prefix)
@@ -101,7 +104,7 @@ async def stack(
     async with Storage(settings.connection_string()) as storage:
         await storage.create_all()
         async with api_client(settings) as client, running_worker(settings):
-            yield Stack(Api(client), Repositories.on(storage), {})
+            yield Stack(Api(client), Repositories.on(storage), {}, FanoutQueues(storage))
 
 
 def _flat(pages: list[list[str]]) -> list[str]:
@@ -247,3 +250,20 @@ async def test_a_merged_timeline_stops_at_the_cap(stack: Stack) -> None:
     for limit in (1, 4, 250):
         pages = await stack.pages(reader, limit)
         assert _flat(pages) == newest, f"limit {limit}"
+
+
+async def test_an_author_who_crossed_back_during_a_move_moves_back(stack: Stack) -> None:
+    """The unfollows that took an author back below half the threshold came while it was
+    still growing (no move down can start then): finishing the move up starts it."""
+    author = await stack.user("author")
+    await stack.audience(author, 1)
+
+    async def idle() -> bool:
+        return (await stack.queue.depth())[0] == 0
+
+    await eventually(idle, what="the follow handled while the author was copied")
+    token = "1" * 32
+    audience = stack.repos.audience
+    assert await audience.change_mode(author, AuthorMode(), GROWING, token=token)
+    await stack.queue.send(Regrade(author=author, merge=True, token=token))
+    await stack.settled(author, COPIED)

@@ -339,6 +339,8 @@ class FanoutProcessor:
         reason by the time the copies landed."""
         follows = self._repos.follows
         async with self._admission(BACKFILL_POSTS) as deadline:
+            if not await follows.is_following(follower, subject):
+                return  # read again inside the deadline: the copies' reason must be this fresh
             posts = await self._repos.posts.newest(subject, BACKFILL_POSTS)
             written = await self._put_rows(follower, posts, deadline)
         await written.wait()
@@ -444,6 +446,7 @@ class FanoutProcessor:
             since = now_ticks() if message.merge else 0
             if await audience.change_mode(author, mode, settled, since=since):
                 log.info("author %s is now %s", author, settled)
+                await self._regrade_if_due(author)  # crossed back while it moved
         return DONE
 
     async def _still_due(self, author: str, mode: AuthorMode, message: Regrade) -> bool:
@@ -454,8 +457,7 @@ class FanoutProcessor:
 
     async def _unmerge(self, follower: str, author: str) -> None:
         """Copy the author's newest posts to a follower, then drop its merge or overflow row."""
-        if await self._repos.follows.is_following(follower, author):
-            await self._copy_newest(follower, author)
+        await self._copy_newest(follower, author)
         audience = self._repos.audience
         await audience.remove_merge(follower, author)
         await audience.remove_copy(author, follower)

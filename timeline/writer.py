@@ -126,6 +126,8 @@ class PartitionWriter:
         self._progress = asyncio.Event()
         self.requests = 0
         """Write requests this writer has sent, retries included."""
+        self.admission_waiters = 0
+        """Units of work waiting in ``admission`` for the backlog to drain."""
 
     async def __aenter__(self) -> PartitionWriter:
         await self.start()
@@ -182,9 +184,13 @@ class PartitionWriter:
         ``rows`` until the block has added its writes. Entered before the reads that justify
         new writes, so a deep backlog delays those reads instead of making their writes miss
         their deadline."""
-        while self._rows + self._reserved > drain_within_s * self._write_rate():
-            self._progress.clear()
-            await self._progress.wait()
+        self.admission_waiters += 1
+        try:
+            while self._rows + self._reserved > drain_within_s * self._write_rate():
+                self._progress.clear()
+                await self._progress.wait()
+        finally:
+            self.admission_waiters -= 1
         self._reserved += rows
         try:
             yield
