@@ -20,7 +20,7 @@ from timeline.errors import (
     StorageUnavailableError,
     TimelineError,
 )
-from timeline.fanout import Continue, Defer, Done, FanoutProcessor, Hybrid, Outcome
+from timeline.fanout import Continue, Defer, Done, FanoutProcessor, Outcome
 from timeline.messages import FanoutMessage, decode
 from timeline.queue import FanoutQueue, FanoutQueues
 from timeline.retry import backoff_delay
@@ -93,11 +93,7 @@ class Worker:
                 follower_page_size=settings.worker_follower_page_size,
                 timing=settings.fanout_timing(),
                 timeline_cap=settings.max_timeline_items,
-                hybrid=Hybrid(
-                    threshold=settings.fanout_on_read_followers,
-                    max_merged=settings.max_merged_authors,
-                    queue=FanoutQueues(storage),
-                ),
+                hybrid=settings.hybrid(FanoutQueues(storage)),
             )
             await writer.start()
             try:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from tests.conftest import api_client, eventually, make_settings, running_worker
 from tests.helpers import Api, bearer
 from timeline.audience import COPIED, GROWING, MERGED, AuthorMode
 from timeline.azurite import Azurite
+from timeline.fanout import Hybrid, queue_due_regrades
 from timeline.keys import post_row_key
 from timeline.messages import Regrade
 from timeline.queue import FanoutQueues
@@ -267,3 +269,19 @@ async def test_an_author_who_crossed_back_during_a_move_moves_back(stack: Stack)
     assert await audience.change_mode(author, AuthorMode(), GROWING, token=token)
     await stack.queue.send(Regrade(author=author, merge=True, token=token))
     await stack.settled(author, COPIED)
+
+
+async def test_timeline_regrade_moves_authors_already_past_the_threshold(stack: Stack) -> None:
+    """Followers gained while hybrid fan-out was off (no follow handled since): the admin
+    command finds the author and queues its move."""
+    author, reader = await stack.user("author"), await stack.user("reader")
+    since = datetime.now(UTC)
+    for follower in [reader, *[unique("old") for _ in range(THRESHOLD - 1)]]:
+        assert await stack.repos.follows.add(follower, author, since)
+        await stack.repos.follows.sync_index(follower, author)
+    hybrid = Hybrid(threshold=THRESHOLD, max_merged=MAX_MERGED, queue=stack.queue)
+    assert author in await queue_due_regrades(stack.repos, hybrid, None)
+    await stack.settled(author, MERGED)
+    post = await stack.post(author, "merged at once")
+    assert (await stack.api.timeline(reader, stack.tokens[reader]))["items"][0]["post_id"] == post
+    assert await queue_due_regrades(stack.repos, hybrid, [author]) == []

@@ -22,6 +22,7 @@ has a merge row or an overflow row.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +47,8 @@ MODE_ROW = "~mode"
 MERGE_PREFIX = "!m-"
 MERGE_COUNT_ROW = "!n"
 COPY_PREFIX = "~copy-"
+COUNT_ROW = "~count"
+"""The follower count beside the mode row (``timeline.repositories`` keeps it)."""
 FIRST_POST_KEY = "0"
 """Every post row key (19 digits, ``_``, post id) sorts after this and every head row before."""
 _RANGE = "PartitionKey eq @pk and RowKey ge @low and RowKey lt @high"
@@ -113,6 +116,24 @@ class AudienceRepository:
             except (ResourceExistsError, ResourceModifiedError, ResourceNotFoundError):
                 return False
         return True
+
+    async def authors_to_check(self, threshold: int) -> AsyncIterator[str]:
+        """Every author with at least ``threshold`` followers or a mode row (a full scan of
+        each account's ``subjectFollowers`` metadata rows: for the admin command)."""
+        for account in range(len(self._storage.account_ids)):
+            client = self._storage.account_table(account, SUBJECT_FOLLOWERS)
+            async with self._storage.guard():
+                rows = [
+                    entity
+                    async for entity in client.query_entities(
+                        "RowKey eq @count or RowKey eq @mode",
+                        parameters={"count": COUNT_ROW, "mode": MODE_ROW},
+                        select=["PartitionKey", "RowKey", "n"],
+                    )
+                ]
+            for row in rows:
+                if row["RowKey"] == MODE_ROW or (threshold and int(row["n"]) >= threshold):
+                    yield row["PartitionKey"]
 
     async def merged_authors(self, reader: str) -> list[str]:
         """Every author with a merge row in the reader's timeline (one range query)."""

@@ -1,4 +1,5 @@
-"""``timeline``: the admin command line (init, token, stats, poison, rebalance, run)."""
+"""``timeline``: the admin command line (init, token, stats, poison, rebalance, regrade,
+run)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ from collections.abc import Awaitable, Callable
 
 from timeline.config import Settings
 from timeline.errors import TimelineError
+from timeline.fanout import queue_due_regrades
 from timeline.logs import configure_logging
 from timeline.queue import FanoutQueues
 from timeline.rebalance import Rebalancer
-from timeline.repositories import UsersRepository
+from timeline.repositories import Repositories, UsersRepository
 from timeline.secret import auth_secret
 from timeline.stack import Stack, init_storage
 from timeline.storage import TABLES, Storage, query_page
@@ -103,6 +105,15 @@ def cmd_rebalance(settings: Settings, args: argparse.Namespace) -> None:
     asyncio.run(_with_storage(settings, rebalance))
 
 
+def cmd_regrade(settings: Settings, args: argparse.Namespace) -> None:
+    async def regrade(storage: Storage) -> None:
+        hybrid = settings.hybrid(FanoutQueues(storage))
+        sent = await queue_due_regrades(Repositories.on(storage), hybrid, args.users or None)
+        print(f"queued {len(sent)} regrade(s){': ' if sent else ''}{' '.join(sent)}")
+
+    asyncio.run(_with_storage(settings, regrade))
+
+
 def cmd_run(settings: Settings, _args: argparse.Namespace) -> None:
     sys.exit(Stack(settings).run())
 
@@ -123,6 +134,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--steps", type=int, default=8, help="slot ranges moved one after another (default 8)"
     )
     rebalance.set_defaults(func=cmd_rebalance)
+    regrade = commands.add_parser(
+        "regrade",
+        help="move authors across TIMELINE_FANOUT_ON_READ_FOLLOWERS where their follower "
+        "count says so (after turning hybrid fan-out on or changing the threshold)",
+    )
+    regrade.add_argument("users", nargs="*", help="these authors (default: every author)")
+    regrade.set_defaults(func=cmd_regrade)
     poison = commands.add_parser("poison", help="inspect or requeue failed messages")
     poison_commands = poison.add_subparsers(dest="poison_command", required=True)
     listing = poison_commands.add_parser("list", help="show poison messages with their reasons")

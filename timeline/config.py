@@ -8,7 +8,8 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from timeline.errors import ConfigurationError
-from timeline.fanout import Timing
+from timeline.fanout import Hybrid, Timing
+from timeline.queue import MessageSender
 from timeline.retry import RetryPolicy
 from timeline.storage import StorageOptions
 
@@ -132,6 +133,14 @@ class Settings(BaseSettings):
 
     def retry_policy(self) -> RetryPolicy:
         return RetryPolicy(base_s=self.worker_retry_base_s, cap_s=self.worker_retry_cap_s)
+
+    def hybrid(self, queue: MessageSender) -> Hybrid:
+        """When authors are merged at read time; ``queue`` is where crossings are sent."""
+        return Hybrid(
+            threshold=self.fanout_on_read_followers,
+            max_merged=self.max_merged_authors,
+            queue=queue,
+        )
 
     def fanout_timing(self) -> Timing:
         """The protocol's time bounds; the sweep must come after any write that can still

@@ -401,20 +401,7 @@ class FanoutProcessor:
         return Continue(sweep, delay_s=self._timing.sweep_delay_s)
 
     async def _regrade_if_due(self, author: str) -> None:
-        """Send a ``Regrade`` when the author's follower count has crossed the threshold (up)
-        or half of it (down). It is sent before anything changes, and it changes the mode only
-        if still due, so a lost or duplicated send is harmless: the next follow or unfollow
-        sends again, a duplicate finds the move taken."""
-        hybrid = self._hybrid
-        if hybrid.queue is None:
-            return
-        mode, followers = await asyncio.gather(
-            self._repos.audience.mode(author),
-            self._repos.follows.follower_count(author),
-        )
-        if hybrid.merge_due(mode, followers) or hybrid.copy_due(mode, followers):
-            merge = mode.state == COPIED
-            await hybrid.queue.send(Regrade(author=author, merge=merge, token=uuid.uuid4().hex))
+        await queue_regrade_if_due(self._repos, self._hybrid, author)
 
     async def regrade(self, message: Regrade) -> Outcome:
         """Move the author to ``merged`` or back to ``copied``, one page of followers per
@@ -537,3 +524,33 @@ class FanoutProcessor:
         for row_key in row_keys:
             await self._writer.delete(owner, row_key, tracker)
         await tracker.wait()
+
+
+async def queue_regrade_if_due(repositories: Repositories, hybrid: Hybrid, author: str) -> bool:
+    """Send a ``Regrade`` when the author's follower count has crossed the threshold (up) or
+    half of it (down); True if one was sent. It is sent before anything changes, and it
+    changes the mode only if still due, so a lost or duplicated send is harmless: the next
+    follow or unfollow sends again, a duplicate finds the move taken."""
+    if hybrid.queue is None:
+        return False
+    mode, followers = await asyncio.gather(
+        repositories.audience.mode(author), repositories.follows.follower_count(author)
+    )
+    if not (hybrid.merge_due(mode, followers) or hybrid.copy_due(mode, followers)):
+        return False
+    merge = mode.state == COPIED
+    await hybrid.queue.send(Regrade(author=author, merge=merge, token=uuid.uuid4().hex))
+    return True
+
+
+async def queue_due_regrades(
+    repositories: Repositories, hybrid: Hybrid, authors: list[str] | None
+) -> list[str]:
+    """``queue_regrade_if_due`` for these authors (None: every author past the threshold or
+    with a mode row); the authors a ``Regrade`` was sent for."""
+    if authors is None:
+        candidates = repositories.audience.authors_to_check(hybrid.threshold)
+        authors = [author async for author in candidates]
+    return [
+        author for author in authors if await queue_regrade_if_due(repositories, hybrid, author)
+    ]
