@@ -136,9 +136,15 @@ class AudienceRepository:
                     yield row["PartitionKey"]
 
     async def merged_authors(self, reader: str) -> list[str]:
-        """Every author with a merge row in the reader's timeline (one range query)."""
-        rows = await self._range(TIMELINES, reader, MERGE_PREFIX, limit=1000)
-        return [row.removeprefix(MERGE_PREFIX) for row in rows]
+        """Every author with a merge row in the reader's timeline."""
+        authors: list[str] = []
+        continuation: dict[str, str] | None = None
+        while True:
+            page = await self._range_page(TIMELINES, reader, MERGE_PREFIX, 1000, continuation)
+            authors.extend(page.items)
+            continuation = page.continuation
+            if continuation is None:
+                return authors
 
     async def add_merge(self, reader: str, author: str, max_merged: int) -> bool:
         """Give the reader a merge row for the author (rewriting an existing one, so a pending
@@ -232,37 +238,28 @@ class AudienceRepository:
         self, author: str, limit: int, continuation: dict[str, str] | None
     ) -> Page[str]:
         """One page of the author's overflow readers (sorted, like followers)."""
+        return await self._range_page(SUBJECT_FOLLOWERS, author, COPY_PREFIX, limit, continuation)
+
+    async def _range_page(
+        self,
+        table: str,
+        partition: str,
+        prefix: str,
+        limit: int,
+        continuation: dict[str, str] | None,
+    ) -> Page[str]:
+        """One page of the partition's row keys that start with ``prefix``, without it."""
         async with self._storage.guard():
             page = await query_page(
-                self._storage.reader(SUBJECT_FOLLOWERS, author),
+                self._storage.reader(table, partition),
                 _RANGE,
-                _prefix_range(author, COPY_PREFIX),
+                _prefix_range(partition, prefix),
                 select=["RowKey"],
                 limit=limit,
                 continuation=continuation,
             )
-        return Page(
-            [entity["RowKey"].removeprefix(COPY_PREFIX) for entity in page.items],
-            page.continuation,
-        )
-
-    async def _range(self, table: str, partition: str, prefix: str, *, limit: int) -> list[str]:
-        keys: list[str] = []
-        continuation: dict[str, str] | None = None
-        while True:
-            async with self._storage.guard():
-                page = await query_page(
-                    self._storage.reader(table, partition),
-                    _RANGE,
-                    _prefix_range(partition, prefix),
-                    select=["RowKey"],
-                    limit=limit,
-                    continuation=continuation,
-                )
-            keys.extend(entity["RowKey"] for entity in page.items)
-            continuation = page.continuation
-            if continuation is None:
-                return keys
+        keys = [entity["RowKey"].removeprefix(prefix) for entity in page.items]
+        return Page(keys, page.continuation)
 
     async def _get(self, table: str, partition: str, row: str) -> TableEntity | None:
         async with self._storage.guard():
