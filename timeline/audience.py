@@ -152,23 +152,21 @@ class AudienceRepository:
         row = {"PartitionKey": reader, "RowKey": MERGE_PREFIX + author}
         for _ in range(_ATTEMPTS):
             head = await self._head(reader)
-            if row["RowKey"] in head:
-                await self._upsert(TIMELINES, row)
-                return True
+            existing = head.get(row["RowKey"])
             counter = head.get(MERGE_COUNT_ROW)
             count = _count(counter)
-            if count >= max_merged:
+            if existing is None and count >= max_merged:
                 return False
+            write: list[TransactionOperation] = (
+                [("create", row), _counter_operation(reader, counter, count + 1)]
+                if existing is None
+                else [("update", row, {"mode": UpdateMode.REPLACE, **_unchanged(existing)})]
+            )  # a counted row is rewritten only while it still exists (else: count it again)
             try:
-                await transact(
-                    self._storage,
-                    TIMELINES,
-                    reader,
-                    [("create", row), _counter_operation(reader, counter, count + 1)],
-                )
+                await transact(self._storage, TIMELINES, reader, write)
                 return True
             except TableTransactionError as error:
-                if failed_index(error, 409, 412) is None:
+                if failed_index(error, 404, 409, 412) is None:
                     raise
         raise _contention()
 
@@ -282,6 +280,10 @@ def _prefix_range(partition: str, prefix: str) -> dict[str, str]:
     return {"pk": partition, "low": prefix, "high": prefix[:-1] + chr(ord(prefix[-1]) + 1)}
 
 
+def _unchanged(entity: TableEntity) -> dict[str, Any]:
+    return {"etag": entity.metadata["etag"], "match_condition": _UNCHANGED}
+
+
 def _count(counter: TableEntity | None) -> int:
     return 0 if counter is None else int(counter["n"])
 
@@ -292,8 +294,7 @@ def _counter_operation(
     row = {"PartitionKey": reader, "RowKey": MERGE_COUNT_ROW, "n": max(0, count)}
     if counter is None:
         return ("create", row)
-    etag = {"etag": counter.metadata["etag"], "match_condition": _UNCHANGED}
-    return ("update", row, {"mode": UpdateMode.REPLACE, **etag})
+    return ("update", row, {"mode": UpdateMode.REPLACE, **_unchanged(counter)})
 
 
 def _contention() -> StorageUnavailableError:

@@ -337,10 +337,18 @@ class FanoutProcessor:
     async def _copy_newest(self, follower: str, subject: str) -> None:
         """Copy the subject's newest posts into the follower's timeline; undo what lost its
         reason by the time the copies landed."""
-        follows = self._repos.follows
+        follows, audience = self._repos.follows, self._repos.audience
         async with self._admission(BACKFILL_POSTS) as deadline:
-            if not await follows.is_following(follower, subject):
+            following, mode, overflow = await asyncio.gather(
+                follows.is_following(follower, subject),
+                audience.mode(subject),
+                audience.copy_etag(subject, follower),
+            )
+            if not following:
                 return  # read again inside the deadline: the copies' reason must be this fresh
+            if mode.state == MERGED and overflow is None:
+                return  # it merges the subject (a copy of a post made since could outlive
+                # the post: its delete sweeps only overflow readers)
             posts = await self._repos.posts.newest(subject, BACKFILL_POSTS)
             written = await self._put_rows(follower, posts, deadline)
         await written.wait()
@@ -410,9 +418,11 @@ class FanoutProcessor:
 
         Up: the author is ``growing`` (posts still copied, readers already merge) until every
         follower has a merge row or an overflow row; only then ``merged``. Down: ``shrinking``
-        (posts copied again) while every follower gets the newest posts copied and loses its
-        merge row; then ``copied``. Followers who arrive meanwhile are handled by their own
-        follow (merge row while growing, copies while shrinking)."""
+        (posts copied again), then one sweep delay so that every copy written on a read from
+        the merged era has landed or been dropped; then every follower gets the newest posts
+        copied, its copies of deleted posts removed, and loses its merge row; then
+        ``copied``. Followers who arrive meanwhile are handled by their own follow (merge row
+        while growing, copies while shrinking)."""
         audience, author = self._repos.audience, message.author
         moving, settled = (GROWING, MERGED) if message.merge else (SHRINKING, COPIED)
         mode = await audience.mode(author)
@@ -421,6 +431,9 @@ class FanoutProcessor:
                 return DONE
             if not await audience.change_mode(author, mode, moving, token=message.token):
                 return DONE  # another move took it first
+        if not message.merge and not message.fenced:
+            fenced = message.model_copy(update={"fenced": True})
+            return Continue(fenced, delay_s=self._timing.sweep_delay_s)
         page = await self._repos.follows.follower_ids_page(author, self._page_size, message.cursor)
         if message.merge:
             await self._give_merge_rows(page.items, author)
@@ -443,11 +456,19 @@ class FanoutProcessor:
         return due(mode, followers)
 
     async def _unmerge(self, follower: str, author: str) -> None:
-        """Copy the author's newest posts to a follower, then drop its merge or overflow row."""
-        await self._copy_newest(follower, author)
+        """Copy the author's newest posts to a follower and remove its copies of deleted
+        posts, then drop its merge or overflow row, only if unchanged since before the copies
+        (a later move up may have written it again)."""
         audience = self._repos.audience
-        await audience.remove_merge(follower, author)
-        await audience.remove_copy(author, follower)
+        merge, copy = await asyncio.gather(
+            audience.merge_etag(follower, author), audience.copy_etag(author, follower)
+        )
+        await self._copy_newest(follower, author)
+        await self.reconcile(follower, author)
+        if merge is not None:
+            await audience.remove_merge(follower, author, merge)
+        if copy is not None:
+            await audience.remove_copy(author, follower, copy)
 
     async def _abandoned(self, message: Followed | Unfollowed) -> bool:
         """Give up waiting for the API's write: claim its request, so it can never land."""
@@ -547,10 +568,18 @@ async def queue_due_regrades(
     repositories: Repositories, hybrid: Hybrid, authors: list[str] | None
 ) -> list[str]:
     """``queue_regrade_if_due`` for these authors (None: every author past the threshold or
-    with a mode row); the authors a ``Regrade`` was sent for."""
+    with a mode row), and a move left midway (its message parked as poison, say) resumed
+    under its own token; the authors a ``Regrade`` was sent for."""
     if authors is None:
         candidates = repositories.audience.authors_to_check(hybrid.threshold)
         authors = [author async for author in candidates]
-    return [
-        author for author in authors if await queue_regrade_if_due(repositories, hybrid, author)
-    ]
+    sent = []
+    for author in authors:
+        mode = await repositories.audience.mode(author)
+        if mode.state in (GROWING, SHRINKING) and hybrid.queue is not None:
+            resumed = Regrade(author=author, merge=mode.state == GROWING, token=mode.token)
+            await hybrid.queue.send(resumed)
+            sent.append(author)
+        elif await queue_regrade_if_due(repositories, hybrid, author):
+            sent.append(author)
+    return sent

@@ -5,7 +5,9 @@ A page reads every source from one position (the last row key served; row keys o
 newest first, ties by post id, in every table), then serves, newest first, only what no
 source can still undercut: items up to the *bound*, the last key read by any source that has
 more. So no item is served twice or skipped, whatever each source returned, and a page may
-be short (never empty unless the timeline ended) when one source is dense.
+be short when one source is dense, and even empty (with a continuation) while a listed
+author's copies that the page hides fill the reader's partition (between an unfollow of a
+merged author and the worker's purge).
 
 Which authors are merged is read from storage on every page: the reader's merge rows (the
 head of its timeline partition, read by the same query as its newest posts) and which of
@@ -32,20 +34,19 @@ from timeline.storage import POSTS, TIMELINES, Storage, query_page
 
 _HEAD = "PartitionKey eq @pk and RowKey lt @meta"
 _AFTER = "PartitionKey eq @pk and RowKey gt @after and RowKey lt @meta"
-_FROM = "PartitionKey eq @pk and RowKey ge @after and RowKey lt @meta"
 MIN_AUTHOR_ROWS = 10
 """The fewest rows a page asks of one merged author (see ``HomeTimeline._author_rows``)."""
 
 
 @dataclass(frozen=True, slots=True)
 class Position:
-    """Where the next page starts: after the row key ``after`` (or at it, for ``inclusive``
-    positions from tokens made before hybrid fan-out), with the authors the first page
-    listed (None: this is a first page, so read the merge rows)."""
+    """Where the next page starts: after the row key ``after``, with the authors the first
+    page listed (None: this is a first page, so read the merge rows); or, for a token made
+    before hybrid fan-out, the storage continuation of the reader's own partition."""
 
     after: str = FIRST_POST_KEY
     listed: tuple[str, ...] | None = None
-    inclusive: bool = False
+    resume: dict[str, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,8 +125,7 @@ class HomeTimeline:
                 return _Source(posts, continuation is not None, last), tuple(listed)
 
     async def _own(self, owner: str, limit: int, position: Position) -> _Source:
-        condition = _FROM if position.inclusive else _AFTER
-        return await self._query(TIMELINES, owner, condition, position.after, limit)
+        return await self._query(TIMELINES, owner, position.after, limit, position.resume)
 
     async def _authors(
         self,
@@ -138,7 +138,7 @@ class HomeTimeline:
     ) -> dict[str, _Source]:
         """The posts after ``after`` of each author the owner still follows, all at once."""
         rows = self._author_rows(limit, listed if listed is not None else len(authors))
-        queries = [self._query(POSTS, author, _AFTER, after, rows) for author in authors]
+        queries = [self._query(POSTS, author, after, rows) for author in authors]
         following, sources = await asyncio.gather(
             self._follows.following_among(owner, authors), asyncio.gather(*queries)
         )
@@ -155,16 +155,21 @@ class HomeTimeline:
         return min(limit, max(MIN_AUTHOR_ROWS, -(-limit // (authors + 1))))
 
     async def _query(
-        self, table: str, partition: str, condition: str, after: str, limit: int
+        self,
+        table: str,
+        partition: str,
+        after: str,
+        limit: int,
+        resume: dict[str, str] | None = None,
     ) -> _Source:
         async with self._storage.guard():
             page = await query_page(
                 self._storage.reader(table, partition),
-                condition,
+                _AFTER,
                 {"pk": partition, "meta": META, "after": after},
                 select=[*POST_SELECT, "void"],
                 limit=limit,
-                continuation=None,
+                continuation=resume,
             )
         last = page.items[-1]["RowKey"] if page.items else after
         posts = [Post.from_entity(entity) for entity in page.items if not entity.get("void")]

@@ -100,6 +100,8 @@ class Regrade(_Message):
     token: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{32}$")]
     """Names this move in the author's mode row: only the message that started it goes on."""
     cursor: Cursor | None = None
+    fenced: bool = False
+    """A move down has waited one sweep delay since ``shrinking`` before touching followers."""
 
 
 FanoutMessage = Annotated[

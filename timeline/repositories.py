@@ -58,6 +58,8 @@ LISTING = "PartitionKey eq @pk and RowKey lt @meta"
 POST_LISTING = "PartitionKey eq @pk and RowKey ge @first and RowKey lt @meta"
 """A timeline's posts: its head rows (merge rows, ``timeline.audience``) sort before them."""
 _ATTEMPTS = 20
+_KEYS_PER_FILTER = 14
+"""Azure Table Storage allows at most 15 comparisons in one filter (one is the partition)."""
 """Optimistic-concurrency rounds before contention is reported as a retryable 503."""
 
 
@@ -414,14 +416,18 @@ class FollowsRepository:
             await self.sync_index(follower, subject)
 
     async def following_among(self, follower: str, subjects: Iterable[str]) -> set[str]:
-        """Which of ``subjects`` the follower follows, from its ``subjectFollowing`` rows:
-        one query, kept in step with the truth by every follow and unfollow request before
-        it answers (and by the worker after a request that died between the two writes)."""
+        """Which of ``subjects`` the follower follows, from its ``subjectFollowing`` rows,
+        kept in step with the truth by every follow and unfollow request before it answers
+        (and by the worker after a request that died between the two writes): one query per
+        14 subjects (a filter holds at most 15 comparisons), all at once."""
         wanted = sorted(set(subjects))
-        if not wanted:
-            return set()
-        keys = " or ".join(f"RowKey eq @s{i}" for i in range(len(wanted)))
-        parameters = {"pk": follower, **{f"s{i}": subject for i, subject in enumerate(wanted)}}
+        chunks = [wanted[i : i + _KEYS_PER_FILTER] for i in range(0, len(wanted), _KEYS_PER_FILTER)]
+        found = await asyncio.gather(*(self._following_rows(follower, chunk) for chunk in chunks))
+        return set().union(*found)
+
+    async def _following_rows(self, follower: str, subjects: list[str]) -> set[str]:
+        keys = " or ".join(f"RowKey eq @s{i}" for i in range(len(subjects)))
+        parameters = {"pk": follower, **{f"s{i}": subject for i, subject in enumerate(subjects)}}
         async with self._storage.guard():
             page = await query_page(
                 self._storage.reader(SUBJECT_FOLLOWING, follower),

@@ -255,14 +255,22 @@ _ROW_KEY = re.compile(r"[0-9]{19}_[0-9a-f]{26}\Z|0\Z")
 
 def _home_position(token: dict[str, str] | None) -> tuple[Position, int]:
     """The position and served count of a home timeline continuation; a token from before
-    hybrid fan-out (a storage continuation) starts at its next row and merges nothing."""
+    hybrid fan-out (a storage continuation) resumes that query and merges nothing."""
     if token is None:
         return Position(), 0
-    served, after = token.get(SERVED, "0"), token.get(AFTER, token.get("NextRowKey", ""))
-    listed = tuple(author for author in token.get(LISTED, "").split(",") if author)
-    if not served.isdigit() or not _ROW_KEY.match(after) or not all(map(_USER_ID.match, listed)):
+    served = token.get(SERVED, "0")
+    if AFTER in token:
+        after = token[AFTER]
+        listed = tuple(author for author in token.get(LISTED, "").split(",") if author)
+        valid = _ROW_KEY.match(after) and all(map(_USER_ID.match, listed))
+        position = Position(after, listed)
+    else:
+        resume = {key: value for key, value in token.items() if key != SERVED}
+        valid = bool(resume) and LISTED not in resume
+        position = Position(listed=(), resume=resume)
+    if not valid or not served.isdigit():
         raise InvalidInputError("the continuation token is malformed", code="invalid_continuation")
-    return Position(after, listed, inclusive=AFTER not in token), int(served)
+    return position, int(served)
 
 
 def _require_self(actor: str, user_id: str) -> None:
