@@ -347,3 +347,62 @@ async def test_a_pre_hybrid_continuation_still_pages(storage: Storage, repos: Re
         rest.extend(item.post_id for item in items)
     newest_first = sorted(posts, key=lambda post: post.row_key)
     assert rest == [post.post_id for post in newest_first[1:]]
+
+
+async def test_stale_down_page_that_stalls_before_its_etag_reads_drops_a_new_merge_row(
+    storage: Storage, repos: Repositories
+) -> None:
+    """(A second review.) Like the stale page above, but worker 1 stalls
+    after the page's mode check and before ``_unmerge`` reads the etags (here: in the
+    follower page query; in production: any pause of the process that also stops the lease
+    renewal). It then reads the etag of the *new* move up's merge row, ``_copy_newest``
+    copies nothing (merged, no overflow row), and the removal "only if unchanged since
+    before its copies" succeeds."""
+    author, fan, *others = await _users(repos, "large", "fan", "g", "g", "g")
+    for user in [fan, *others]:
+        await _follow(repos, user, author)
+    await _post(repos, author)
+    async with PartitionWriter(storage, TIMELINES, linger_s=0) as writer:
+        w1, w2 = _processor(storage, writer), _processor(storage, writer)
+        await _regrade(w2, author, merge=True)
+        assert (await repos.audience.mode(author)).state == MERGED
+        for user in others:
+            await _unfollow(repos, user, author)
+        first = await w2.handle(Regrade(author=author, merge=False, token=uuid.uuid4().hex))
+        assert isinstance(first, Continue)
+        down = first.message
+        assert isinstance(down, Regrade)
+        assert down.fenced  # shrinking, waiting out the fence
+
+        reached, resume = asyncio.Event(), asyncio.Event()
+        follows = w1._repos.follows
+        real_page = follows.follower_ids_page
+
+        async def slow_page(subject, limit, continuation):  # type: ignore[no-untyped-def]
+            page = await real_page(subject, limit, continuation)
+            reached.set()
+            await resume.wait()
+            return page
+
+        follows.follower_ids_page = slow_page  # type: ignore[method-assign]
+        stale = asyncio.ensure_future(w1.handle(down))
+        await asyncio.wait_for(reached.wait(), 10)  # past the mode check, before _unmerge
+        await _run(w2, down)  # the redelivered page, to the end
+        assert (await repos.audience.mode(author)).state == COPIED
+        for user in others:
+            await _follow(repos, user, author)
+        await _regrade(w2, author, merge=True)
+        assert (await repos.audience.mode(author)).state == MERGED
+        assert author in await repos.audience.merged_authors(fan)
+        resume.set()
+        await stale
+        post = await _post(repos, author)
+        await _run(w2, PostCreated(author=author, post_id=post.post_id))
+    assert await repos.follows.is_following(fan, author)
+    merge_rows = await repos.audience.merged_authors(fan)
+    overflow = await repos.audience.copy_etag(author, fan)
+    shown = [p for page in await _home(storage, fan) for p in page]
+    assert post.post_id in shown, (
+        f"merged author's new post missing for a follower; merge rows={merge_rows} "
+        f"overflow={overflow}"
+    )

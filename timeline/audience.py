@@ -122,18 +122,23 @@ class AudienceRepository:
         each account's ``subjectFollowers`` metadata rows: for the admin command)."""
         for account in range(len(self._storage.account_ids)):
             client = self._storage.account_table(account, SUBJECT_FOLLOWERS)
-            async with self._storage.guard():
-                rows = [
-                    entity
-                    async for entity in client.query_entities(
+            continuation: dict[str, str] | None = None
+            while True:
+                async with self._storage.guard():  # one storage call per page
+                    page = await query_page(
+                        client,
                         "RowKey eq @count or RowKey eq @mode",
-                        parameters={"count": COUNT_ROW, "mode": MODE_ROW},
+                        {"count": COUNT_ROW, "mode": MODE_ROW},
                         select=["PartitionKey", "RowKey", "n"],
+                        limit=1000,
+                        continuation=continuation,
                     )
-                ]
-            for row in rows:
-                if row["RowKey"] == MODE_ROW or (threshold and int(row["n"]) >= threshold):
-                    yield row["PartitionKey"]
+                for row in page.items:
+                    if row["RowKey"] == MODE_ROW or (threshold and int(row["n"]) >= threshold):
+                        yield row["PartitionKey"]
+                continuation = page.continuation
+                if continuation is None:
+                    break
 
     async def merged_authors(self, reader: str) -> list[str]:
         """Every author with a merge row in the reader's timeline."""

@@ -108,7 +108,9 @@ def cmd_rebalance(settings: Settings, args: argparse.Namespace) -> None:
 def cmd_regrade(settings: Settings, args: argparse.Namespace) -> None:
     async def regrade(storage: Storage) -> None:
         hybrid = settings.hybrid(FanoutQueues(storage))
-        sent = await queue_due_regrades(Repositories.on(storage), hybrid, args.users or None)
+        sent = await queue_due_regrades(
+            Repositories.on(storage), hybrid, args.users or None, resume=args.resume
+        )
         print(f"queued {len(sent)} regrade(s){': ' if sent else ''}{' '.join(sent)}")
 
     asyncio.run(_with_storage(settings, regrade))
@@ -140,6 +142,11 @@ def build_parser() -> argparse.ArgumentParser:
         "count says so (after turning hybrid fan-out on or changing the threshold)",
     )
     regrade.add_argument("users", nargs="*", help="these authors (default: every author)")
+    regrade.add_argument(
+        "--resume",
+        action="store_true",
+        help="also send again the moves left midway (after their message was poisoned)",
+    )
     regrade.set_defaults(func=cmd_regrade)
     poison = commands.add_parser("poison", help="inspect or requeue failed messages")
     poison_commands = poison.add_subparsers(dest="poison_command", required=True)

@@ -435,10 +435,13 @@ class FanoutProcessor:
             fenced = message.model_copy(update={"fenced": True})
             return Continue(fenced, delay_s=self._timing.sweep_delay_s)
         page = await self._repos.follows.follower_ids_page(author, self._page_size, message.cursor)
+        if not await self._owns(message):
+            return DONE  # a stale copy of this page: the move ended without it
         if message.merge:
             await self._give_merge_rows(page.items, author)
         else:
-            await asyncio.gather(*(self._unmerge(follower, author) for follower in page.items))
+            unmerge = (self._unmerge(follower, message) for follower in page.items)
+            await asyncio.gather(*unmerge)
         if page.continuation is not None:
             return Continue(message.model_copy(update={"cursor": page.continuation}))
         mode = await audience.mode(author)
@@ -455,14 +458,22 @@ class FanoutProcessor:
         due = hybrid.merge_due if message.merge else hybrid.copy_due
         return due(mode, followers)
 
-    async def _unmerge(self, follower: str, author: str) -> None:
+    async def _owns(self, message: Regrade) -> bool:
+        """The author's mode still names this message's move."""
+        mode = await self._repos.audience.mode(message.author)
+        moving = GROWING if message.merge else SHRINKING
+        return mode.state == moving and mode.token == message.token
+
+    async def _unmerge(self, follower: str, message: Regrade) -> None:
         """Copy the author's newest posts to a follower and remove its copies of deleted
-        posts, then drop its merge or overflow row, only if unchanged since before the copies
-        (a later move up may have written it again)."""
-        audience = self._repos.audience
+        posts, then drop its merge or overflow row: only as read while this move still owned
+        the author (a later move up rewrites them, so then they stay)."""
+        audience, author = self._repos.audience, message.author
         merge, copy = await asyncio.gather(
             audience.merge_etag(follower, author), audience.copy_etag(author, follower)
         )
+        if not await self._owns(message):
+            return
         await self._copy_newest(follower, author)
         await self.reconcile(follower, author)
         if merge is not None:
@@ -565,18 +576,18 @@ async def queue_regrade_if_due(repositories: Repositories, hybrid: Hybrid, autho
 
 
 async def queue_due_regrades(
-    repositories: Repositories, hybrid: Hybrid, authors: list[str] | None
+    repositories: Repositories, hybrid: Hybrid, authors: list[str] | None, *, resume: bool = False
 ) -> list[str]:
     """``queue_regrade_if_due`` for these authors (None: every author past the threshold or
-    with a mode row), and a move left midway (its message parked as poison, say) resumed
-    under its own token; the authors a ``Regrade`` was sent for."""
+    with a mode row); with ``resume``, a move left midway (its message parked as poison,
+    say) is sent again under its own token. The authors a ``Regrade`` was sent for."""
     if authors is None:
         candidates = repositories.audience.authors_to_check(hybrid.threshold)
         authors = [author async for author in candidates]
     sent = []
     for author in authors:
         mode = await repositories.audience.mode(author)
-        if mode.state in (GROWING, SHRINKING) and hybrid.queue is not None:
+        if resume and mode.state in (GROWING, SHRINKING) and hybrid.queue is not None:
             resumed = Regrade(author=author, merge=mode.state == GROWING, token=mode.token)
             await hybrid.queue.send(resumed)
             sent.append(author)
