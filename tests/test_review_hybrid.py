@@ -406,3 +406,45 @@ async def test_stale_down_page_that_stalls_before_its_etag_reads_drops_a_new_mer
         f"merged author's new post missing for a follower; merge rows={merge_rows} "
         f"overflow={overflow}"
     )
+
+
+async def test_a_stale_page_of_a_move_up_takes_its_rows_back(
+    storage: Storage, repos: Repositories
+) -> None:
+    """(The second review's suspicion.) Worker 1 runs a page of a move up and stalls while
+    writing merge rows; worker 2 finishes the move, the author falls back and worker 2
+    moves it down to ``copied``. Worker 1 then writes its merge row: it must take it back,
+    or the reader keeps a merge row of an author that is not merged (a query and a merge
+    slot spent for nothing)."""
+    author, fan, *others = await _users(repos, "large", "fan", "g", "g", "g")
+    for user in [fan, *others]:
+        await _follow(repos, user, author)
+    async with (
+        PartitionWriter(storage, TIMELINES, linger_s=0) as first,
+        PartitionWriter(storage, TIMELINES, linger_s=0) as second,
+    ):
+        w1, w2 = _processor(storage, first), _processor(storage, second)
+        reached, resume = asyncio.Event(), asyncio.Event()
+        audience = w1._repos.audience
+        real_add = audience.add_merge
+
+        async def slow_add(reader: str, subject: str, max_merged: int) -> bool:
+            if reader == fan:
+                reached.set()
+                await resume.wait()
+            return await real_add(reader, subject, max_merged)
+
+        audience.add_merge = slow_add  # type: ignore[method-assign,assignment]
+        up = Regrade(author=author, merge=True, token=uuid.uuid4().hex)
+        stale = asyncio.ensure_future(w1.handle(up))
+        await asyncio.wait_for(reached.wait(), 10)
+        await _run(w2, up)  # the redelivered page, to the end
+        assert (await repos.audience.mode(author)).state == MERGED
+        for user in others:
+            await _unfollow(repos, user, author)
+        await _regrade(w2, author, merge=False)
+        assert (await repos.audience.mode(author)).state == COPIED
+        resume.set()
+        await stale
+    assert await repos.audience.merged_authors(fan) == []
+    assert await repos.audience.merge_count(fan) == 0

@@ -439,6 +439,8 @@ class FanoutProcessor:
             return DONE  # a stale copy of this page: the move ended without it
         if message.merge:
             await self._give_merge_rows(page.items, author)
+            if not await self._owns(message):  # it stalled past the end of its move
+                await asyncio.gather(*(self._take_back(f, author) for f in page.items))
         else:
             unmerge = (self._unmerge(follower, message) for follower in page.items)
             await asyncio.gather(*unmerge)
@@ -463,6 +465,20 @@ class FanoutProcessor:
         mode = await self._repos.audience.mode(message.author)
         moving = GROWING if message.merge else SHRINKING
         return mode.state == moving and mode.token == message.token
+
+    async def _take_back(self, follower: str, author: str) -> None:
+        """Remove the rows a stale page of a move up wrote, read before the mode shows the
+        author is neither growing nor merged (a later move up rewrites them, so they stay)."""
+        audience = self._repos.audience
+        merge, copy = await asyncio.gather(
+            audience.merge_etag(follower, author), audience.copy_etag(author, follower)
+        )
+        if (await audience.mode(author)).state in (GROWING, MERGED):
+            return
+        if merge is not None:
+            await audience.remove_merge(follower, author, merge)
+        if copy is not None:
+            await audience.remove_copy(author, follower, copy)
 
     async def _unmerge(self, follower: str, message: Regrade) -> None:
         """Copy the author's newest posts to a follower and remove its copies of deleted
