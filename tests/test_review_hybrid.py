@@ -8,6 +8,7 @@ import uuid
 from datetime import UTC, datetime
 
 from tests.conftest import eventually, unique
+from tests.test_guarantees import _follow, _unfollow
 from timeline.audience import COPIED, MERGED
 from timeline.entities import Post, User
 from timeline.fanout import Continue, Defer, FanoutProcessor, Hybrid, Outcome, Timing
@@ -28,16 +29,6 @@ async def _users(repos: Repositories, *prefixes: str) -> list[str]:
     for user in users:
         await repos.users.create(User(user, user, created_at=datetime.now(UTC)))
     return users
-
-
-async def _follow(repos: Repositories, follower: str, subject: str) -> None:
-    await repos.follows.add(follower, subject, datetime.now(UTC))
-    await repos.follows.sync_index(follower, subject)
-
-
-async def _unfollow(repos: Repositories, follower: str, subject: str) -> None:
-    await repos.follows.remove(follower, subject)
-    await repos.follows.sync_index(follower, subject)
 
 
 async def _run(processor: FanoutProcessor, message) -> None:  # type: ignore[no-untyped-def]
@@ -66,6 +57,57 @@ async def _home(storage: Storage, reader: str, limit: int = 250) -> list[list[st
         posts, position = await home.page(reader, limit, position)
         pages.append([post.post_id for post in posts])
     return pages
+
+
+async def _sees_next_post(
+    storage: Storage, processor: FanoutProcessor, author: str, fan: str
+) -> None:
+    """The author posts; the fan, who follows it, must see the post on its pages."""
+    repos = Repositories.on(storage)
+    post = await _post(repos, author)
+    await _run(processor, PostCreated(author=author, post_id=post.post_id))
+    assert await repos.follows.is_following(fan, author)
+    merge_rows = await repos.audience.merged_authors(fan)
+    overflow = await repos.audience.copy_etag(author, fan)
+    shown = [p for page in await _home(storage, fan) for p in page]
+    assert post.post_id in shown, (
+        f"merged author's new post missing for a follower; merge rows={merge_rows} "
+        f"overflow={overflow}"
+    )
+
+
+async def _finish_down_then_up(
+    storage: Storage, processor: FanoutProcessor, down: Regrade, others: list[str], fan: str
+) -> None:
+    """The redelivered move down runs to the end; the others follow again and the author
+    moves up: the fan has a merge row again."""
+    repos, author = Repositories.on(storage), down.author
+    await _run(processor, down)
+    assert (await repos.audience.mode(author)).state == COPIED
+    for user in others:
+        await _follow(repos, user, author)
+    await _regrade(processor, author, merge=True)
+    assert (await repos.audience.mode(author)).state == MERGED
+    assert author in await repos.audience.merged_authors(fan)
+
+
+async def _move_down_then_check_gone(
+    storage: Storage,
+    processor: FanoutProcessor,
+    author: str,
+    others: list[str],
+    fan: str,
+    deleted: str,
+) -> None:
+    """The other followers leave, the author moves down: the deleted post must not show."""
+    repos = Repositories.on(storage)
+    for user in others:
+        await _unfollow(repos, user, author)
+    await _regrade(processor, author, merge=False)
+    assert (await repos.audience.mode(author)).state == COPIED
+    assert await repos.posts.get(author, deleted) is None
+    shown = [p for page in await _home(storage, fan) for p in page]
+    assert deleted not in shown, "a deleted post is back in the follower's timeline"
 
 
 def _processor(storage: Storage, writer: PartitionWriter) -> FanoutProcessor:
@@ -106,27 +148,12 @@ async def test_stale_down_move_page_drops_merge_row_of_a_new_up_move(
             return held.buffered > 0
 
         await eventually(buffered, timeout_s=10, what="worker 1's copies to be buffered")
-        await _run(w2, down)  # the redelivered message, to the end
-        assert (await repos.audience.mode(author)).state == COPIED
-        for user in others:
-            await _follow(repos, user, author)
-        await _regrade(w2, author, merge=True)
-        assert (await repos.audience.mode(author)).state == MERGED
-        assert author in await repos.audience.merged_authors(fan)
+        await _finish_down_then_up(storage, w2, down, others, fan)
         while not stale.done():  # worker 1 resumes
             await held.flush()
             await asyncio.sleep(0.01)
         await stale
-        post = await _post(repos, author)
-        await _run(w2, PostCreated(author=author, post_id=post.post_id))
-    assert await repos.follows.is_following(fan, author)
-    merge_rows = await repos.audience.merged_authors(fan)
-    overflow = await repos.audience.copy_etag(author, fan)
-    shown = [p for page in await _home(storage, fan) for p in page]
-    assert post.post_id in shown, (
-        f"merged author's new post missing for a follower; merge rows={merge_rows} "
-        f"overflow={overflow}"
-    )
+        await _sees_next_post(storage, w2, author, fan)
 
 
 async def test_backfill_that_read_copied_copies_merged_era_post_then_delete_skips_it(
@@ -174,13 +201,7 @@ async def test_backfill_that_read_copied_copies_merged_era_post_then_delete_skip
         await _run(w2, PostDeleted(author=author, post_id=post.post_id))
         shown = [p for page in await _home(storage, fan) for p in page]
         assert post.post_id not in shown  # hidden: the fan merges the author
-        for user in others:
-            await _unfollow(repos, user, author)
-        await _regrade(w2, author, merge=False)
-        assert (await repos.audience.mode(author)).state == COPIED
-    assert await repos.posts.get(author, post.post_id) is None
-    shown = [p for page in await _home(storage, fan) for p in page]
-    assert post.post_id not in shown, "a deleted post is back in the follower's timeline"
+        await _move_down_then_check_gone(storage, w2, author, others, fan, post.post_id)
 
 
 async def test_unfollow_refollow_race_turns_overflow_reader_into_merged_with_stale_copies(
@@ -233,13 +254,7 @@ async def test_unfollow_refollow_race_turns_overflow_reader_into_merged_with_sta
         assert await repos.follows.is_following(fan, author)
         assert author in await repos.audience.merged_authors(fan)
         await _run(w2, PostDeleted(author=author, post_id=post.post_id))
-        for user in others:
-            await _unfollow(repos, user, author)
-        await _regrade(w2, author, merge=False)
-        assert (await repos.audience.mode(author)).state == COPIED
-    assert await repos.posts.get(author, post.post_id) is None
-    shown = [p for page in await _home(storage, fan) for p in page]
-    assert post.post_id not in shown, "a deleted post is back in the follower's timeline"
+        await _move_down_then_check_gone(storage, w2, author, others, fan, post.post_id)
 
 
 async def test_an_unfollowed_merged_authors_copies_never_show(
@@ -396,16 +411,7 @@ async def test_stale_down_page_that_stalls_before_its_etag_reads_drops_a_new_mer
         assert author in await repos.audience.merged_authors(fan)
         resume.set()
         await stale
-        post = await _post(repos, author)
-        await _run(w2, PostCreated(author=author, post_id=post.post_id))
-    assert await repos.follows.is_following(fan, author)
-    merge_rows = await repos.audience.merged_authors(fan)
-    overflow = await repos.audience.copy_etag(author, fan)
-    shown = [p for page in await _home(storage, fan) for p in page]
-    assert post.post_id in shown, (
-        f"merged author's new post missing for a follower; merge rows={merge_rows} "
-        f"overflow={overflow}"
-    )
+        await _sees_next_post(storage, w2, author, fan)
 
 
 async def test_a_stale_page_of_a_move_up_takes_its_rows_back(
