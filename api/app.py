@@ -7,6 +7,7 @@ from typing import Any
 
 from aiohttp import web
 
+from api.docs import add_docs
 from api.keys import OPENAPI_KEY, SERVICE_KEY, SETTINGS_KEY, STORAGE_KEY
 from api.middleware import error_middleware, metrics_middleware
 from api.openapi import build_openapi
@@ -44,6 +45,7 @@ def create_app(settings: Settings, connection_string: str) -> web.Application:
     app[OPENAPI_KEY] = openapi_document(settings.page_size, settings.max_post_chars)
     for operation in OPERATIONS:
         operation.add_to(app)
+    add_docs(app)
 
     async def storage_ctx(app: web.Application) -> AsyncIterator[None]:
         async with Storage(connection_string, settings.storage_options()) as storage:
