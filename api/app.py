@@ -9,7 +9,7 @@ from aiohttp import web
 
 from api.docs import add_docs
 from api.keys import OPENAPI_KEY, SERVICE_KEY, SETTINGS_KEY, STORAGE_KEY
-from api.middleware import error_middleware, metrics_middleware
+from api.middleware import MIDDLEWARES
 from api.openapi import build_openapi
 from api.routes import OPERATIONS
 from timeline.config import Settings
@@ -38,7 +38,7 @@ def openapi_document(page_size: int, max_post_chars: int) -> dict[str, Any]:
 
 def create_app(settings: Settings, connection_string: str) -> web.Application:
     app = web.Application(
-        middlewares=[metrics_middleware, error_middleware],
+        middlewares=MIDDLEWARES,
         client_max_size=settings.max_body_bytes,
     )
     app[SETTINGS_KEY] = settings
