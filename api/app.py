@@ -9,7 +9,7 @@ from aiohttp import web
 
 from api.docs import add_docs
 from api.keys import OPENAPI_KEY, SERVICE_KEY, SETTINGS_KEY, STORAGE_KEY
-from api.middleware import MIDDLEWARES
+from api.middleware import MIDDLEWARES, echo_request_id
 from api.openapi import build_openapi
 from api.routes import OPERATIONS
 from timeline.config import Settings
@@ -41,6 +41,7 @@ def create_app(settings: Settings, connection_string: str) -> web.Application:
         middlewares=MIDDLEWARES,
         client_max_size=settings.max_body_bytes,
     )
+    app.on_response_prepare.append(echo_request_id)
     app[SETTINGS_KEY] = settings
     app[OPENAPI_KEY] = openapi_document(settings.page_size, settings.max_post_chars)
     for operation in OPERATIONS:

@@ -1,10 +1,12 @@
-"""The API's middlewares: request metrics, and the one error middleware (every failure becomes
-a JSON error)."""
+"""The API's middlewares: request ids, request metrics, and the one error middleware (every
+failure becomes a JSON error)."""
 
 from __future__ import annotations
 
 import logging
+import re
 import time
+import uuid
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
@@ -24,6 +26,7 @@ from timeline.errors import (
     TimelineError,
     UnsupportedMediaTypeError,
 )
+from timeline.logs import REQUEST_ID
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +63,10 @@ UNMATCHED_ROUTE = "unmatched"
 """The route label of every request the router matched to no route (404, 405)."""
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 """Method labels; any other method (the parser takes any token) is counted as ``other``."""
+
+REQUEST_ID_HEADER = "X-Request-Id"
+_SANE_REQUEST_ID = re.compile(r"[A-Za-z0-9._:+/=-]{1,128}")
+"""An incoming id is kept when it is this: bounded, and nothing that could forge a log line."""
 
 
 def status_for(error: TimelineError) -> int:
@@ -119,6 +126,27 @@ def _observe(request: web.Request, status: int, seconds: float | None) -> None:
         LATENCY.labels(method, route, str(status)).observe(seconds)
 
 
-MIDDLEWARES = (metrics_middleware, error_middleware)
-"""Outermost first: the metrics outside the error middleware, so they count the status it
-turned an error into (a 404, say) rather than the exception."""
+@web.middleware
+async def request_id_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Give the request its id, in ``REQUEST_ID``: every line logged in its task has it.
+
+    Never reset: aiohttp handles each request in a task of its own (to copy the context), and
+    the access log line is written in that task after the middlewares return, so the id ends
+    with the request. ``echo_request_id`` puts it in the response's headers.
+    """
+    given = request.headers.get(REQUEST_ID_HEADER, "")
+    REQUEST_ID.set(given if _SANE_REQUEST_ID.fullmatch(given) else uuid.uuid4().hex)
+    return await handler(request)
+
+
+async def echo_request_id(_request: web.Request, response: web.StreamResponse) -> None:
+    """``on_response_prepare``: every response, streamed or raised, returns the id."""
+    request_id = REQUEST_ID.get()
+    if request_id is not None:
+        response.headers[REQUEST_ID_HEADER] = request_id
+
+
+MIDDLEWARES = (request_id_middleware, metrics_middleware, error_middleware)
+"""Outermost first. The request id first, so the lines the others log (the error middleware's
+tracebacks) carry it. Then the metrics, outside the error middleware, so they count the status
+it turned an error into (a 404, say) rather than the exception."""

@@ -10,7 +10,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from api.middleware import MIDDLEWARES
+from api.middleware import MIDDLEWARES, echo_request_id
 from fanout_worker.metrics import worker_registry
 from tests.conftest import unique
 
@@ -102,13 +102,16 @@ async def test_streamed_responses_are_counted_not_timed_and_redirects_are_counte
         raise web.HTTPFound("/elsewhere")
 
     app = web.Application(middlewares=MIDDLEWARES)
+    app.on_response_prepare.append(echo_request_id)
     app.router.add_get(route, stream)
     app.router.add_get(f"{route}/moved", moved)
     async with TestClient(TestServer(app)) as client:
         response = await client.get(route.format(name="a"))
         assert (response.status, await response.text()) == (200, "data: hello\n\n")
+        assert response.headers["X-Request-Id"]
         redirect = await client.get(route.format(name="b") + "/moved", allow_redirects=False)
         assert redirect.status == 302
+        assert redirect.headers["X-Request-Id"]
     scraped = samples(generate_latest().decode())
     streamed = {"method": "GET", "route": route, "status": "200"}
     assert scraped[key(REQUESTS, **streamed)] == 1
