@@ -62,7 +62,7 @@ LATENCY = Histogram(
 UNMATCHED_ROUTE = "unmatched"
 """The route label of every request the router matched to no route (404, 405)."""
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
-"""Method labels; any other method (the parser takes any token) is counted as ``other``."""
+"""Method labels; any other method the HTTP parser accepts (WebDAV's, say) is ``other``."""
 
 REQUEST_ID_HEADER = "X-Request-Id"
 _SANE_REQUEST_ID = re.compile(r"[A-Za-z0-9._:+/=-]{1,128}")
