@@ -7,8 +7,9 @@ from typing import Any
 
 from aiohttp import web
 
+from api.docs import add_docs
 from api.keys import OPENAPI_KEY, SERVICE_KEY, SETTINGS_KEY, STORAGE_KEY
-from api.middleware import error_middleware, metrics_middleware
+from api.middleware import MIDDLEWARES, echo_request_id
 from api.openapi import build_openapi
 from api.routes import OPERATIONS
 from api.stream import STREAMS_KEY, Streams
@@ -38,15 +39,17 @@ def openapi_document(page_size: int, max_post_chars: int) -> dict[str, Any]:
 
 def create_app(settings: Settings, connection_string: str) -> web.Application:
     app = web.Application(
-        middlewares=[metrics_middleware, error_middleware],
+        middlewares=MIDDLEWARES,
         client_max_size=settings.max_body_bytes,
     )
+    app.on_response_prepare.append(echo_request_id)
     app[SETTINGS_KEY] = settings
     app[OPENAPI_KEY] = openapi_document(settings.page_size, settings.max_post_chars)
     for operation in OPERATIONS:
         operation.add_to(app)
     app[STREAMS_KEY] = Streams(settings.max_streams, settings.stream_timing())
     app.on_shutdown.append(app[STREAMS_KEY].stop)
+    add_docs(app)
 
     async def storage_ctx(app: web.Application) -> AsyncIterator[None]:
         async with Storage(connection_string, settings.storage_options()) as storage:

@@ -13,8 +13,8 @@ from timeline.logs import configure_logging
 
 
 def main() -> None:
-    configure_logging()
     settings = Settings()
+    configure_logging(settings.log_format)
     app = create_app(settings, settings.connection_string())
     # SO_REUSEPORT only when several API processes share the port (``make run`` checks it is
     # free first): alone, a port already taken must fail to bind, not be silently shared.

@@ -24,13 +24,14 @@ _RAW_SCHEMAS: dict[str, dict[str, Any]] = {
     "application/json": {"type": "object"},
     "text/plain": {"type": "string"},
     "text/event-stream": {"type": "string"},
+    "text/html": {"type": "string"},
 }
 _STATUS_TEXT = {
     400: "invalid input (a request the HTTP parser itself rejects, such as a request line or "
     "header over 8 KiB, gets aiohttp's plain-text 400)",
     401: "missing, invalid or expired bearer token",
     403: "the token's user may not do this",
-    404: "unknown user or post",
+    404: "unknown user or post (on /docs: Swagger UI is not installed)",
     409: "conflict with existing state",
     413: "request body too large",
     415: "request body is not JSON",

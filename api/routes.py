@@ -10,6 +10,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ValidationError
 
 from api import schemas, stream
+from api.docs import docs_page
 from api.keys import OPENAPI_KEY, SERVICE_KEY, SETTINGS_KEY, STORAGE_KEY
 from api.openapi import Operation
 from api.responses import json_response
@@ -259,4 +260,6 @@ OPERATIONS = [
               raw_content_type="text/plain"),
     Operation("GET", "/openapi.json", openapi, "This document",
               raw_content_type="application/json"),
+    Operation("GET", "/docs", docs_page, "This document in Swagger UI", errors=(404,),
+              raw_content_type="text/html"),
 ]  # fmt: skip

@@ -6,6 +6,7 @@ import sys
 
 from prometheus_client import start_http_server
 
+from fanout_worker.metrics import worker_registry
 from fanout_worker.worker import Worker
 from timeline.config import Settings
 from timeline.errors import ConfigurationError
@@ -13,10 +14,12 @@ from timeline.logs import configure_logging
 
 
 def main() -> None:
-    configure_logging()
     settings = Settings()
+    configure_logging(settings.log_format)
     if settings.worker_metrics_port is not None:
-        start_http_server(settings.worker_metrics_port, addr=settings.host)
+        start_http_server(
+            settings.worker_metrics_port, addr=settings.host, registry=worker_registry()
+        )
     try:
         Worker(settings, settings.connection_string()).run()
     except ConfigurationError as error:  # e.g. an account list the placement refuses

@@ -1,10 +1,31 @@
-"""Prometheus metrics of the fan-out worker process (write metrics live in timeline.metrics)."""
+"""Prometheus metrics of the fan-out worker process (write metrics live in timeline.metrics).
+
+They go in ``timeline.metrics.FANOUT`` with the library's fan-out series, not in the default
+registry that the API serves too.
+"""
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge
 
-MESSAGES = Counter("fanout_messages_total", "Fan-out messages handled", ["type", "outcome"])
-POISONED = Counter("fanout_poisoned_total", "Messages moved to the poison queue", ["reason"])
-IN_FLIGHT = Gauge("fanout_in_flight_messages", "Messages being worked on")
-QUEUE_DEPTH = Gauge("fanout_queue_depth", "Approximate messages in a queue", ["queue"])
+from timeline.metrics import FANOUT
+
+MESSAGES = Counter(
+    "fanout_messages_total", "Fan-out messages handled", ["type", "outcome"], registry=FANOUT
+)
+POISONED = Counter(
+    "fanout_poisoned_total", "Messages moved to the poison queue", ["reason"], registry=FANOUT
+)
+IN_FLIGHT = Gauge("fanout_in_flight_messages", "Messages being worked on", registry=FANOUT)
+QUEUE_DEPTH = Gauge(
+    "fanout_queue_depth", "Approximate messages in a queue", ["queue"], registry=FANOUT
+)
+
+
+def worker_registry() -> CollectorRegistry:
+    """What a worker's metrics endpoint serves: every process's series (the default
+    registry's, process and storage ones included) and the fan-out's."""
+    served = CollectorRegistry()
+    served.register(REGISTRY)
+    served.register(FANOUT)
+    return served

@@ -14,6 +14,7 @@ from typing import Any
 import aiohttp
 import psutil
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import eventually, program_env
 from timeline.azurite import PORTS_FILE, free_ports
@@ -162,7 +163,10 @@ async def test_stack_running_means_the_api_answers(tmp_path: Path) -> None:
         async with aiohttp.ClientSession() as session:  # one GET, no retry: it must answer now
             status, body = await _request(session, "GET", f"{stack.base}/healthz")
         assert (status, body) == (200, {"status": "ok"})
-        assert f"stack running: API {stack.base}/" in line.decode()
+        async with aiohttp.ClientSession() as session, session.get(f"{stack.base}/docs") as docs:
+            assert (docs.status, docs.content_type) == (200, "text/html")  # the line's docs URL
+        assert f"stack running: API {stack.base}/  docs {stack.base}/docs  " in line.decode()
+        assert f"  web client {stack.base}/ (1 API process, 1 worker, " in line.decode()
     finally:
         if process.returncode is None:
             process.send_signal(signal.SIGTERM)
@@ -290,6 +294,37 @@ async def _stop(process: asyncio.subprocess.Process, log: asyncio.Task[bytes]) -
     return returncode
 
 
+async def _metric_families(session: aiohttp.ClientSession, url: str) -> dict[str, float]:
+    """Each family of a scrape with the sum of its samples."""
+    async with session.get(url) as response:
+        assert response.status == 200
+        text = await response.text()
+    return {
+        family.name: sum(sample.value for sample in family.samples)
+        for family in text_string_to_metric_families(text)
+    }
+
+
+async def _each_role_serves_its_own_metrics(
+    session: aiohttp.ClientSession, base: str, worker_port: int
+) -> None:
+    """The API's /metrics has no fan-out series; the workers' have them, and the storage
+    calls every process makes."""
+    api = await _metric_families(session, f"{base}/metrics")
+    assert api["timeline_http_requests"] > 0
+    assert api["timeline_storage_requests"] > 0
+    assert not [name for name in api if name.startswith("fanout_")]
+    workers = [
+        await _metric_families(session, f"http://127.0.0.1:{worker_port + index}/metrics")
+        for index in range(2)
+    ]
+    assert sum(worker["fanout_deliveries"] for worker in workers) >= 1  # bob got the post
+    for worker in workers:
+        assert worker["timeline_storage_requests"] > 0
+        assert "fanout_messages" in worker
+        assert "timeline_http_requests" not in worker
+
+
 def _two_free_ports_in_a_row() -> int:
     for port in free_ports(16):
         if port < 65535 and not port_taken("127.0.0.1", port + 1):
@@ -317,7 +352,8 @@ async def test_stack_runs_several_accounts_api_processes_and_workers(tmp_path: P
     process, line, log = await _start_until_ready(stack)
     children: dict[str, list[psutil.Process]] = {}
     try:
-        assert f"stack running: API {stack.base}/ (2 API processes, 2 workers, " in line
+        assert f"stack running: API {stack.base}/  docs {stack.base}/docs  " in line
+        assert f"  web client {stack.base}/ (2 API processes, 2 workers, " in line
         assert "2 storage accounts, embedded Azurite)" in line
         children = _stack_children(process.pid)
         assert {kind: len(found) for kind, found in children.items()} == {
@@ -347,6 +383,7 @@ async def test_stack_runs_several_accounts_api_processes_and_workers(tmp_path: P
         assert (data / "azurite-1" / PORTS_FILE).is_file()
         async with aiohttp.ClientSession() as session:
             bob_auth, post = await _alice_posts_to_bob(session, stack.base)
+            await _each_role_serves_its_own_metrics(session, stack.base, metrics)
             await _a_rate_limit_holds_across_both_apis(session, stack.base, port, apis)
         stats = await asyncio.to_thread(stack.cli, "stats")
         assert "table users: 3" in stats

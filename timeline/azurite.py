@@ -62,13 +62,16 @@ def fill_ports(
     return [ports or (next(spare), next(spare), next(spare)) for ports in wanted]
 
 
-def find_node_modules(start: Path | None = None) -> Path:
-    """The ``node_modules`` holding Azurite: from the working directory up, then beside the code."""
+def find_node_modules(start: Path | None = None, package: str = "azurite") -> Path:
+    """The ``node_modules`` holding ``package``: from the working directory up, then beside
+    the code."""
     candidates = [start or Path.cwd(), Path(__file__).resolve().parent.parent]
     for base in candidates:
         for folder in (base, *base.parents):
-            if (folder / "node_modules" / "azurite").is_dir():
+            if (folder / "node_modules" / package).is_dir():
                 return folder / "node_modules"
+    if package != "azurite":
+        raise ConfigurationError(f"{package} is not installed: run `npm ci` in the project")
     raise ConfigurationError(
         "Azurite is not installed: run `npm ci` in the project (`make run` does it) "
         "or set TIMELINE_STORAGE_CONNECTION_STRING"

@@ -161,9 +161,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    configure_logging()
+    settings = Settings()
+    configure_logging(settings.log_format)
     try:
-        args.func(Settings(), args)
+        args.func(settings, args)
     except TimelineError as error:
         print(f"timeline: {error.message}", file=sys.stderr)
         sys.exit(2)

@@ -10,6 +10,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from timeline.errors import ConfigurationError
 from timeline.fanout import Hybrid, Timing
 from timeline.live import StreamTiming
+from timeline.logs import LogFormat
 from timeline.queue import MessageSender
 from timeline.retry import RetryPolicy
 from timeline.storage import StorageOptions
@@ -51,6 +52,8 @@ class Settings(BaseSettings):
     registrations_per_minute: int = Field(default=60, ge=0)
     """Registrations per client address per minute (429 beyond); 0 disables."""
     azurite_ports: tuple[int, int, int] | None = None
+    log_format: LogFormat = "text"
+    """``json``: every log line one JSON object (with ``request_id`` in the API's requests)."""
 
     max_post_chars: int = Field(default=280, ge=1, le=10_000)
     max_timeline_items: int = Field(default=800, ge=0)

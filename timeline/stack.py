@@ -188,11 +188,13 @@ class Stack:
         self._children.append((name, process))
 
     def _summary(self, base: str, accounts: int) -> str:
-        """The ready line's contents: where the API is, and how many of everything run."""
+        """The ready line's contents: where the API, its docs page and the web client are, and
+        how many of everything run."""
         settings = self._settings
         storage = "embedded Azurite" if settings.uses_embedded_azurite else "configured"
         summary = (
-            f"API {base} ({_count(settings.api_processes, 'API process', 'es')}, "
+            f"API {base}  docs {base}docs  web client {base} "
+            f"({_count(settings.api_processes, 'API process', 'es')}, "
             f"{_count(settings.workers, 'worker')}, "
             f"{_count(accounts, 'storage account')}, {storage})"
         )
