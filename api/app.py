@@ -11,6 +11,7 @@ from api.keys import OPENAPI_KEY, SERVICE_KEY, SETTINGS_KEY, STORAGE_KEY
 from api.middleware import error_middleware, metrics_middleware
 from api.openapi import build_openapi
 from api.routes import OPERATIONS
+from api.web import add_web_client
 from timeline.config import Settings
 from timeline.home import HomeTimeline
 from timeline.queue import FanoutQueues
@@ -44,6 +45,7 @@ def create_app(settings: Settings, connection_string: str) -> web.Application:
     app[OPENAPI_KEY] = openapi_document(settings.page_size, settings.max_post_chars)
     for operation in OPERATIONS:
         operation.add_to(app)
+    add_web_client(app)
 
     async def storage_ctx(app: web.Application) -> AsyncIterator[None]:
         async with Storage(connection_string, settings.storage_options()) as storage:
