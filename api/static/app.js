@@ -333,7 +333,7 @@
     try {
       await api("DELETE", userPath(session.user_id, "posts", post.post_id));
       removePost(post.post_id);
-      showMessage("timeline-message", "Post deleted.");
+      showMessage("timeline-message", "Post deleted.", "ok");
       loadProfile();
     } catch (error) {
       if (error.status === 404) removePost(post.post_id);
@@ -525,9 +525,7 @@
     if (!session) return;
     const userId = session.user_id;
     try {
-      const page = await api("GET", withQuery(userPath(userId, "following"), { limit: 100 }), {
-        auth: false,
-      });
+      const page = await api("GET", userPath(userId, "following"), { auth: false });
       if (!session || session.user_id !== userId) return;
       const list = $("following-list");
       list.replaceChildren(
@@ -545,6 +543,12 @@
           return item;
         }),
       );
+      if (page.continuation) {
+        const more = document.createElement("li");
+        more.className = "muted small";
+        more.textContent = "…and more";
+        list.append(more);
+      }
       $("following-empty").hidden = page.items.length > 0;
     } catch (error) {
       showError("follow-message", error);
