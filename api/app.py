@@ -11,6 +11,7 @@ from api.keys import OPENAPI_KEY, SERVICE_KEY, SETTINGS_KEY, STORAGE_KEY
 from api.middleware import error_middleware, metrics_middleware
 from api.openapi import build_openapi
 from api.routes import OPERATIONS
+from api.stream import STREAMS_KEY, Streams
 from api.web import add_web_client
 from timeline.config import Settings
 from timeline.home import HomeTimeline
@@ -46,6 +47,8 @@ def create_app(settings: Settings, connection_string: str) -> web.Application:
     for operation in OPERATIONS:
         operation.add_to(app)
     add_web_client(app)
+    app[STREAMS_KEY] = Streams(settings.max_streams, settings.stream_timing())
+    app.on_shutdown.append(app[STREAMS_KEY].stop)
 
     async def storage_ctx(app: web.Application) -> AsyncIterator[None]:
         async with Storage(connection_string, settings.storage_options()) as storage:

@@ -15,6 +15,7 @@ from timeline.errors import (
     ConflictError,
     InvalidInputError,
     NotFoundError,
+    OverloadedError,
     PayloadTooLargeError,
     PermissionDeniedError,
     RateLimitedError,
@@ -36,6 +37,7 @@ _STATUS_BY_ERROR: tuple[tuple[type[TimelineError], int], ...] = (
     (ConflictError, 409),
     (RateLimitedError, 429),
     (StorageUnavailableError, 503),
+    (OverloadedError, 503),
 )
 _HTTP_CODES = {
     404: "not_found",

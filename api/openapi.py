@@ -23,6 +23,7 @@ _REF = "#/components/schemas/{model}"
 _RAW_SCHEMAS: dict[str, dict[str, Any]] = {
     "application/json": {"type": "object"},
     "text/plain": {"type": "string"},
+    "text/event-stream": {"type": "string"},
 }
 _STATUS_TEXT = {
     400: "invalid input (a request the HTTP parser itself rejects, such as a request line or "
@@ -56,6 +57,8 @@ class Operation:
     raw_content_type: str | None = None
     idempotent: bool = False
     """Takes an ``Idempotency-Key`` header: a retry with the same key repeats nothing."""
+    since: bool = False
+    """Takes ``since``: only items newer than a position from an earlier page."""
 
     def add_to(self, app: web.Application) -> None:
         app.router.add_route(self.method, self.path, self.handler, name=self.operation_id)
@@ -159,6 +162,21 @@ def _parameters(operation: Operation, page_size: int) -> list[dict[str, Any]]:
                 },
             },
         ]
+    if operation.since:
+        parameters.append(
+            {
+                "name": "since",
+                "in": "query",
+                "required": False,
+                "description": "opaque: a page's 'newest' (or a stream event id); only items "
+                "newer than it are returned, newest first, paged down to it",
+                "schema": {
+                    "type": "string",
+                    "pattern": CONTINUATION_PATTERN,
+                    "maxLength": MAX_CONTINUATION_CHARS,
+                },
+            }
+        )
     return parameters
 
 
@@ -189,7 +207,7 @@ def _implied_errors(operation: Operation) -> set[int]:
         implied |= {401, 403}
     if operation.request is not None:
         implied |= {400, 413, 415}
-    if operation.paged or operation.idempotent or "{" in operation.path:
+    if operation.paged or operation.since or operation.idempotent or "{" in operation.path:
         implied |= {400}
     return implied
 

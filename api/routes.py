@@ -9,7 +9,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ValidationError
 
-from api import schemas
+from api import schemas, stream
 from api.keys import OPENAPI_KEY, SERVICE_KEY, SETTINGS_KEY, STORAGE_KEY
 from api.openapi import Operation
 from api.responses import json_response
@@ -82,12 +82,23 @@ def _continuation(request: web.Request) -> str | None:
     return request.query.get("continuation")
 
 
+def _since(request: web.Request) -> str | None:
+    """A newer-than read's position (a page's ``newest``); the service checks it."""
+    return request.query.get("since")
+
+
 def _idempotency_key(request: web.Request) -> str | None:
     return request.headers.get("Idempotency-Key")
 
 
 def _page(page: PageOut) -> web.Response:
     return json_response({"items": page.items, "continuation": page.continuation})
+
+
+def _post_page(page: PageOut) -> web.Response:
+    return json_response(
+        {"items": page.items, "continuation": page.continuation, "newest": page.newest}
+    )
 
 
 async def register(request: web.Request) -> web.Response:
@@ -124,9 +135,9 @@ async def create_post(request: web.Request) -> web.Response:
 
 async def list_posts(request: web.Request) -> web.Response:
     page = await _service(request).author_posts(
-        request.match_info["user_id"], _limit(request), _continuation(request)
+        request.match_info["user_id"], _limit(request), _continuation(request), _since(request)
     )
-    return _page(page)
+    return _post_page(page)
 
 
 async def get_post(request: web.Request) -> web.Response:
@@ -174,9 +185,15 @@ async def list_following(request: web.Request) -> web.Response:
 async def home_timeline(request: web.Request) -> web.Response:
     actor = _actor(request)
     page = await _service(request).home_timeline(
-        actor, request.match_info["user_id"], _limit(request), _continuation(request)
-    )
-    return _page(page)
+        actor, request.match_info["user_id"], _limit(request), _continuation(request),
+        _since(request),
+    )  # fmt: skip
+    return _post_page(page)
+
+
+async def timeline_stream(request: web.Request) -> web.StreamResponse:
+    actor = _actor(request)
+    return await stream.serve(request, _service(request), actor, request.match_info["user_id"])
 
 
 async def healthz(_request: web.Request) -> web.Response:
@@ -212,7 +229,7 @@ OPERATIONS = [
               request=schemas.PostRequest, response=schemas.PostOut, auth=True, errors=(409, 429),
               headers={"Location": "the new post"}, idempotent=True),
     Operation("GET", "/users/{user_id}/posts", list_posts, "A user's own posts, newest first",
-              response=schemas.PostPage, paged=True, errors=(404,)),
+              response=schemas.PostPage, paged=True, since=True, errors=(404,)),
     Operation("GET", "/users/{user_id}/posts/{post_id}", get_post, "One post",
               response=schemas.PostOut, errors=(404,)),
     Operation("DELETE", "/users/{user_id}/posts/{post_id}", delete_post,
@@ -230,7 +247,11 @@ OPERATIONS = [
               response=schemas.EdgePage, paged=True, errors=(404,)),
     Operation("GET", "/users/{user_id}/timeline", home_timeline,
               "The user's home timeline, newest first", response=schemas.PostPage, auth=True,
-              paged=True),
+              paged=True, since=True),
+    Operation("GET", "/users/{user_id}/timeline/stream", timeline_stream,
+              "The user's home timeline live, as Server-Sent Events (one `post` event per "
+              "new entry, its position as the event id; resume with Last-Event-ID)",
+              auth=True, raw_content_type="text/event-stream", since=True, errors=(503,)),
     Operation("GET", "/healthz", healthz, "The process is alive", response=schemas.Status),
     Operation("GET", "/readyz", readyz, "Storage is reachable and initialised",
               response=schemas.Status),

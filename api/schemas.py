@@ -54,6 +54,9 @@ class EdgeOut(_Body):
 class PostPage(_Body):
     items: list[PostOut]
     continuation: str | None = Field(description="pass back to get the next page; null at the end")
+    newest: str | None = Field(
+        description="the position of the page's newest item, for 'since' (null when empty)"
+    )
 
 
 class EdgePage(_Body):

@@ -64,13 +64,21 @@ class Api:
         assert response.status == 204, await response.text()
 
     async def timeline(
-        self, user_id: str, token: str, *, limit: int | None = None, continuation: str | None = None
+        self,
+        user_id: str,
+        token: str,
+        *,
+        limit: int | None = None,
+        continuation: str | None = None,
+        since: str | None = None,
     ) -> dict[str, Any]:
         params: dict[str, str] = {}
         if limit is not None:
             params["limit"] = str(limit)
         if continuation is not None:
             params["continuation"] = continuation
+        if since is not None:
+            params["since"] = since
         response = await self.client.get(
             f"/users/{user_id}/timeline", params=params, headers=bearer(token)
         )

@@ -238,7 +238,7 @@ async def test_posts_of_unknown_user_is_404_and_empty_user_is_empty(
     user = unique()
     await api.register(user)
     page = await body_of(await client.get(f"/users/{user}/posts"), schemas.PostPage)
-    assert page == {"items": [], "continuation": None}
+    assert page == {"items": [], "continuation": None, "newest": None}
 
 
 @pytest.mark.parametrize("limit", ["0", "251", "-1", "abc", "1.5", "", "99999999999"])
@@ -370,7 +370,7 @@ async def test_openapi_describes_every_route(client: Client) -> None:
     validate(spec)
     described = {(m.upper(), p) for p, ops in spec["paths"].items() for m in ops}
     assert described == {(op.method, op.path) for op in OPERATIONS}
-    assert len(described) == 15
+    assert len(described) == 16
 
 
 async def test_unknown_route_and_method_are_json_errors(client: Client) -> None:

@@ -9,6 +9,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from timeline.errors import ConfigurationError
 from timeline.fanout import Hybrid, Timing
+from timeline.live import StreamTiming
 from timeline.queue import MessageSender
 from timeline.retry import RetryPolicy
 from timeline.storage import StorageOptions
@@ -61,6 +62,13 @@ class Settings(BaseSettings):
     max_merged_authors: int = Field(default=20, ge=1, le=40)
     """Large authors one timeline page merges; a reader who follows more gets copies of the
     rest."""
+    max_streams: int = Field(default=200, ge=0)
+    """Live timeline streams one API process serves at once (503 beyond)."""
+    stream_poll_s: float = Field(default=2.0, ge=0.1, le=60)
+    """How often a live stream reads its timeline: one page read per stream per poll."""
+    stream_lookback_s: float = Field(default=30.0, ge=0, le=600)
+    """How far below its newest event a stream re-reads, for entries that land late."""
+    stream_heartbeat_s: float = Field(default=15.0, ge=1, le=300)
     token_ttl_s: int = Field(default=30 * 24 * 3600, ge=60)
     max_body_bytes: int = Field(default=16 * 1024, ge=1024, le=1024 * 1024)
     storage_timeout_s: float = Field(default=5.0, gt=0)
@@ -116,6 +124,13 @@ class Settings(BaseSettings):
     @property
     def uses_embedded_azurite(self) -> bool:
         return not (self.storage_connection_strings or self.storage_connection_string)
+
+    def stream_timing(self) -> StreamTiming:
+        return StreamTiming(
+            poll_s=self.stream_poll_s,
+            lookback_s=self.stream_lookback_s,
+            heartbeat_s=self.stream_heartbeat_s,
+        )
 
     def storage_options(self) -> StorageOptions:
         return StorageOptions(

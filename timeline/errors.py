@@ -83,6 +83,12 @@ class StorageUnavailableError(RetryableError):
     code = "storage_unavailable"
 
 
+class OverloadedError(RetryableError):
+    """This process serves as many long-lived requests (streams) as it is allowed to."""
+
+    code = "overloaded"
+
+
 class DeadlineExceededError(RetryableError):
     """A write waited so long that the storage read justifying it is too old to trust."""
 

@@ -32,8 +32,8 @@ from timeline.entities import POST_SELECT, Post
 from timeline.repositories import META, FollowsRepository
 from timeline.storage import POSTS, TIMELINES, Storage, query_page
 
-_HEAD = "PartitionKey eq @pk and RowKey lt @meta"
-_AFTER = "PartitionKey eq @pk and RowKey gt @after and RowKey lt @meta"
+_HEAD = "PartitionKey eq @pk and RowKey lt @until"
+_AFTER = "PartitionKey eq @pk and RowKey gt @after and RowKey lt @until"
 MIN_AUTHOR_ROWS = 10
 """The fewest rows a page asks of one merged author (see ``HomeTimeline._author_rows``)."""
 
@@ -42,11 +42,14 @@ MIN_AUTHOR_ROWS = 10
 class Position:
     """Where the next page starts: after the row key ``after``, with the authors the first
     page listed (None: this is a first page, so read the merge rows); or, for a token made
-    before hybrid fan-out, the storage continuation of the reader's own partition."""
+    before hybrid fan-out, the storage continuation of the reader's own partition. Pages
+    stop before the row key ``until``: a newer-than read sets it to the client's position
+    (older posts have greater keys), so its pages end there."""
 
     after: str = FIRST_POST_KEY
     listed: tuple[str, ...] | None = None
     resume: dict[str, str] | None = None
+    until: str = META
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,24 +74,28 @@ class HomeTimeline:
         """Up to ``limit`` posts from ``position`` and where the next page starts (None: the
         timeline ended)."""
         if position.listed is None:
-            return await self._first_page(owner, limit)
+            return await self._first_page(owner, limit, position.until)
         own, merged = await asyncio.gather(
             self._own(owner, limit, position),
-            self._authors(owner, position.listed, limit, after=position.after),
+            self._authors(
+                owner, position.listed, limit, after=position.after, until=position.until
+            ),
         )
-        return _merge(own, merged, position.listed, limit)
+        return _merge(own, merged, position.listed, limit, position.until)
 
-    async def _first_page(self, owner: str, limit: int) -> tuple[list[Post], Position | None]:
+    async def _first_page(
+        self, owner: str, limit: int, until: str
+    ) -> tuple[list[Post], Position | None]:
         guess = self._guesses.get(owner, ())
         (own, listed), guessed = await asyncio.gather(
-            self._head(owner, limit), self._authors(owner, guess, limit)
+            self._head(owner, limit, until), self._authors(owner, guess, limit, until=until)
         )
         merged = {author: source for author, source in guessed.items() if author in listed}
         missing = tuple(author for author in listed if author not in guess)
         if missing:
-            merged |= await self._authors(owner, missing, limit, listed=len(listed))
+            merged |= await self._authors(owner, missing, limit, listed=len(listed), until=until)
         self._remember(owner, listed)
-        return _merge(own, merged, listed, limit)
+        return _merge(own, merged, listed, limit, until)
 
     def _remember(self, owner: str, listed: tuple[str, ...]) -> None:
         if not listed and owner not in self._guesses:
@@ -98,7 +105,7 @@ class HomeTimeline:
         while len(self._guesses) > self._guess_capacity:
             self._guesses.popitem(last=False)
 
-    async def _head(self, owner: str, limit: int) -> tuple[_Source, tuple[str, ...]]:
+    async def _head(self, owner: str, limit: int, until: str) -> tuple[_Source, tuple[str, ...]]:
         """The reader's merge rows and newest posts: one query (more only if storage cut it
         short inside the merge rows, which are bounded)."""
         listed: list[str] = []
@@ -108,7 +115,7 @@ class HomeTimeline:
                 page = await query_page(
                     self._storage.reader(TIMELINES, owner),
                     _HEAD,
-                    {"pk": owner, "meta": META},
+                    {"pk": owner, "until": until},
                     select=POST_SELECT,
                     limit=limit + self._max_merged + 1,
                     continuation=continuation,
@@ -125,7 +132,9 @@ class HomeTimeline:
                 return _Source(posts, continuation is not None, last), tuple(listed)
 
     async def _own(self, owner: str, limit: int, position: Position) -> _Source:
-        return await self._query(TIMELINES, owner, position.after, limit, position.resume)
+        return await self._query(
+            TIMELINES, owner, position.after, position.until, limit, position.resume
+        )
 
     async def _authors(
         self,
@@ -134,11 +143,13 @@ class HomeTimeline:
         limit: int,
         *,
         after: str = FIRST_POST_KEY,
+        until: str = META,
         listed: int | None = None,
     ) -> dict[str, _Source]:
-        """The posts after ``after`` of each author the owner still follows, all at once."""
+        """The posts between ``after`` and ``until`` of each author the owner still follows,
+        all at once."""
         rows = self._author_rows(limit, listed if listed is not None else len(authors))
-        queries = [self._query(POSTS, author, after, rows) for author in authors]
+        queries = [self._query(POSTS, author, after, until, rows) for author in authors]
         following, sources = await asyncio.gather(
             self._follows.following_among(owner, authors), asyncio.gather(*queries)
         )
@@ -159,6 +170,7 @@ class HomeTimeline:
         table: str,
         partition: str,
         after: str,
+        until: str,
         limit: int,
         resume: dict[str, str] | None = None,
     ) -> _Source:
@@ -166,7 +178,7 @@ class HomeTimeline:
             page = await query_page(
                 self._storage.reader(table, partition),
                 _AFTER,
-                {"pk": partition, "meta": META, "after": after},
+                {"pk": partition, "until": until, "after": after},
                 select=[*POST_SELECT, "void"],
                 limit=limit,
                 continuation=resume,
@@ -177,7 +189,7 @@ class HomeTimeline:
 
 
 def _merge(
-    own: _Source, merged: dict[str, _Source], listed: tuple[str, ...], limit: int
+    own: _Source, merged: dict[str, _Source], listed: tuple[str, ...], limit: int, until: str
 ) -> tuple[list[Post], Position | None]:
     """Newest first, up to the bound; the next position is the last key served, or the bound
     when the page served everything up to it."""
@@ -198,7 +210,7 @@ def _merge(
     )
     page = candidates[:limit]
     if len(candidates) > limit:
-        return page, Position(page[-1].row_key, listed)
+        return page, Position(page[-1].row_key, listed, until=until)
     if bound is not None:
-        return page, Position(bound, listed)
+        return page, Position(bound, listed, until=until)
     return page, None

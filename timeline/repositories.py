@@ -183,8 +183,10 @@ class PostsRepository:
         raise _contention()
 
     async def page(
-        self, author: str, limit: int, continuation: dict[str, str] | None
+        self, author: str, limit: int, continuation: dict[str, str] | None, until: str = META
     ) -> Page[Post]:
+        """One query's worth of the author's posts, newest first, stopping before the row key
+        ``until`` (a newer-than read)."""
         page = await _partition_page(
             self._storage,
             POSTS,
@@ -192,6 +194,7 @@ class PostsRepository:
             select=[*POST_SELECT, "void"],
             limit=limit,
             continuation=continuation,
+            until=until,
         )
         posts = [Post.from_entity(entity) for entity in page.items if not entity.get("void")]
         return Page(posts, page.continuation)
@@ -621,9 +624,11 @@ async def _partition_page(
     limit: int,
     continuation: dict[str, str] | None,
     posts_only: bool = False,
+    until: str = META,
 ) -> Page[TableEntity]:
-    """One page of one partition's listing rows (metadata excluded): one storage query."""
-    filter_text, parameters = LISTING, {"pk": partition_key, "meta": META}
+    """One page of one partition's listing rows (metadata excluded, and those from ``until``
+    on): one storage query."""
+    filter_text, parameters = LISTING, {"pk": partition_key, "meta": until}
     if posts_only:
         filter_text, parameters = POST_LISTING, {**parameters, "first": FIRST_POST_KEY}
     async with storage.guard():

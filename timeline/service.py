@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -24,11 +24,12 @@ from timeline.keys import (
     validate_post_id,
     validate_user_id,
 )
+from timeline.live import TimelineWatch
 from timeline.messages import Followed, PostCreated, PostDeleted, Unfollowed
 from timeline.queue import MessageSender
 from timeline.ratelimit import RateLimits
-from timeline.repositories import Repositories, request_id
-from timeline.tokens import TokenSigner
+from timeline.repositories import META, Repositories, request_id
+from timeline.tokens import POSITION_KEY, TokenSigner
 
 T = TypeVar("T")
 _USER_ID = re.compile(USER_ID_PATTERN.replace("$", r"\Z"))
@@ -37,10 +38,12 @@ MAX_DISPLAY_NAME_CHARS = 64
 
 @dataclass(frozen=True, slots=True)
 class PageOut:
-    """A page as clients see it: JSON items and an opaque continuation."""
+    """A page as clients see it: JSON items, an opaque continuation and, for lists of posts,
+    the signed position of the page's newest item (what ``since`` takes)."""
 
     items: list[dict[str, Any]]
     continuation: str | None
+    newest: str | None = None
 
 
 class TimelineService:
@@ -162,13 +165,20 @@ class TimelineService:
         await follows.sync_index(follower, subject)
 
     async def home_timeline(
-        self, actor: str, owner: str, limit: int | None, continuation: str | None
+        self,
+        actor: str,
+        owner: str,
+        limit: int | None,
+        continuation: str | None,
+        since: str | None = None,
     ) -> PageOut:
         """The owner's timeline merged with the large authors it follows (``timeline.home``);
-        the continuation counts what was served, so no page reads past the cap."""
+        the continuation counts what was served, so no page reads past the cap. With
+        ``since``, only what is newer than that position, paged down to it."""
         _require_self(actor, owner)
         scope = f"timeline:{owner}"
         position, served = _home_position(self._continuation(scope, continuation))
+        position = self._newer_than(scope, position, since)
         wanted = self._limit(limit)
         if self._cap:
             wanted = min(wanted, self._cap - served)
@@ -177,20 +187,54 @@ class TimelineService:
         posts, following = await self._home.page(owner, wanted, position)
         served += len(posts)
         if following is None or (self._cap and served >= self._cap):
-            return self._page_out(scope, Page(posts, None), Post.to_json)
+            return self._posts_out(scope, Page(posts, None))
         token = {
             AFTER: following.after,
             LISTED: ",".join(following.listed or ()),
             SERVED: str(served),
         }
-        return self._page_out(scope, Page(posts, token), Post.to_json)
+        if following.until != META:
+            token[UNTIL] = following.until
+        return self._posts_out(scope, Page(posts, token))
+
+    async def watch_timeline(
+        self, actor: str, owner: str, since: str | None, *, lookback_s: float
+    ) -> TimelineWatch:
+        """What a live stream of the owner's timeline sends: entries newer than the position
+        ``since`` names (a ``Last-Event-ID``), or, without one, those that land from now."""
+        _require_self(actor, owner)
+        watch = TimelineWatch(self._home, owner, lookback_s=lookback_s)
+        if since is not None:
+            scope = f"timeline:{owner}"
+            watch.start_after(self._signer.decode_position(scope, since, name="Last-Event-ID"))
+            return watch
+        newest, _ = await self._home.page(owner, 1, Position())
+        watch.start_after(newest[0].row_key if newest else None)
+        await watch.skip_present()
+        return watch
+
+    def position_token(self, owner: str, row_key: str) -> str:
+        """What a stream event's id carries: the same signed position as a page's newest."""
+        return self._signer.encode_position(f"timeline:{owner}", row_key)
 
     async def author_posts(
-        self, author: str, limit: int | None, continuation: str | None
+        self,
+        author: str,
+        limit: int | None,
+        continuation: str | None,
+        since: str | None = None,
     ) -> PageOut:
-        return await self._public_listing(
-            "posts", author, self._repos.posts.page, Post.to_json, limit, continuation
-        )
+        """A user's own posts, newest first; with ``since``, only those newer than it."""
+        scope = f"posts:{validate_user_id(author)}"
+        token = self._continuation(scope, continuation)
+        until = token.pop(UNTIL, None) if token else None
+        until = self._since(scope, since, until) or META
+        page = await self._repos.posts.page(author, self._limit(limit), token or None, until)
+        if not page.items and not (continuation or since):
+            await self._require_user(author)
+        if page.continuation is not None and until != META:
+            page = Page(page.items, {**page.continuation, UNTIL: until})
+        return self._posts_out(scope, page)
 
     async def followers(self, user_id: str, limit: int | None, continuation: str | None) -> PageOut:
         return await self._public_listing(
@@ -216,9 +260,32 @@ class TimelineService:
         """A page of a user's public list; an empty first page of an unknown user is a 404."""
         scope = f"{kind}:{validate_user_id(user_id)}"
         page = await fetch(user_id, self._limit(limit), self._continuation(scope, continuation))
-        if not page.items and continuation is None and not await self._repos.users.exists(user_id):
-            raise _user_not_found(user_id)
+        if not page.items and continuation is None:
+            await self._require_user(user_id)
         return self._page_out(scope, page, to_json)
+
+    async def _require_user(self, user_id: str) -> None:
+        if not await self._repos.users.exists(user_id):
+            raise _user_not_found(user_id)
+
+    def _newer_than(self, scope: str, position: Position, since: str | None) -> Position:
+        """``position`` bounded by ``since``, which must agree with a continuation's bound."""
+        given = position.until if position.until != META else None
+        until = self._since(scope, since, given)
+        return position if until is None else replace(position, until=until)
+
+    def _since(self, scope: str, since: str | None, carried: str | None) -> str | None:
+        """The row key a newer-than read stops at: from ``since``, or carried on by the
+        continuation (a client that repeats ``since`` with a continuation must repeat it
+        unchanged)."""
+        if since is None:
+            return carried
+        until = self._signer.decode_position(scope, since)
+        if carried is not None and carried != until:
+            raise InvalidInputError(
+                "this continuation belongs to a read with another 'since'", code="invalid_since"
+            )
+        return until
 
     def _limit(self, limit: int | None) -> int:
         if limit is None:
@@ -233,6 +300,14 @@ class TimelineService:
         return (
             None if continuation is None else self._signer.decode_continuation(scope, continuation)
         )
+
+    def _posts_out(self, scope: str, page: Page[Post]) -> PageOut:
+        """A page of posts, with the position of its newest item."""
+        out = self._page_out(scope, page, Post.to_json)
+        if page.items:
+            newest = self._signer.encode_position(scope, page.items[0].row_key)
+            out = replace(out, newest=newest)
+        return out
 
     def _page_out(
         self, scope: str, page: Page[T], to_json: Callable[[T], dict[str, Any]]
@@ -250,6 +325,8 @@ AFTER = "a"
 """In a home timeline's continuation: the last row key served (or the merge bound)."""
 LISTED = "m"
 """In a home timeline's continuation: the authors the first page merged, comma-separated."""
+UNTIL = "u"
+"""In a newer-than read's continuation: the row key its pages stop at (its ``since``)."""
 _ROW_KEY = re.compile(r"[0-9]{19}_[0-9a-f]{26}\Z|0\Z")
 
 
@@ -262,11 +339,16 @@ def _home_position(token: dict[str, str] | None) -> tuple[Position, int]:
     if AFTER in token:
         after = token[AFTER]
         listed = tuple(author for author in token.get(LISTED, "").split(",") if author)
-        valid = _ROW_KEY.match(after) and all(map(_USER_ID.match, listed))
-        position = Position(after, listed)
+        until = token.get(UNTIL, META)
+        valid = (
+            _ROW_KEY.match(after)
+            and all(map(_USER_ID.match, listed))
+            and (until == META or POSITION_KEY.match(until))
+        )
+        position = Position(after, listed, until=until)
     else:
         resume = {key: value for key, value in token.items() if key != SERVED}
-        valid = bool(resume) and LISTED not in resume
+        valid = bool(resume) and LISTED not in resume and UNTIL not in resume
         position = Position(listed=(), resume=resume)
     if not valid or not served.isdigit():
         raise InvalidInputError("the continuation token is malformed", code="invalid_continuation")

@@ -18,10 +18,13 @@ MAX_CONTINUATION_CHARS = 4096
 CONTINUATION_PATTERN = r"^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$"
 """The shape of a continuation token (base64url payload, a dot, base64url signature)."""
 _CONTINUATION_KEYS = frozenset(
-    {"PartitionKey", "RowKey", "NextPartitionKey", "NextRowKey", "n", "a", "m"}
+    {"PartitionKey", "RowKey", "NextPartitionKey", "NextRowKey", "n", "a", "m", "u"}
 )
 """A storage continuation's keys, and a home timeline's: ``n`` entries served so far, ``a``
-the last row key served, ``m`` the merged authors (``timeline.service``)."""
+the last row key served, ``m`` the merged authors, ``u`` the row key a newer-than read stops
+at (``timeline.service``)."""
+POSITION_KEY = re.compile(r"[0-9]{19}_[0-9a-f]{26}\Z")
+"""A position is a post's row key: ``{reversed_ticks:019d}_{post_id}``."""
 _BEARER = re.compile(USER_ID_PATTERN.removesuffix("$") + r"\.[0-9]{1,19}\.[A-Za-z0-9_-]{43}\Z")
 """The shape ``mint_bearer`` produces: user id, expiry in seconds, base64url HMAC-SHA256."""
 
@@ -79,6 +82,32 @@ class TokenSigner:
             "the continuation token is malformed, tampered with or from another list",
             code="invalid_continuation",
         )
+        payload = self._unwrap(b"continuation:" + scope.encode(), text, invalid)
+        token = orjson.loads(payload)
+        if not _is_storage_continuation(token):
+            raise invalid
+        return token  # type: ignore[no-any-return]
+
+    def encode_position(self, scope: str, row_key: str) -> str:
+        """A list item's position (its row key), signed for ``since`` and stream event ids."""
+        payload = row_key.encode("ascii")
+        signature = self._sign(b"position:" + scope.encode(), payload)[:16]
+        return f"{_b64encode(payload)}.{_b64encode(signature)}"
+
+    def decode_position(self, scope: str, text: str, *, name: str = "since") -> str:
+        """The row key wrapped in ``text``, or raise ``InvalidInputError`` naming ``name``."""
+        invalid = InvalidInputError(
+            f"{name} is not a position from this list (use a page's 'newest' or an event id)",
+            code=f"invalid_{name.lower().replace('-', '_')}",
+        )
+        payload = self._unwrap(b"position:" + scope.encode(), text, invalid)
+        row_key = payload.decode("ascii", errors="replace")
+        if not POSITION_KEY.match(row_key):
+            raise invalid
+        return row_key
+
+    def _unwrap(self, purpose: bytes, text: str, invalid: InvalidInputError) -> bytes:
+        """The payload of a signed ``payload.signature`` token, or raise ``invalid``."""
         if len(text) > MAX_CONTINUATION_CHARS or text.count(".") != 1:
             raise invalid
         payload_text, signature_text = text.split(".")
@@ -89,13 +118,9 @@ class TokenSigner:
             raise invalid from None
         if _b64encode(payload) != payload_text or _b64encode(signature) != signature_text:
             raise invalid  # only the one canonical spelling of a token is accepted
-        expected = self._sign(b"continuation:" + scope.encode(), payload)[:16]
-        if not hmac.compare_digest(signature, expected):
+        if not hmac.compare_digest(signature, self._sign(purpose, payload)[:16]):
             raise invalid
-        token = orjson.loads(payload)
-        if not _is_storage_continuation(token):
-            raise invalid
-        return token  # type: ignore[no-any-return]
+        return payload
 
 
 def _is_storage_continuation(token: object) -> bool:

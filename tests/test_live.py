@@ -1,0 +1,264 @@
+"""Newer-than reads (``since``, ``newest``) and the live stream of a home timeline, on plain
+and merged (hybrid) timelines, against a real worker and Azurite."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from aiohttp import ClientResponse
+from aiohttp.test_utils import TestClient
+
+from tests.conftest import api_client, eventually, make_settings, running_worker, unique
+from tests.helpers import Api, bearer, error_of
+from timeline.audience import MERGED
+from timeline.azurite import Azurite
+from timeline.entities import Post
+from timeline.keys import new_post_id, now_ticks
+from timeline.repositories import Repositories
+from timeline.storage import Storage
+
+THRESHOLD = 3
+LOOKBACK_S = 30
+
+
+@dataclass
+class Live:
+    client: TestClient[Any, Any]
+    api: Api
+    repos: Repositories
+    tokens: dict[str, str]
+
+    async def user(self, prefix: str) -> str:
+        user = unique(prefix)
+        self.tokens[user] = await self.api.register(user)
+        return user
+
+    async def post(self, author: str, text: str = "hello") -> str:
+        return str((await self.api.post(author, self.tokens[author], text))["post_id"])
+
+    async def page(self, reader: str, **params: Any) -> dict[str, Any]:
+        return await self.api.timeline(reader, self.tokens[reader], **params)
+
+    async def newer(self, reader: str, since: str, limit: int = 250) -> list[list[str]]:
+        """Every page of a newer-than read, as post ids."""
+        pages: list[list[str]] = []
+        continuation = None
+        while True:
+            page = await self.page(reader, since=since, limit=limit, continuation=continuation)
+            pages.append([item["post_id"] for item in page["items"]])
+            continuation = page["continuation"]
+            if continuation is None:
+                return pages
+
+    async def shows(self, reader: str, post_ids: list[str]) -> None:
+        async def landed() -> bool:
+            page = await self.page(reader)
+            return [item["post_id"] for item in page["items"][: len(post_ids)]] == post_ids
+
+        await eventually(landed, what=f"{post_ids} on top of {reader}'s timeline")
+
+    async def stream(self, reader: str, **headers: str) -> ClientResponse:
+        return await self.client.get(
+            f"/users/{reader}/timeline/stream", headers=bearer(self.tokens[reader]) | headers
+        )
+
+
+@pytest.fixture
+async def live(private_azurite: Azurite, tmp_path: Path) -> AsyncIterator[Live]:
+    settings = make_settings(
+        private_azurite.connection_string,
+        tmp_path,
+        fanout_on_read_followers=THRESHOLD,
+        stream_poll_s=0.1,
+        stream_heartbeat_s=1,
+        stream_lookback_s=LOOKBACK_S,
+        max_streams=2,
+    )
+    async with Storage(settings.connection_string()) as storage:
+        await storage.create_all()
+        async with api_client(settings) as client, running_worker(settings):
+            yield Live(client, Api(client), Repositories.on(storage), {})
+
+
+async def _merged_author(live: Live) -> str:
+    """An author whose posts reach readers merged at read time, not copied."""
+    author = await live.user("large")
+    for _ in range(THRESHOLD):
+        fan = await live.user("fan")
+        await live.api.follow(fan, live.tokens[fan], author)
+
+    async def merged() -> bool:
+        return (await live.repos.audience.mode(author)).state == MERGED
+
+    await eventually(merged, timeout_s=60, what=f"{author} merged")
+    return author
+
+
+async def test_since_returns_only_newer_posts_paged_down_to_it(live: Live) -> None:
+    reader, friend = await live.user("reader"), await live.user("friend")
+    large = await _merged_author(live)
+    for subject in (friend, large):
+        await live.api.follow(reader, live.tokens[reader], subject)
+    older = [await live.post(author) for author in (friend, large, reader)]
+    await live.shows(reader, older[::-1])
+    first = await live.page(reader)
+    assert first["newest"] is not None
+    newer = [await live.post(author) for author in (large, friend, reader, large, friend)]
+    await live.shows(reader, newer[::-1])
+
+    for limit in (1, 2, 3, 250):
+        pages = await live.newer(reader, first["newest"], limit)
+        assert [post for page in pages for post in page] == newer[::-1], f"limit {limit}"
+        assert all(1 <= len(page) <= limit for page in pages[:-1]), f"limit {limit}"
+
+    latest = await live.page(reader, since=first["newest"])
+    assert (await live.page(reader, since=latest["newest"])) == {
+        "items": [],
+        "continuation": None,
+        "newest": None,
+    }
+
+
+async def test_since_on_a_users_posts(live: Live) -> None:
+    author = await live.user("author")
+    older = [await live.post(author) for _ in range(2)]
+    response = await live.client.get(f"/users/{author}/posts")
+    first = await response.json()
+    assert first["newest"] is not None
+    assert [item["post_id"] for item in first["items"]] == older[::-1]
+    newer = [await live.post(author) for _ in range(3)]
+    seen: list[str] = []
+    params = {"since": first["newest"], "limit": "2"}
+    while True:
+        response = await live.client.get(f"/users/{author}/posts", params=params)
+        assert response.status == 200, await response.text()
+        page = await response.json()
+        seen += [item["post_id"] for item in page["items"]]
+        if page["continuation"] is None:
+            break
+        params = {"since": first["newest"], "limit": "2", "continuation": page["continuation"]}
+    assert seen == newer[::-1]
+
+
+async def test_bad_positions_are_clear_400s(live: Live) -> None:
+    reader, other = await live.user("reader"), await live.user("other")
+    await live.shows(reader, [await live.post(reader)])
+    await live.post(other)
+    mine = (await live.page(reader))["newest"]
+    posts = await (await live.client.get(f"/users/{other}/posts")).json()
+    token = live.tokens[reader]
+    url = f"/users/{reader}/timeline"
+    for since in ("", "garbage", "a.b", posts["newest"], mine[:-2] + "AA", "é" * 10):
+        response = await live.client.get(url, params={"since": since}, headers=bearer(token))
+        assert await error_of(response, 400) == "invalid_since", since
+    await live.shows(reader, [await live.post(reader) for _ in range(2)][::-1])
+    page = await live.page(reader, since=mine, limit=1)
+    moved = (await live.page(reader))["newest"]
+    response = await live.client.get(
+        url,
+        params={"since": moved, "continuation": page["continuation"]},
+        headers=bearer(token),
+    )
+    assert await error_of(response, 400) == "invalid_since"
+
+
+async def _events(response: ClientResponse, count: int) -> list[dict[str, Any]]:
+    """The next ``count`` events of an SSE response: id, event and the parsed data."""
+    events: list[dict[str, Any]] = []
+    fields: dict[str, str] = {}
+    async with asyncio.timeout(30):
+        while len(events) < count:
+            line = (await response.content.readline()).decode().rstrip("\n")
+            if line == "" and "data" in fields:
+                events.append(fields | {"data": orjson.loads(fields["data"])})
+                fields = {}
+            elif line and not line.startswith(":"):
+                name, _, value = line.partition(": ")
+                fields[name] = value
+    return events
+
+
+async def test_stream_sends_posts_as_they_land_and_resumes_from_last_event_id(
+    live: Live,
+) -> None:
+    reader, friend = await live.user("reader"), await live.user("friend")
+    large = await _merged_author(live)
+    for subject in (friend, large):
+        await live.api.follow(reader, live.tokens[reader], subject)
+    before = await live.post(friend)
+    await live.shows(reader, [before])
+
+    stream = await live.stream(reader)
+    assert stream.status == 200
+    assert stream.headers["Content-Type"] == "text/event-stream"
+    sent = [await live.post(friend, "one"), await live.post(large, "two")]
+    events = await _events(stream, 2)
+    assert [event["data"]["post_id"] for event in events] == sent
+    assert {event["event"] for event in events} == {"post"}
+    assert events[1]["data"]["text"] == "two"
+    stream.close()
+
+    # the ids are positions: 'since' takes them, and a reconnect resumes after the last
+    missed = [await live.post(large, "three"), await live.post(friend, "four")]
+    await live.shows(reader, missed[::-1])
+    newer = await live.page(reader, since=events[-1]["id"])
+    assert [item["post_id"] for item in newer["items"]] == missed[::-1]
+    resumed = await live.stream(reader, **{"Last-Event-ID": events[-1]["id"]})
+    replay = await _events(resumed, 5)
+    # the look-back window (30 s) is sent again, so the client dedupes; nothing is missed
+    assert [event["data"]["post_id"] for event in replay] == [before, *sent, *missed]
+    resumed.close()
+
+
+async def test_an_entry_that_lands_late_is_still_streamed(live: Live) -> None:
+    """A post made before the newest entry sent, landing after it (fan-out lag)."""
+    reader = await live.user("reader")
+    stream = await live.stream(reader)
+    late_id = new_post_id(now_ticks())
+    first = await live.post(reader, "first")
+    assert [e["data"]["post_id"] for e in await _events(stream, 1)] == [first]
+    late = Post(post_id=late_id, author=reader, text="late")
+    await live.repos.timelines.put_many(reader, [late])
+    assert [e["data"]["post_id"] for e in await _events(stream, 1)] == [late_id]
+    stream.close()
+
+
+async def test_stream_checks_its_caller_and_bounds_streams(live: Live) -> None:
+    reader, other = await live.user("reader"), await live.user("other")
+    url = f"/users/{reader}/timeline/stream"
+    assert await error_of(await live.client.get(url), 401) == "missing_token"
+    forbidden = await live.client.get(url, headers=bearer(live.tokens[other]))
+    assert await error_of(forbidden, 403) == "forbidden"
+    bad = await live.stream(reader, **{"Last-Event-ID": "nonsense"})
+    assert await error_of(bad, 400) == "invalid_last_event_id"
+
+    streams = [await live.stream(reader), await live.stream(other)]
+    assert [stream.status for stream in streams] == [200, 200]
+    refused = await live.stream(reader)
+    assert await error_of(refused, 503) == "overloaded"
+    assert refused.headers["Retry-After"] == "5"
+
+    heartbeat = await asyncio.wait_for(_comment(streams[0]), 10)
+    assert heartbeat == ": heartbeat"
+    streams[0].close()
+
+    async def freed() -> bool:
+        response = await live.stream(reader)
+        response.close()
+        return response.status == 200
+
+    await eventually(freed, what="a closed stream to free its slot")
+    streams[1].close()
+
+
+async def _comment(response: ClientResponse) -> str:
+    while True:
+        line = (await response.content.readline()).decode().rstrip("\n")
+        if line.startswith(":"):
+            return line
