@@ -6,7 +6,8 @@
 (() => {
   const STORAGE_KEY = "timeline.session";
   const MAX_POST_CHARS = 280;
-  const STREAM_IDLE_MS = 45000; // three missed heartbeats (sent every ~15 s): reconnect
+  const STREAM_IDLE_MS = 45000; // three missed heartbeats (sent every ~15 s): reconnect ...
+  const STREAM_IDLE_MAX_MS = 600000; // ... doubled after each silent connection, up to this
   const BACKOFF_MIN_MS = 1000;
   const BACKOFF_MAX_MS = 30000;
 
@@ -190,7 +191,8 @@
   const timeline = {
     posts: new Map(), // post_id -> {post, element}
     continuation: null,
-    newest: null, // the position of the newest item read from a page or the stream
+    newest: null, // the position of the newest item read from a page or the stream ...
+    newestPost: null, // ... and that item
     generation: 0, // bumped on sign-out/reload so late answers of an old session are dropped
   };
 
@@ -233,6 +235,27 @@
     return true;
   }
 
+  // Below the oldest item shown while older pages are still to load: "Load more" brings it
+  // in its place. (A stream resumed from a position resends its recent window, which may
+  // reach further back than the first page.)
+  function belowLoaded(post) {
+    if (timeline.continuation === null) return false;
+    let oldest = null;
+    for (const entry of timeline.posts.values()) {
+      if (!oldest || newerFirst(entry.post, oldest) > 0) oldest = entry.post;
+    }
+    return oldest !== null && newerFirst(post, oldest) > 0;
+  }
+
+  // Positions are opaque: whether one is newer is told by the posts they belong to.
+  function advanceNewest(post, position) {
+    if (!post || !position) return false;
+    if (timeline.newestPost && newerFirst(post, timeline.newestPost) > 0) return false;
+    timeline.newest = position;
+    timeline.newestPost = post;
+    return true;
+  }
+
   function removePost(postId) {
     const entry = timeline.posts.get(postId);
     if (!entry) return;
@@ -251,6 +274,7 @@
     timeline.posts.clear();
     timeline.continuation = null;
     timeline.newest = null;
+    timeline.newestPost = null;
     $("timeline-list").replaceChildren();
     updateEmpty();
   }
@@ -270,7 +294,7 @@
       if (generation !== timeline.generation) return;
       page.items.forEach((post) => insertPost(post));
       timeline.continuation = page.continuation;
-      if (page.newest) timeline.newest = page.newest;
+      advanceNewest(page.items[0], page.newest);
       updateEmpty();
       live.start();
     } catch (error) {
@@ -291,7 +315,7 @@
       if (generation !== timeline.generation) return;
       page.items.forEach((post) => insertPost(post));
       timeline.continuation = page.continuation;
-      if (!timeline.newest && page.newest) timeline.newest = page.newest;
+      if (!timeline.newest) advanceNewest(page.items[0], page.newest);
       updateEmpty();
     } catch (error) {
       if (generation === timeline.generation) showError("timeline-message", error);
@@ -308,9 +332,9 @@
     const generation = timeline.generation;
     let continuation = null;
     let added = 0;
+    const since = timeline.newest; // repeated on every page of this read, as the API asks
     try {
       for (let pages = 0; pages < 10; pages += 1) {
-        const since = timeline.newest;
         const page = await api("GET", timelinePath({ since, continuation }));
         if (generation !== timeline.generation) return;
         let fromPage = 0;
@@ -318,7 +342,7 @@
           if (insertPost(post, { fresh: true })) fromPage += 1;
         });
         added += fromPage;
-        if (pages === 0 && page.newest) timeline.newest = page.newest;
+        if (pages === 0) advanceNewest(page.items[0], page.newest);
         continuation = page.continuation;
         if (!continuation || !since || (page.items.length && !fromPage)) break;
       }
@@ -397,6 +421,7 @@
     controller: null,
     lastEventId: null,
     running: false,
+    idleMs: STREAM_IDLE_MS,
 
     setState(state, text, title) {
       const pill = $("live-status");
@@ -471,11 +496,14 @@
       let idle = null;
       const alive = () => {
         clearTimeout(idle);
-        idle = setTimeout(() => controller.abort(), STREAM_IDLE_MS);
+        idle = setTimeout(() => {
+          // silent for too long: a dead connection, or a server with rarer heartbeats
+          this.idleMs = Math.min(this.idleMs * 2, STREAM_IDLE_MAX_MS);
+          controller.abort();
+        }, this.idleMs);
       };
       const parser = new SseParser((event) => {
         if (generation !== timeline.generation) return;
-        if (event.id) this.lastEventId = event.id;
         if (event.type !== "post") return;
         let post;
         try {
@@ -483,8 +511,10 @@
         } catch (_) {
           return;
         }
-        insertPost(post, { fresh: true });
-        if (event.id) timeline.newest = event.id;
+        if (!post || typeof post.post_id !== "string") return;
+        if (!belowLoaded(post)) insertPost(post, { fresh: true });
+        // resume from the newest entry seen (a late entry's id is an older position)
+        if (advanceNewest(post, event.id)) this.lastEventId = event.id;
       });
       alive();
       try {
@@ -514,8 +544,12 @@
       if (!session || session.user_id !== userId) return;
       $("profile-display-name").textContent =
         profile.display_name && profile.display_name !== userId ? profile.display_name : "";
-      $("profile-counts").textContent =
-        `${profile.posts} posts · ${profile.followers} followers · ${profile.following} following`;
+      const count = (n, one, many) => `${n} ${n === 1 ? one : many}`;
+      $("profile-counts").textContent = [
+        count(profile.posts, "post", "posts"),
+        count(profile.followers, "follower", "followers"),
+        `${profile.following} following`,
+      ].join(" · ");
     } catch (error) {
       $("profile-counts").textContent = describe(error);
     }
@@ -791,6 +825,12 @@
       else showSignedOut();
     });
   }
+
+  // for the end-to-end tests: the SSE parser, and a way to drop the live connection
+  window.timelineClient = Object.freeze({
+    SseParser,
+    dropLiveConnection: () => live.controller && live.controller.abort(),
+  });
 
   wire();
   updateCount();

@@ -162,6 +162,25 @@ class Page:
             self.wait(more_or_end, what="the next page")
         raise AssertionError("still more to load after 10 pages")
 
+    def screenshot(self, path: Path) -> None:
+        """A PNG of the whole page once at most the newest arrival is still highlighted."""
+        self.wait(
+            lambda: self.driver.execute_script(
+                "return document.querySelectorAll('li.post.fresh').length <= 1"
+                " && document.getAnimations().length === 0"
+            ),
+            what="the older arrivals' highlight to fade",
+        )
+        height = self.driver.execute_script(
+            "return Math.ceil(document.querySelector('main').getBoundingClientRect().bottom)"
+        )
+        self.driver.execute_cdp_cmd(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": 1280, "height": int(height), "deviceScaleFactor": 1, "mobile": False},
+        )
+        self.driver.save_screenshot(str(path))
+        self.driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+
     def script_errors(self) -> list[str]:
         """Severe console entries other than the browser's note of each 4xx answer."""
         return [
@@ -222,17 +241,28 @@ def test_a_post_arrives_live_on_a_followers_page(
     alice.post(second)
     bob.wait(lambda: bob.texts()[:2] == [second, first], what="the second post on top")
 
+    # a lost connection: the page reconnects from the last event id; the entries the server
+    # sends again are not shown twice
+    bob.driver.execute_script("window.timelineClient.dropLiveConnection()")
+    bob.wait(lambda: bob.live_state() != "live", what="bob's page to notice the lost stream")
+    bob.wait(lambda: bob.live_state() == "live", what="bob's page to reconnect")
+    third = "Third post, after Bob's page reconnected."
+    alice.post(third)
+    bob.wait(lambda: bob.texts()[:3] == [third, second, first], what="the third post on top")
+    ids = [post["post_id"] for post in bob.posts()]
+    assert len(ids) == len(set(ids)) == 4
+
     assert bob.driver.execute_script("return window.e2eSamePage === true"), "bob's page reloaded"
     shown = {post["text"]: post for post in bob.posts()}
     assert shown[first]["author"] == alice_id
     assert not shown[first]["own"]  # no delete button on someone else's post
     assert shown["Hello, I'm Bob. Following Alice now."]["own"]
     assert shown[first]["time"] == "just now"
-    assert alice.texts()[:2] == [second, first]
+    assert alice.texts()[:3] == [third, second, first]
     assert all(post["own"] for post in alice.posts())
 
     bob.wait(lambda: "1 following" in bob.text("profile-counts"), what="bob's counts")
-    bob.driver.save_screenshot(str(output_dir / SCREENSHOT))
+    bob.screenshot(output_dir / SCREENSHOT)
     assert bob.script_errors() == []
     assert alice.script_errors() == []
     assert server_errors(stack) == 0
@@ -340,3 +370,29 @@ def test_bad_input_shows_the_api_error_and_tokens_sign_in_and_out(
     assert dave.signed_in_as() == dave_id
     assert dave.script_errors() == []
     assert server_errors(stack) == 0
+
+
+def test_the_event_stream_parser(stack: str, browsers: Callable[[str], webdriver.Chrome]) -> None:
+    """The page's SSE parser on chunks split anywhere (inside a field, between CR and LF),
+    with comments, a retry field, multi-line data, an event without a type, and CRLF."""
+    page = Page(browsers("parser"), stack)
+    page.open()
+    chunks = [
+        "retry: 2000\n\n", ": heartbeat\n\n",
+        'event: post\nid: a1\ndata: {"x"', ":1}\n\n",
+        "event: post\r\nid: a2\r", "\ndata: line1\r\ndata:line2\r\n\r\n",
+        "data: no type\n\nid", ": a3\nevent: post\ndata: {}\n", "\n", "data: unfinished\n",
+    ]  # fmt: skip
+    events = page.driver.execute_script(
+        """const events = [];
+        const parser = new window.timelineClient.SseParser((event) => events.push(event));
+        for (const chunk of arguments[0]) parser.push(chunk);
+        return events;""",
+        chunks,
+    )
+    assert events == [
+        {"type": "post", "id": "a1", "data": '{"x":1}'},
+        {"type": "post", "id": "a2", "data": "line1\nline2"},
+        {"type": "message", "id": "a2", "data": "no type"},
+        {"type": "post", "id": "a3", "data": "{}"},
+    ]
