@@ -20,6 +20,8 @@ POSITIVE = {
     "worker_cpu_ms_per_delivery_burst", "azurite_cpu_share_1_account",
     "azurite_cpu_share_2_accounts", "azurite_cpu_share_2_workers", "api_cpu_ms_per_read",
     "api_cpu_ms_per_post", "api_storage_requests_per_read", "api_storage_requests_per_post",
+    "stream_requests_per_client_minute", "stream_requests_per_client_minute_merging_5",
+    "stream_event_latency_p50_ms",
 }  # fmt: skip
 """Keys of the several-accounts, CPU and API-cost measurements: present, and positive."""
 

@@ -4,20 +4,32 @@ and merged (hybrid) timelines, against a real worker and Azurite."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import signal
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import orjson
 import pytest
 from aiohttp import ClientResponse
 from aiohttp.test_utils import TestClient
 
-from tests.conftest import api_client, eventually, make_settings, running_worker, unique
+from tests.conftest import (
+    TEST_SECRET,
+    api_client,
+    eventually,
+    make_settings,
+    program_env,
+    running_worker,
+    unique,
+)
 from tests.helpers import Api, bearer, error_of
 from timeline.audience import MERGED
-from timeline.azurite import Azurite
+from timeline.azurite import Azurite, free_ports
 from timeline.entities import Post
 from timeline.keys import new_post_id, now_ticks
 from timeline.repositories import Repositories
@@ -262,3 +274,41 @@ async def _comment(response: ClientResponse) -> str:
         line = (await response.content.readline()).decode().rstrip("\n")
         if line.startswith(":"):
             return line
+
+
+async def test_a_stopping_api_ends_its_streams(azurite: Azurite, tmp_path: Path) -> None:
+    """SIGTERM ends open streams at once; aiohttp would otherwise wait for them a minute."""
+    (port,) = free_ports(1)
+    env = program_env(
+        storage_connection_string=azurite.connection_string,
+        data_dir=tmp_path,
+        auth_secret=TEST_SECRET,
+        port=port,
+        registrations_per_minute=0,
+    )
+    command = (sys.executable, "-m")
+    init = await asyncio.create_subprocess_exec(*command, "timeline.cli", "init", env=env)
+    assert await init.wait() == 0
+    api = await asyncio.create_subprocess_exec(*command, "api", env=env)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        async with aiohttp.ClientSession(base) as session:
+
+            async def ready() -> bool:
+                with contextlib.suppress(aiohttp.ClientError):
+                    async with session.get("/readyz") as response:
+                        return response.status == 200
+                return False
+
+            await eventually(ready, what="the API to answer")
+            reader = unique("reader")
+            token = await Api(session).register(reader)
+            stream = await session.get(f"/users/{reader}/timeline/stream", headers=bearer(token))
+            assert stream.status == 200
+            api.send_signal(signal.SIGTERM)
+            assert await asyncio.wait_for(api.wait(), 15) == 0
+            assert await asyncio.wait_for(stream.content.read(), 5) == b"retry: 2000\n\n"
+    finally:
+        if api.returncode is None:
+            api.kill()
+            await api.wait()

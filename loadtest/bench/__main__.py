@@ -25,9 +25,11 @@ from loadtest.bench.hybrid import hybrid
 from loadtest.bench.live import live
 from loadtest.bench.scaling import scaling
 from loadtest.bench.sizes import QUICK, Sizes
+from loadtest.bench.stream import stream
 
 PHASES = (
-    "live", "burst", "scaling", "backfill", "bigfanout", "accounts", "api", "hybrid", "cap"
+    "live", "burst", "scaling", "backfill", "bigfanout", "accounts", "api", "hybrid", "cap",
+    "stream",
 )  # fmt: skip
 
 
@@ -78,6 +80,7 @@ async def run(sizes: Sizes, phases: set[str], profile: Path | None = None) -> di
         "api": lambda: api(sizes, profile),
         "hybrid": lambda: hybrid(sizes),
         "cap": lambda: cap(sizes),
+        "stream": lambda: stream(sizes),
     }
     seconds = {"ceilings": time.monotonic() - started}
     for name in tqdm([p for p in PHASES if p in phases], desc="bench", unit="phase"):

@@ -44,7 +44,7 @@ REQUESTS = "timeline_storage_requests_total"
 class ApiProcess:
     """A real ``timeline-api`` process on a free port."""
 
-    def __init__(self, azurites: list[Azurite]) -> None:
+    def __init__(self, azurites: list[Azurite], **settings: str) -> None:
         (port,) = free_ports(1)
         self.base = f"http://127.0.0.1:{port}"
         env = scrubbed_env(
@@ -52,6 +52,7 @@ class ApiProcess:
             TIMELINE_PORT=str(port),
             TIMELINE_AUTH_SECRET=SECRET,
             TIMELINE_DATA_DIR=tempfile.mkdtemp(prefix="bench-api-"),
+            **settings,
         )
         self.process = subprocess.Popen(
             [sys.executable, "-m", "api"], env=env, stderr=subprocess.DEVNULL
@@ -80,8 +81,8 @@ class ApiProcess:
 
 
 @contextlib.asynccontextmanager
-async def api_process(azurites: list[Azurite]) -> AsyncIterator[ApiProcess]:
-    process = ApiProcess(azurites)
+async def api_process(azurites: list[Azurite], **settings: str) -> AsyncIterator[ApiProcess]:
+    process = ApiProcess(azurites, **settings)
     try:
         await process.ready()
         yield process

@@ -36,6 +36,9 @@ class Sizes:
     cap_authors: int = 10
     cap_posts_per_author: int = 100
     cap_followers: int = 10
+    stream_clients: int = 50
+    stream_seconds: float = 30.0
+    stream_events: int = 50
 
 
 QUICK = Sizes(
@@ -45,5 +48,6 @@ QUICK = Sizes(
     balance_users=10_000, balance_graph_users=200, scaling_users=200, scaling_authors=10,
     scaling_followers=20, scaling_posts=10, scaling_rounds=1, api_users=5, api_requests=100,
     large_author_followers=2000, hybrid_reads=20, regrade_followers=200, cap_items=64,
-    cap_authors=4, cap_posts_per_author=20, cap_followers=4,
+    cap_authors=4, cap_posts_per_author=20, cap_followers=4, stream_clients=4, stream_seconds=5,
+    stream_events=5,
 )  # fmt: skip
