@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test lint fmt setup bench loadtest chaos clean
+.PHONY: run test e2e browser lint fmt setup bench loadtest chaos clean
 
 SEEDS ?= 5
 CHAOS_DURATION_S ?= 20
@@ -13,6 +13,23 @@ run: setup
 
 test: setup lint
 	$(BIN)/pytest
+
+# The web client in headless Chromium against the whole stack (tests/e2e; not in `make test`).
+e2e: setup $(VENV)/.e2e-installed browser
+	$(BIN)/pytest tests/e2e
+
+$(VENV)/.e2e-installed: pyproject.toml $(VENV)/.installed
+	$(BIN)/pip install --quiet -e '.[dev,load,e2e]'
+	touch $@
+
+# Debian's Chromium and its chromedriver, unless both are there (apt-get as root, else sudo).
+browser:
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; else \
+		if [ "$$(id -u)" -eq 0 ]; then SUDO=; else SUDO=sudo; fi; \
+		echo "installing chromium and chromium-driver with $${SUDO:-root} apt-get"; \
+		$$SUDO apt-get update -q && \
+		$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver; \
+	fi
 
 lint: setup
 	$(BIN)/ruff check .

@@ -13,6 +13,7 @@ from api.middleware import MIDDLEWARES, echo_request_id
 from api.openapi import build_openapi
 from api.routes import OPERATIONS
 from api.stream import STREAMS_KEY, Streams
+from api.web import add_web_client
 from timeline.config import Settings
 from timeline.home import HomeTimeline
 from timeline.queue import FanoutQueues
@@ -47,6 +48,7 @@ def create_app(settings: Settings, connection_string: str) -> web.Application:
     app[OPENAPI_KEY] = openapi_document(settings.page_size, settings.max_post_chars)
     for operation in OPERATIONS:
         operation.add_to(app)
+    add_web_client(app)
     app[STREAMS_KEY] = Streams(settings.max_streams, settings.stream_timing())
     app.on_shutdown.append(app[STREAMS_KEY].stop)
     add_docs(app)

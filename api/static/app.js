@@ -1,0 +1,839 @@
+// The timeline web client: plain JavaScript, no build step, nothing loaded from elsewhere.
+// Talks to the REST API of the same origin; the session (user id + bearer token) is kept in
+// localStorage so a reload stays signed in.
+"use strict";
+
+(() => {
+  const STORAGE_KEY = "timeline.session";
+  const MAX_POST_CHARS = 280;
+  const STREAM_IDLE_MS = 45000; // three missed heartbeats (sent every ~15 s): reconnect ...
+  const STREAM_IDLE_MAX_MS = 600000; // ... doubled after each silent connection, up to this
+  const BACKOFF_MIN_MS = 1000;
+  const BACKOFF_MAX_MS = 30000;
+
+  const $ = (id) => document.getElementById(id);
+
+  // ---------------------------------------------------------------- API
+
+  class ApiError extends Error {
+    constructor(status, code, message, retryAfter) {
+      super(message);
+      this.status = status;
+      this.code = code;
+      this.retryAfter = retryAfter;
+    }
+  }
+
+  let session = loadSession();
+
+  function loadSession() {
+    try {
+      const stored = JSON.parse(localStorage.getItem(STORAGE_KEY) || "null");
+      if (stored && typeof stored.user_id === "string" && typeof stored.token === "string") {
+        return stored;
+      }
+    } catch (_) {
+      // a damaged entry is the same as none
+    }
+    return null;
+  }
+
+  function saveSession(value) {
+    session = value;
+    if (value) localStorage.setItem(STORAGE_KEY, JSON.stringify(value));
+    else localStorage.removeItem(STORAGE_KEY);
+  }
+
+  function userPath(userId, ...rest) {
+    return ["/users", userId, ...rest].map((part, i) => (i ? encodeURIComponent(part) : part)).join("/");
+  }
+
+  function withQuery(path, params) {
+    const query = new URLSearchParams();
+    for (const [name, value] of Object.entries(params)) {
+      if (value !== null && value !== undefined) query.set(name, value);
+    }
+    const text = query.toString();
+    return text ? `${path}?${text}` : path;
+  }
+
+  // The API's error body is {"error": {"code", "message"}}; anything else (a proxy's page, a
+  // lost connection) becomes an ApiError too, so every caller shows one kind of message.
+  async function errorFrom(response) {
+    let body = null;
+    try {
+      body = JSON.parse(await response.text());
+    } catch (_) {
+      body = null;
+    }
+    const error = body && typeof body === "object" ? body.error : null;
+    const code = error && typeof error.code === "string" ? error.code : `http_${response.status}`;
+    const message =
+      error && typeof error.message === "string"
+        ? error.message
+        : `the server answered ${response.status} ${response.statusText}`.trim();
+    return new ApiError(response.status, code, message, response.headers.get("Retry-After"));
+  }
+
+  async function api(method, path, { body, auth = true, token, headers: extra } = {}) {
+    const headers = { Accept: "application/json", ...(extra || {}) };
+    if (body !== undefined) headers["Content-Type"] = "application/json";
+    const bearer = token || (auth && session ? session.token : null);
+    if (bearer) headers.Authorization = `Bearer ${bearer}`;
+    let response;
+    try {
+      response = await fetch(path, {
+        method,
+        headers,
+        body: body === undefined ? undefined : JSON.stringify(body),
+        cache: "no-store",
+      });
+    } catch (error) {
+      throw new ApiError(0, "network_error", "cannot reach the server; check your connection");
+    }
+    if (!response.ok) throw await errorFrom(response);
+    if (response.status === 204) return null;
+    try {
+      return await response.json();
+    } catch (_) {
+      throw new ApiError(response.status, "bad_response", "the server sent something that is not JSON");
+    }
+  }
+
+  function randomKey() {
+    const bytes = new Uint8Array(16);
+    crypto.getRandomValues(bytes);
+    return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+  }
+
+  // ---------------------------------------------------------------- messages
+
+  const messageTimers = new Map();
+
+  function showMessage(id, text, kind = "info", { sticky = false } = {}) {
+    const element = $(id);
+    clearTimeout(messageTimers.get(id));
+    element.textContent = text;
+    element.dataset.kind = kind;
+    element.hidden = false;
+    if (!sticky && kind !== "error") {
+      messageTimers.set(id, setTimeout(() => clearMessage(id), 4000));
+    }
+  }
+
+  function clearMessage(id) {
+    const element = $(id);
+    clearTimeout(messageTimers.get(id));
+    element.hidden = true;
+    element.textContent = "";
+    delete element.dataset.kind;
+  }
+
+  function describe(error) {
+    if (!(error instanceof ApiError)) return String(error && error.message ? error.message : error);
+    let text = error.message;
+    if (!/[.!?]$/.test(text)) text += ".";
+    if (error.retryAfter && /^\d+$/.test(error.retryAfter)) {
+      text += ` Try again in ${error.retryAfter} s.`;
+    }
+    if (error.status === 401 && session) text += " Sign out and sign in again with a valid token.";
+    return error.status ? `${text} (${error.code})` : text;
+  }
+
+  function showError(id, error) {
+    showMessage(id, describe(error), "error");
+  }
+
+  // A form's buttons are disabled while its request runs, so a double click sends one request.
+  async function busy(form, action) {
+    const controls = form.querySelectorAll("button, input, textarea");
+    const buttons = Array.from(controls).filter((c) => c.tagName === "BUTTON");
+    buttons.forEach((b) => (b.disabled = true));
+    form.setAttribute("aria-busy", "true");
+    try {
+      return await action();
+    } finally {
+      buttons.forEach((b) => (b.disabled = false));
+      form.removeAttribute("aria-busy");
+    }
+  }
+
+  // ---------------------------------------------------------------- time
+
+  function formatTime(iso) {
+    const when = new Date(iso);
+    if (Number.isNaN(when.getTime())) return iso;
+    const seconds = Math.round((Date.now() - when.getTime()) / 1000);
+    if (seconds < 45) return "just now";
+    if (seconds < 3600) return `${Math.round(seconds / 60)} min ago`;
+    if (seconds < 86400) return `${Math.round(seconds / 3600)} h ago`;
+    return when.toLocaleString(undefined, {
+      year: "numeric",
+      month: "short",
+      day: "numeric",
+      hour: "2-digit",
+      minute: "2-digit",
+    });
+  }
+
+  // ---------------------------------------------------------------- timeline
+
+  // Items are kept in timeline order, newest first: a post id starts with its creation ticks
+  // (16 hex digits), and ties go to the smaller id, as the storage's row keys order them.
+  function newerFirst(a, b) {
+    const ta = a.post_id.slice(0, 16);
+    const tb = b.post_id.slice(0, 16);
+    if (ta !== tb) return ta > tb ? -1 : 1;
+    if (a.post_id === b.post_id) return 0;
+    return a.post_id < b.post_id ? -1 : 1;
+  }
+
+  const timeline = {
+    posts: new Map(), // post_id -> {post, element}
+    continuation: null,
+    newest: null, // the position of the newest item read from a page or the stream ...
+    newestPost: null, // ... and that item
+    generation: 0, // bumped on sign-out/reload so late answers of an old session are dropped
+  };
+
+  function renderPost(post, { fresh = false } = {}) {
+    const element = $("post-template").content.firstElementChild.cloneNode(true);
+    element.dataset.postId = post.post_id;
+    element.dataset.author = post.author;
+    element.querySelector(".avatar").textContent = (post.author[0] || "?").toUpperCase();
+    element.querySelector(".post-author").textContent = `@${post.author}`;
+    const time = element.querySelector(".post-time");
+    time.dateTime = post.created_at;
+    time.title = new Date(post.created_at).toLocaleString();
+    time.textContent = formatTime(post.created_at);
+    element.querySelector(".post-text").textContent = post.text;
+    const remove = element.querySelector(".post-delete");
+    if (session && post.author === session.user_id) {
+      remove.hidden = false;
+      remove.addEventListener("click", () => deletePost(post, remove));
+    }
+    if (fresh) {
+      element.classList.add("fresh");
+      setTimeout(() => element.classList.remove("fresh"), 4000);
+    }
+    return element;
+  }
+
+  // Insert a post at its place (deduplicated by post id); returns whether it was new.
+  function insertPost(post, options = {}) {
+    if (!post || typeof post.post_id !== "string" || timeline.posts.has(post.post_id)) return false;
+    const element = renderPost(post, options);
+    let before = null;
+    for (const entry of timeline.posts.values()) {
+      if (newerFirst(post, entry.post) < 0 && (!before || newerFirst(entry.post, before.post) < 0)) {
+        before = entry;
+      }
+    }
+    $("timeline-list").insertBefore(element, before ? before.element : null);
+    timeline.posts.set(post.post_id, { post, element });
+    updateEmpty();
+    return true;
+  }
+
+  // Below the oldest item shown while older pages are still to load: "Load more" brings it
+  // in its place. (A stream resumed from a position resends its recent window, which may
+  // reach further back than the first page.)
+  function belowLoaded(post) {
+    if (timeline.continuation === null) return false;
+    let oldest = null;
+    for (const entry of timeline.posts.values()) {
+      if (!oldest || newerFirst(entry.post, oldest) > 0) oldest = entry.post;
+    }
+    return oldest !== null && newerFirst(post, oldest) > 0;
+  }
+
+  // Positions are opaque: whether one is newer is told by the posts they belong to.
+  function advanceNewest(post, position) {
+    if (!post || !position) return false;
+    if (timeline.newestPost && newerFirst(post, timeline.newestPost) > 0) return false;
+    timeline.newest = position;
+    timeline.newestPost = post;
+    return true;
+  }
+
+  function removePost(postId) {
+    const entry = timeline.posts.get(postId);
+    if (!entry) return;
+    entry.element.remove();
+    timeline.posts.delete(postId);
+    updateEmpty();
+  }
+
+  function updateEmpty() {
+    $("timeline-empty").hidden = timeline.posts.size > 0 || timeline.continuation !== null;
+    $("load-more").hidden = timeline.continuation === null;
+  }
+
+  function clearTimeline() {
+    timeline.generation += 1;
+    timeline.posts.clear();
+    timeline.continuation = null;
+    timeline.newest = null;
+    timeline.newestPost = null;
+    $("timeline-list").replaceChildren();
+    updateEmpty();
+  }
+
+  function timelinePath(params) {
+    return withQuery(userPath(session.user_id, "timeline"), params);
+  }
+
+  // The first page: the list starts over, and the live stream starts after its newest item.
+  async function loadTimeline() {
+    clearTimeline();
+    const generation = timeline.generation;
+    clearMessage("timeline-message");
+    $("timeline").setAttribute("aria-busy", "true");
+    try {
+      const page = await api("GET", timelinePath({}));
+      if (generation !== timeline.generation) return;
+      page.items.forEach((post) => insertPost(post));
+      timeline.continuation = page.continuation;
+      advanceNewest(page.items[0], page.newest);
+      updateEmpty();
+      live.start();
+    } catch (error) {
+      if (generation === timeline.generation) showError("timeline-message", error);
+    } finally {
+      $("timeline").removeAttribute("aria-busy");
+    }
+  }
+
+  async function loadMore() {
+    const button = $("load-more");
+    if (timeline.continuation === null) return;
+    const generation = timeline.generation;
+    button.disabled = true;
+    button.textContent = "Loading…";
+    try {
+      const page = await api("GET", timelinePath({ continuation: timeline.continuation }));
+      if (generation !== timeline.generation) return;
+      page.items.forEach((post) => insertPost(post));
+      timeline.continuation = page.continuation;
+      if (!timeline.newest) advanceNewest(page.items[0], page.newest);
+      updateEmpty();
+    } catch (error) {
+      if (generation === timeline.generation) showError("timeline-message", error);
+    } finally {
+      button.disabled = false;
+      button.textContent = "Load more";
+    }
+  }
+
+  // Newer items than the newest one shown (``?since=``), page by page; without a position
+  // yet, the first page is merged in. Used by "Refresh" and after a follow (its backfill
+  // arrives asynchronously).
+  async function refreshNewer({ quiet = false } = {}) {
+    const generation = timeline.generation;
+    let continuation = null;
+    let added = 0;
+    const since = timeline.newest; // repeated on every page of this read, as the API asks
+    try {
+      for (let pages = 0; pages < 10; pages += 1) {
+        const page = await api("GET", timelinePath({ since, continuation }));
+        if (generation !== timeline.generation) return;
+        let fromPage = 0;
+        page.items.forEach((post) => {
+          if (insertPost(post, { fresh: true })) fromPage += 1;
+        });
+        added += fromPage;
+        if (pages === 0) advanceNewest(page.items[0], page.newest);
+        continuation = page.continuation;
+        if (!continuation || !since || (page.items.length && !fromPage)) break;
+      }
+      if (!quiet) showMessage("timeline-message", added ? `${added} new` : "Up to date.");
+    } catch (error) {
+      if (generation === timeline.generation) showError("timeline-message", error);
+    }
+  }
+
+  async function deletePost(post, button) {
+    button.disabled = true;
+    try {
+      await api("DELETE", userPath(session.user_id, "posts", post.post_id));
+      removePost(post.post_id);
+      showMessage("timeline-message", "Post deleted.", "ok");
+      loadProfile();
+    } catch (error) {
+      if (error.status === 404) removePost(post.post_id);
+      showError("timeline-message", error);
+      button.disabled = false;
+    }
+  }
+
+  // ---------------------------------------------------------------- live updates (SSE)
+
+  // A Server-Sent Events parser (the WHATWG rules): lines end in CR, LF or CRLF; a blank
+  // line dispatches the event; lines starting with ':' are comments (heartbeats).
+  class SseParser {
+    constructor(onEvent) {
+      this.onEvent = onEvent;
+      this.buffer = "";
+      this.data = [];
+      this.type = "";
+      this.lastId = null;
+    }
+
+    push(text) {
+      this.buffer += text;
+      let start = 0;
+      const breaks = /\r\n|\r|\n/g;
+      for (;;) {
+        breaks.lastIndex = start;
+        const found = breaks.exec(this.buffer);
+        if (!found) break;
+        // a CR at the very end may be the first half of a CRLF still on its way
+        if (found[0] === "\r" && found.index === this.buffer.length - 1) break;
+        this.line(this.buffer.slice(start, found.index));
+        start = found.index + found[0].length;
+      }
+      this.buffer = this.buffer.slice(start);
+    }
+
+    line(line) {
+      if (line === "") return this.dispatch();
+      if (line.startsWith(":")) return undefined;
+      const colon = line.indexOf(":");
+      const field = colon < 0 ? line : line.slice(0, colon);
+      let value = colon < 0 ? "" : line.slice(colon + 1);
+      if (value.startsWith(" ")) value = value.slice(1);
+      if (field === "event") this.type = value;
+      else if (field === "data") this.data.push(value);
+      else if (field === "id" && !value.includes("\0")) this.lastId = value;
+      return undefined;
+    }
+
+    dispatch() {
+      const data = this.data;
+      const type = this.type || "message";
+      this.data = [];
+      this.type = "";
+      if (data.length) this.onEvent({ type, data: data.join("\n"), id: this.lastId });
+    }
+  }
+
+  const live = {
+    controller: null,
+    lastEventId: null,
+    running: false,
+    idleMs: STREAM_IDLE_MS,
+
+    setState(state, text, title) {
+      const pill = $("live-status");
+      pill.dataset.state = state;
+      pill.textContent = text;
+      pill.title = title || text;
+    },
+
+    start() {
+      this.stop();
+      this.running = true;
+      this.lastEventId = null;
+      this.run(timeline.generation);
+    },
+
+    stop() {
+      this.running = false;
+      if (this.controller) this.controller.abort();
+      this.controller = null;
+      this.setState("off", "offline");
+    },
+
+    async run(generation) {
+      let backoff = BACKOFF_MIN_MS;
+      const current = () => this.running && generation === timeline.generation;
+      while (current()) {
+        const controller = new AbortController();
+        this.controller = controller;
+        let wait = backoff;
+        try {
+          this.setState("connecting", "connecting…");
+          const headers = { Accept: "text/event-stream", Authorization: `Bearer ${session.token}` };
+          let path = userPath(session.user_id, "timeline", "stream");
+          if (this.lastEventId) headers["Last-Event-ID"] = this.lastEventId;
+          else if (timeline.newest) path = withQuery(path, { since: timeline.newest });
+          const response = await fetch(path, { headers, signal: controller.signal, cache: "no-store" });
+          if (!response.ok) {
+            const error = await errorFrom(response);
+            if (error.status === 404 || error.status === 405) {
+              this.setState("off", "no live updates", "this server has no timeline stream; use Refresh");
+              return;
+            }
+            if (error.status === 401 || error.status === 403) {
+              this.setState("error", "live updates off", describe(error));
+              showError("timeline-message", error);
+              return;
+            }
+            if (error.retryAfter && /^\d+$/.test(error.retryAfter)) {
+              wait = Math.max(wait, Number(error.retryAfter) * 1000);
+            }
+            this.setState("waiting", "reconnecting…", describe(error));
+          } else {
+            this.setState("live", "live", "new posts appear as they arrive");
+            backoff = BACKOFF_MIN_MS;
+            wait = backoff;
+            await this.consume(response, controller, generation);
+            if (current()) this.setState("waiting", "reconnecting…");
+          }
+        } catch (error) {
+          if (!current()) return;
+          this.setState("waiting", "reconnecting…", "the live connection was lost");
+        }
+        if (!current()) return;
+        await sleep(wait / 2 + Math.random() * (wait / 2));
+        backoff = Math.min(backoff * 2, BACKOFF_MAX_MS);
+      }
+    },
+
+    async consume(response, controller, generation) {
+      const reader = response.body.getReader();
+      const decoder = new TextDecoder();
+      let idle = null;
+      const alive = () => {
+        clearTimeout(idle);
+        idle = setTimeout(() => {
+          // silent for too long: a dead connection, or a server with rarer heartbeats
+          this.idleMs = Math.min(this.idleMs * 2, STREAM_IDLE_MAX_MS);
+          controller.abort();
+        }, this.idleMs);
+      };
+      const parser = new SseParser((event) => {
+        if (generation !== timeline.generation) return;
+        if (event.type !== "post") return;
+        let post;
+        try {
+          post = JSON.parse(event.data);
+        } catch (_) {
+          return;
+        }
+        if (!post || typeof post.post_id !== "string") return;
+        if (!belowLoaded(post)) insertPost(post, { fresh: true });
+        // resume from the newest entry seen (a late entry's id is an older position)
+        if (advanceNewest(post, event.id)) this.lastEventId = event.id;
+      });
+      alive();
+      try {
+        for (;;) {
+          const { value, done } = await reader.read();
+          if (done) break;
+          alive();
+          parser.push(decoder.decode(value, { stream: true }));
+        }
+      } finally {
+        clearTimeout(idle);
+      }
+    },
+  };
+
+  function sleep(ms) {
+    return new Promise((resolve) => setTimeout(resolve, ms));
+  }
+
+  // ---------------------------------------------------------------- profile and following
+
+  async function loadProfile() {
+    if (!session) return;
+    const userId = session.user_id;
+    try {
+      const profile = await api("GET", userPath(userId), { auth: false });
+      if (!session || session.user_id !== userId) return;
+      $("profile-display-name").textContent =
+        profile.display_name && profile.display_name !== userId ? profile.display_name : "";
+      const count = (n, one, many) => `${n} ${n === 1 ? one : many}`;
+      $("profile-counts").textContent = [
+        count(profile.posts, "post", "posts"),
+        count(profile.followers, "follower", "followers"),
+        `${profile.following} following`,
+      ].join(" · ");
+    } catch (error) {
+      $("profile-counts").textContent = describe(error);
+    }
+  }
+
+  async function loadFollowing() {
+    if (!session) return;
+    const userId = session.user_id;
+    try {
+      const page = await api("GET", userPath(userId, "following"), { auth: false });
+      if (!session || session.user_id !== userId) return;
+      const list = $("following-list");
+      list.replaceChildren(
+        ...page.items.map((edge) => {
+          const item = document.createElement("li");
+          item.dataset.userId = edge.user_id;
+          const name = document.createElement("span");
+          name.textContent = `@${edge.user_id}`;
+          const button = document.createElement("button");
+          button.type = "button";
+          button.className = "secondary small";
+          button.textContent = "Unfollow";
+          button.addEventListener("click", () => unfollow(edge.user_id, button));
+          item.append(name, button);
+          return item;
+        }),
+      );
+      if (page.continuation) {
+        const more = document.createElement("li");
+        more.className = "muted small";
+        more.textContent = "…and more";
+        list.append(more);
+      }
+      $("following-empty").hidden = page.items.length > 0;
+    } catch (error) {
+      showError("follow-message", error);
+    }
+  }
+
+  async function follow(target) {
+    await api("PUT", userPath(session.user_id, "following", target));
+    showMessage("follow-message", `Following @${target}. Their recent posts will appear shortly.`, "ok");
+    $("follow-target").value = "";
+    loadFollowing();
+    loadProfile();
+    // the backfill of their recent posts is asynchronous: look for it twice
+    const generation = timeline.generation;
+    for (const delay of [1500, 5000]) {
+      setTimeout(() => {
+        if (session && generation === timeline.generation) refreshNewer({ quiet: true });
+      }, delay);
+    }
+  }
+
+  async function unfollow(target, button) {
+    if (button) button.disabled = true;
+    try {
+      await api("DELETE", userPath(session.user_id, "following", target));
+      for (const entry of Array.from(timeline.posts.values())) {
+        if (entry.post.author === target) removePost(entry.post.post_id);
+      }
+      showMessage("follow-message", `Unfollowed @${target}.`, "ok");
+      loadFollowing();
+      loadProfile();
+      return true;
+    } catch (error) {
+      showError("follow-message", error);
+      if (button) button.disabled = false;
+      return false;
+    }
+  }
+
+  // ---------------------------------------------------------------- session views
+
+  function showSignedIn() {
+    $("whoami").hidden = false;
+    $("current-user").textContent = `@${session.user_id}`;
+    $("profile-user-id").textContent = `@${session.user_id}`;
+    $("profile-display-name").textContent = "";
+    $("profile-counts").textContent = "…";
+    $("current-token").value = session.token;
+    $("current-token").type = "password";
+    $("toggle-token").textContent = "Show";
+    $("signed-out").hidden = true;
+    $("signed-in").hidden = false;
+    for (const id of ["follow", "compose", "timeline"]) $(id).hidden = false;
+    $("welcome").hidden = true;
+    document.title = `@${session.user_id} · Timeline`;
+    loadProfile();
+    loadFollowing();
+    loadTimeline();
+  }
+
+  function showSignedOut() {
+    live.stop();
+    clearTimeline();
+    $("whoami").hidden = true;
+    $("signed-out").hidden = false;
+    $("signed-in").hidden = true;
+    for (const id of ["follow", "compose", "timeline"]) $(id).hidden = true;
+    $("welcome").hidden = false;
+    $("following-list").replaceChildren();
+    for (const id of ["follow-message", "compose-message", "timeline-message"]) clearMessage(id);
+    document.title = "Timeline";
+  }
+
+  // ---------------------------------------------------------------- wiring
+
+  function updateCount() {
+    const used = Array.from($("compose-text").value.trim()).length;
+    const left = MAX_POST_CHARS - used;
+    const count = $("compose-count");
+    count.textContent = String(left);
+    count.classList.toggle("over", left < 0);
+  }
+
+  function wire() {
+    $("register-form").addEventListener("submit", (event) => {
+      event.preventDefault();
+      const form = event.currentTarget;
+      const userId = $("register-user-id").value.trim();
+      const displayName = $("register-display-name").value.trim();
+      const body = { user_id: userId };
+      if (displayName) body.display_name = displayName;
+      busy(form, async () => {
+        try {
+          const user = await api("POST", "/users", {
+            body,
+            auth: false,
+            headers: { "Idempotency-Key": randomKey() },
+          });
+          saveSession({ user_id: user.user_id, token: user.token });
+          form.reset();
+          showMessage("account-message", `Welcome, @${user.user_id}!`, "ok");
+          showSignedIn();
+        } catch (error) {
+          showError("account-message", error);
+        }
+      });
+    });
+
+    $("token-value").addEventListener("input", () => {
+      // a token starts with its user id ("<user>.<expiry>.<signature>")
+      const token = $("token-value").value.trim();
+      const guess = token.split(".")[0];
+      if (token.includes(".") && /^[A-Za-z0-9_-]{1,64}$/.test(guess)) $("token-user-id").value = guess;
+    });
+
+    $("token-form").addEventListener("submit", (event) => {
+      event.preventDefault();
+      const form = event.currentTarget;
+      const token = $("token-value").value.trim();
+      const userId = $("token-user-id").value.trim();
+      if (!token) {
+        showMessage("account-message", "Paste a token first.", "error");
+        return;
+      }
+      if (!userId) {
+        showMessage("account-message", "Enter the user id the token belongs to.", "error");
+        return;
+      }
+      busy(form, async () => {
+        try {
+          // reading one item of the home timeline proves the token is this user's
+          await api("GET", withQuery(userPath(userId, "timeline"), { limit: 1 }), { token });
+          saveSession({ user_id: userId, token });
+          form.reset();
+          showMessage("account-message", `Signed in as @${userId}.`, "ok");
+          showSignedIn();
+        } catch (error) {
+          showError("account-message", error);
+        }
+      });
+    });
+
+    $("sign-out").addEventListener("click", () => {
+      saveSession(null);
+      showSignedOut();
+      showMessage("account-message", "Signed out.", "ok");
+    });
+
+    $("toggle-token").addEventListener("click", () => {
+      const input = $("current-token");
+      const hidden = input.type === "password";
+      input.type = hidden ? "text" : "password";
+      $("toggle-token").textContent = hidden ? "Hide" : "Show";
+    });
+
+    $("copy-token").addEventListener("click", async () => {
+      try {
+        await navigator.clipboard.writeText(session.token);
+        showMessage("account-message", "Token copied.", "ok");
+      } catch (_) {
+        const input = $("current-token");
+        input.type = "text";
+        input.select();
+        $("toggle-token").textContent = "Hide";
+        showMessage("account-message", "Copy the selected token with Ctrl+C.", "info");
+      }
+    });
+
+    $("compose-text").addEventListener("input", updateCount);
+    $("compose-text").addEventListener("keydown", (event) => {
+      if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) {
+        event.preventDefault();
+        $("compose-form").requestSubmit();
+      }
+    });
+    $("compose-form").addEventListener("submit", (event) => {
+      event.preventDefault();
+      const form = event.currentTarget;
+      const text = $("compose-text").value;
+      busy(form, async () => {
+        try {
+          const post = await api("POST", userPath(session.user_id, "posts"), {
+            body: { text },
+            headers: { "Idempotency-Key": randomKey() },
+          });
+          $("compose-text").value = "";
+          updateCount();
+          insertPost(post, { fresh: true });
+          showMessage("compose-message", "Posted.", "ok");
+          loadProfile();
+        } catch (error) {
+          showError("compose-message", error);
+        }
+      });
+    });
+
+    $("follow-form").addEventListener("submit", (event) => {
+      event.preventDefault();
+      const form = event.currentTarget;
+      const target = $("follow-target").value.trim();
+      if (!target) {
+        showMessage("follow-message", "Enter the user id to follow.", "error");
+        return;
+      }
+      busy(form, async () => {
+        try {
+          await follow(target);
+        } catch (error) {
+          showError("follow-message", error);
+        }
+      });
+    });
+
+    $("unfollow-submit").addEventListener("click", () => {
+      const target = $("follow-target").value.trim();
+      if (!target) {
+        showMessage("follow-message", "Enter the user id to unfollow.", "error");
+        return;
+      }
+      busy($("follow-form"), async () => {
+        if (await unfollow(target)) $("follow-target").value = "";
+      });
+    });
+
+    $("load-more").addEventListener("click", loadMore);
+    $("refresh").addEventListener("click", () => refreshNewer());
+
+    // relative times ("3 min ago") stay true
+    setInterval(() => {
+      for (const { post, element } of timeline.posts.values()) {
+        element.querySelector(".post-time").textContent = formatTime(post.created_at);
+      }
+    }, 30000);
+
+    // another tab signed in or out: follow it
+    window.addEventListener("storage", (event) => {
+      if (event.key !== STORAGE_KEY) return;
+      session = loadSession();
+      if (session) showSignedIn();
+      else showSignedOut();
+    });
+  }
+
+  // for the end-to-end tests: the SSE parser, and a way to drop the live connection
+  window.timelineClient = Object.freeze({
+    SseParser,
+    dropLiveConnection: () => live.controller && live.controller.abort(),
+  });
+
+  wire();
+  updateCount();
+  if (session) showSignedIn();
+  else showSignedOut();
+})();
