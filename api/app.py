@@ -48,10 +48,10 @@ def create_app(settings: Settings, connection_string: str) -> web.Application:
     app[OPENAPI_KEY] = openapi_document(settings.page_size, settings.max_post_chars)
     for operation in OPERATIONS:
         operation.add_to(app)
+    add_docs(app)
     add_web_client(app)
     app[STREAMS_KEY] = Streams(settings.max_streams, settings.stream_timing())
     app.on_shutdown.append(app[STREAMS_KEY].stop)
-    add_docs(app)
 
     async def storage_ctx(app: web.Application) -> AsyncIterator[None]:
         async with Storage(connection_string, settings.storage_options()) as storage:
