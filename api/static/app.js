@@ -325,9 +325,40 @@
     }
   }
 
+  // The first page merged into the list: what landed below the newest item shown (a follow's
+  // backfill, or a post that landed while the stream was connecting) shows in its place,
+  // and nothing shown goes away. Used after a follow, when the stream connects, and by
+  // "Refresh".
+  async function mergeFirstPage() {
+    const generation = timeline.generation;
+    try {
+      const page = await api("GET", timelinePath({}));
+      if (generation !== timeline.generation) return 0;
+      let added = 0;
+      page.items.forEach((post) => {
+        if (!belowLoaded(post) && insertPost(post, { fresh: true })) added += 1;
+      });
+      // everything was loaded: now older pages may have appeared below the first
+      if (timeline.continuation === null) timeline.continuation = page.continuation;
+      advanceNewest(page.items[0], page.newest);
+      updateEmpty();
+      return added;
+    } catch (error) {
+      if (generation === timeline.generation) showError("timeline-message", error);
+      return 0;
+    }
+  }
+
+  // "Refresh": the newer items (``?since=``, page by page), then the first page merged in
+  // for items that landed late below the newest one shown.
+  async function refresh() {
+    const added = await refreshNewer({ quiet: true });
+    const late = await mergeFirstPage();
+    showMessage("timeline-message", added + late ? `${added + late} new` : "Up to date.");
+  }
+
   // Newer items than the newest one shown (``?since=``), page by page; without a position
-  // yet, the first page is merged in. Used by "Refresh" and after a follow (its backfill
-  // arrives asynchronously).
+  // yet, the first page is merged in.
   async function refreshNewer({ quiet = false } = {}) {
     const generation = timeline.generation;
     let continuation = null;
@@ -336,7 +367,7 @@
     try {
       for (let pages = 0; pages < 10; pages += 1) {
         const page = await api("GET", timelinePath({ since, continuation }));
-        if (generation !== timeline.generation) return;
+        if (generation !== timeline.generation) return 0;
         let fromPage = 0;
         page.items.forEach((post) => {
           if (insertPost(post, { fresh: true })) fromPage += 1;
@@ -350,6 +381,7 @@
     } catch (error) {
       if (generation === timeline.generation) showError("timeline-message", error);
     }
+    return added;
   }
 
   async function deletePost(post, button) {
@@ -475,6 +507,7 @@
             this.setState("waiting", "reconnecting…", describe(error));
           } else {
             this.setState("live", "live", "new posts appear as they arrive");
+            mergeFirstPage(); // what landed between the page read and this connection
             backoff = BACKOFF_MIN_MS;
             wait = backoff;
             await this.consume(response, controller, generation);
@@ -599,7 +632,7 @@
     const generation = timeline.generation;
     for (const delay of [1500, 5000]) {
       setTimeout(() => {
-        if (session && generation === timeline.generation) refreshNewer({ quiet: true });
+        if (session && generation === timeline.generation) mergeFirstPage();
       }, delay);
     }
   }
@@ -808,7 +841,7 @@
     });
 
     $("load-more").addEventListener("click", loadMore);
-    $("refresh").addEventListener("click", () => refreshNewer());
+    $("refresh").addEventListener("click", () => refresh());
 
     // relative times ("3 min ago") stay true
     setInterval(() => {

@@ -110,6 +110,10 @@ def output_dir() -> Path:
     return OUTPUT
 
 
+STREAM_LOOKBACK_S = 1
+"""Short, so the page must find late entries (a follow's backfill) without the stream."""
+
+
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory: pytest.TempPathFactory, output_dir: Path) -> Iterator[str]:
     """``timeline run`` on free ports with its own data directory: the API's base URL."""
@@ -123,6 +127,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, output_dir: Path) -> Iterato
         writes_per_minute=0,
         registrations_per_minute=0,
         worker_idle_sleep_s=0.05,
+        stream_lookback_s=STREAM_LOOKBACK_S,
     )
     base = f"http://127.0.0.1:{port}"
     with (output_dir / "stack.log").open("wb") as log:

@@ -10,6 +10,7 @@ too. Every wait polls with ``WebDriverWait``.
 from __future__ import annotations
 
 import secrets
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,11 +22,19 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
 from tests.conftest import unique
-from tests.e2e.conftest import PAGE_SIZE, browser_log, request_json, server_errors
+from tests.e2e.conftest import (
+    PAGE_SIZE,
+    STREAM_LOOKBACK_S,
+    browser_log,
+    request_json,
+    server_errors,
+)
 
 pytestmark = pytest.mark.e2e
 
 TIMEOUT_S = 30.0
+XSS = '<img src=x onerror="window.__pwned=1">'
+"""A post text that would run script if the page rendered text as HTML."""
 SCREENSHOT = "web-client.png"
 
 
@@ -396,3 +405,39 @@ def test_the_event_stream_parser(stack: str, browsers: Callable[[str], webdriver
         {"type": "message", "id": "a2", "data": "no type"},
         {"type": "post", "id": "a3", "data": "{}"},
     ]
+
+
+def test_a_followed_authors_existing_posts_appear_without_a_reload(
+    stack: str, browsers: Callable[[str], webdriver.Chrome]
+) -> None:
+    """A follow's backfill lands below the newest post shown, older than the stream's
+    look-back: the page still shows it in its place (review finding)."""
+    author = unique("author")
+    status, body = request_json("POST", f"{stack}/users", {"user_id": author})
+    assert status == 201
+    for text in ("an older post", XSS):
+        assert (
+            request_json("POST", f"{stack}/users/{author}/posts", {"text": text}, body["token"])[0]
+            == 202
+        )
+    posted = time.monotonic()
+
+    reader_id = unique("reader")
+    reader = Page(browsers("reader"), stack)
+    reader.open()
+    token = reader.register(reader_id)
+    reader.wait(
+        lambda: time.monotonic() - posted > 2 * STREAM_LOOKBACK_S,
+        what="the author's posts to be older than the stream's look-back",
+    )
+    reader.post("my own post")
+    reader.wait(lambda: len(_timeline_ids(stack, reader_id, token)) == 1, what="own post stored")
+    reader.reload()  # a page opened on a timeline that has something: its stream has a position
+    reader.wait(lambda: reader.texts() == ["my own post"], what="the first page")
+    reader.wait(lambda: reader.live_state() == "live", what="the live connection")
+    reader.follow(author)
+    reader.wait(
+        lambda: reader.texts() == ["my own post", XSS, "an older post"],
+        what="the followed author's posts on the open page, in timeline order",
+    )
+    assert reader.driver.execute_script("return window.__pwned === undefined")
