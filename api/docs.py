@@ -12,6 +12,7 @@ import logging
 from pathlib import Path
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from timeline.azurite import find_node_modules
 from timeline.errors import ConfigurationError, NotFoundError
@@ -70,8 +71,22 @@ def add_docs(app: web.Application, node_modules: Path | None = None) -> None:
         log.warning("no /docs page: %s is not installed in %s", PACKAGE, folder.parent)
         return
     app[SWAGGER_UI_KEY] = folder
-    app.router.add_static(ASSETS, folder, name="docs_assets")
+    assets = {path.name: path for path in folder.iterdir() if path.is_file()}
+    app.router.add_get(ASSETS + "/{name}", _asset_handler(assets), name="docs_assets")
     app.router.add_get(INIT_SCRIPT, _init_script, name="docs_init")
+
+
+def _asset_handler(assets: dict[str, Path]) -> Handler:
+    """Serve only the package's own files, by name: no path from a request reaches the
+    file system (a long or odd name is a plain 404, not an ``OSError``)."""
+
+    async def asset(request: web.Request) -> web.FileResponse:
+        path = assets.get(request.match_info["name"])
+        if path is None:
+            raise NotFoundError("no such docs asset", code="not_found")
+        return web.FileResponse(path)
+
+    return asset
 
 
 async def docs_page(request: web.Request) -> web.Response:

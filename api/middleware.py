@@ -99,7 +99,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
             response.headers["Allow"] = error.headers["Allow"]
         return response
     except Exception:
-        log.exception("unhandled error in %s %s", request.method, request.path)
+        log.exception("unhandled error in %s %r", request.method, request.path)
         return error_response(500, "internal_error", "internal error; it has been logged")
 
 

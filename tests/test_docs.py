@@ -6,6 +6,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
+import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
@@ -80,3 +81,29 @@ async def test_without_swagger_ui_installed_docs_is_a_404_saying_why(tmp_path: P
     add_docs(app, node_modules=tmp_path)  # an empty node_modules
     async with TestClient(TestServer(app)) as client:
         assert await error_of(await client.get("/docs"), 404) == "docs_not_installed"
+
+
+async def test_odd_asset_names_are_404s_not_500s(client: Client) -> None:
+    """A name too long for the file system reached aiohttp's static handler as an OSError
+    (review finding)."""
+    for name in ("a" * 300, "a%0aforged", "%00", "swagger-ui.css%2f..", "." * 255):
+        for method in ("GET", "HEAD"):
+            response = await client.request(method, f"/docs/assets/{name}")
+            assert response.status == 404, (method, name)
+
+
+async def test_an_unhandled_error_logs_its_path_on_one_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The path is logged escaped: a decoded newline in it cannot forge a log line."""
+
+    async def broken(_request: web.Request) -> web.Response:
+        raise RuntimeError("boom")
+
+    app = web.Application(middlewares=MIDDLEWARES)
+    app.router.add_get("/{anything}", broken)
+    async with TestClient(TestServer(app)) as client:
+        response = await client.get("/x%0aapi.audit INFO admin token rotated")
+        assert await error_of(response, 500) == "internal_error"
+    (record,) = [r for r in caplog.records if r.getMessage().startswith("unhandled error")]
+    assert "\n" not in record.getMessage()
