@@ -50,7 +50,9 @@ def create_app(settings: Settings, connection_string: str) -> web.Application:
         operation.add_to(app)
     add_docs(app)
     add_web_client(app)
-    app[STREAMS_KEY] = Streams(settings.max_streams, settings.stream_timing())
+    app[STREAMS_KEY] = Streams(
+        settings.max_streams, settings.max_streams_per_user, settings.stream_timing()
+    )
     app.on_shutdown.append(app[STREAMS_KEY].stop)
 
     async def storage_ctx(app: web.Application) -> AsyncIterator[None]:

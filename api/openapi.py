@@ -35,8 +35,8 @@ _STATUS_TEXT = {
     409: "conflict with existing state",
     413: "request body too large",
     415: "request body is not JSON",
-    429: "rate limited (see Retry-After)",
-    503: "storage unavailable (see Retry-After)",
+    429: "rate limited, or (a stream) too many streams of this user (see Retry-After)",
+    503: "storage unavailable, or (a stream) too many streams in this process (see Retry-After)",
 }
 
 
@@ -60,6 +60,8 @@ class Operation:
     """Takes an ``Idempotency-Key`` header: a retry with the same key repeats nothing."""
     since: bool = False
     """Takes ``since``: only items newer than a position from an earlier page."""
+    resumable: bool = False
+    """A live stream: ``since`` starts it, a ``Last-Event-ID`` header resumes it."""
 
     def add_to(self, app: web.Application) -> None:
         app.router.add_route(self.method, self.path, self.handler, name=self.operation_id)
@@ -163,14 +165,34 @@ def _parameters(operation: Operation, page_size: int) -> list[dict[str, Any]]:
                 },
             },
         ]
+    if operation.resumable:
+        parameters.append(
+            {
+                "name": "Last-Event-ID",
+                "in": "header",
+                "required": False,
+                "description": "the id of the last event received: the stream resumes after "
+                "it (and sends the look-back window again; dedupe by post_id)",
+                "schema": {
+                    "type": "string",
+                    "pattern": CONTINUATION_PATTERN,
+                    "maxLength": MAX_CONTINUATION_CHARS,
+                },
+            }
+        )
     if operation.since:
         parameters.append(
             {
                 "name": "since",
                 "in": "query",
                 "required": False,
-                "description": "opaque: a page's 'newest' (or a stream event id); only items "
-                "newer than it are returned, newest first, paged down to it",
+                "description": (
+                    "opaque: a page's 'newest' (or an event id); the stream sends the items "
+                    "newer than it, then each new one"
+                    if operation.resumable
+                    else "opaque: a page's 'newest' (or a stream event id); only items "
+                    "newer than it are returned, newest first, paged down to it"
+                ),
                 "schema": {
                     "type": "string",
                     "pattern": CONTINUATION_PATTERN,

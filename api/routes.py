@@ -31,7 +31,12 @@ def _service(request: web.Request) -> TimelineService:
 
 
 def _actor(request: web.Request) -> str:
-    """The user the bearer token acts as; verified by signature alone, no storage read.
+    """The user the bearer token acts as; verified by signature alone, no storage read."""
+    return _service(request).authenticate(_bearer(request))
+
+
+def _bearer(request: web.Request) -> str:
+    """The bearer token as sent, not yet verified.
 
     A header that is present but garbled (say one non-UTF-8 byte) is an invalid token, not a
     missing one; the token itself is left to ``verify_bearer``, which rejects anything not ASCII.
@@ -42,7 +47,7 @@ def _actor(request: web.Request) -> str:
         raise AuthenticationError("only Bearer tokens are accepted", code="invalid_token")
     if not token.strip():
         raise AuthenticationError("send 'Authorization: Bearer <token>'", code="missing_token")
-    return _service(request).authenticate(token.strip())
+    return token.strip()
 
 
 async def _body(request: web.Request, model: type[M]) -> M:
@@ -193,8 +198,8 @@ async def home_timeline(request: web.Request) -> web.Response:
 
 
 async def timeline_stream(request: web.Request) -> web.StreamResponse:
-    actor = _actor(request)
-    return await stream.serve(request, _service(request), actor, request.match_info["user_id"])
+    token = _bearer(request)
+    return await stream.serve(request, _service(request), token, request.match_info["user_id"])
 
 
 async def healthz(_request: web.Request) -> web.Response:
@@ -252,7 +257,8 @@ OPERATIONS = [
     Operation("GET", "/users/{user_id}/timeline/stream", timeline_stream,
               "The user's home timeline live, as Server-Sent Events (one `post` event per "
               "new entry, its position as the event id; resume with Last-Event-ID)",
-              auth=True, raw_content_type="text/event-stream", since=True, errors=(503,)),
+              auth=True, raw_content_type="text/event-stream", since=True, resumable=True,
+              errors=(429, 503)),
     Operation("GET", "/healthz", healthz, "The process is alive", response=schemas.Status),
     Operation("GET", "/readyz", readyz, "Storage is reachable and initialised",
               response=schemas.Status),

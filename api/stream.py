@@ -5,20 +5,24 @@ position as the ``id:``, so a client that reconnects sends ``Last-Event-ID`` and
 where it left off (``timeline.live`` says why it may see a few entries again). A comment
 line goes out when nothing else has for the heartbeat interval, so proxies keep the
 connection and a dead client is noticed. A process serves at most ``TIMELINE_MAX_STREAMS``
-streams (503 beyond), and ends them all when it shuts down.
+streams (503 beyond), and ``TIMELINE_MAX_STREAMS_PER_USER`` of one user (429 beyond), so
+one user cannot take them all. A stream ends when its bearer token expires (the client's
+reconnect then gets the 401), and all of them end when the process shuts down.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
+from collections import Counter
 from collections.abc import Iterator
 
 import orjson
 from aiohttp import web
 
 from timeline.entities import Post
-from timeline.errors import OverloadedError
+from timeline.errors import OverloadedError, RateLimitedError
 from timeline.live import StreamTiming
 from timeline.service import TimelineService
 
@@ -29,25 +33,37 @@ RETRY_MS = 2000
 class Streams:
     """The live streams of this process: how many may run, and the signal to end them."""
 
-    def __init__(self, capacity: int, timing: StreamTiming) -> None:
+    def __init__(self, capacity: int, per_user: int, timing: StreamTiming) -> None:
         self.capacity = capacity
+        self.per_user = per_user
         self.timing = timing
         self.open = 0
+        self.by_user: Counter[str] = Counter()
         self.stopping = asyncio.Event()
 
     @contextlib.contextmanager
-    def slot(self) -> Iterator[None]:
+    def slot(self, user: str) -> Iterator[None]:
         if self.open >= self.capacity or self.stopping.is_set():
             raise OverloadedError(
                 f"this process already serves {self.open} live streams; try again later "
                 "or read the timeline with 'since'",
                 retry_after=5,
             )
+        if self.by_user[user] >= self.per_user:
+            raise RateLimitedError(
+                f"{user!r} already has {self.by_user[user]} live streams open here",
+                retry_after=5,
+                code="too_many_streams",
+            )
         self.open += 1
+        self.by_user[user] += 1
         try:
             yield
         finally:
             self.open -= 1
+            self.by_user[user] -= 1
+            if not self.by_user[user]:
+                del self.by_user[user]
 
     async def stop(self, _app: web.Application) -> None:
         """``on_shutdown``: end every stream, so shutdown does not wait for clients."""
@@ -58,14 +74,17 @@ STREAMS_KEY = web.AppKey("streams", Streams)
 
 
 async def serve(
-    request: web.Request, service: TimelineService, actor: str, owner: str
+    request: web.Request, service: TimelineService, token: str, owner: str
 ) -> web.StreamResponse:
-    """Check everything before the 200, then send entries as they land."""
+    """Check everything before the 200, then send entries as they land, until the token
+    expires, the client leaves or the process stops."""
     streams = request.app[STREAMS_KEY]
-    since = request.headers.get("Last-Event-ID") or request.query.get("since")
-    with streams.slot():
+    actor = service.authenticate(token)
+    resume = request.headers.get("Last-Event-ID")
+    since, name = (resume, "Last-Event-ID") if resume else (request.query.get("since"), "since")
+    with streams.slot(actor):
         watch = await service.watch_timeline(
-            actor, owner, since, lookback_s=streams.timing.lookback_s
+            actor, owner, since, lookback_s=streams.timing.lookback_s, since_name=name
         )
         response = web.StreamResponse(
             headers={
@@ -76,11 +95,13 @@ async def serve(
         )
         await response.prepare(request)
         await response.write(f"retry: {RETRY_MS}\n\n".encode())
-        with contextlib.suppress(ConnectionResetError):
-            async for fresh in watch.updates(streams.timing, streams.stopping):
-                await response.write(_events(service, owner, fresh))
-                if request.transport is None or request.transport.is_closing():
-                    break
+        lasts = service.token_expiry(token) - time.time()
+        with contextlib.suppress(ConnectionResetError, TimeoutError):
+            async with asyncio.timeout(lasts):
+                async for fresh in watch.updates(streams.timing, streams.stopping):
+                    await response.write(_events(service, owner, fresh))
+                    if request.transport is None or request.transport.is_closing():
+                        break
         return response
 
 

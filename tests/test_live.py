@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import signal
 import sys
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +35,7 @@ from timeline.entities import Post
 from timeline.keys import new_post_id, now_ticks
 from timeline.repositories import Repositories
 from timeline.storage import Storage
+from timeline.tokens import TokenSigner
 
 THRESHOLD = 3
 LOOKBACK_S = 300
@@ -91,7 +93,8 @@ async def live(private_azurite: Azurite, tmp_path: Path) -> AsyncIterator[Live]:
         stream_poll_s=0.1,
         stream_heartbeat_s=1,
         stream_lookback_s=LOOKBACK_S,
-        max_streams=2,
+        max_streams=3,
+        max_streams_per_user=2,
     )
     async with Storage(settings.connection_string()) as storage:
         await storage.create_all()
@@ -253,9 +256,18 @@ async def test_stream_checks_its_caller_and_bounds_streams(live: Live) -> None:
     bad = await live.stream(reader, **{"Last-Event-ID": "nonsense"})
     assert await error_of(bad, 400) == "invalid_last_event_id"
 
-    streams = [await live.stream(reader), await live.stream(other)]
+    bad_since = await live.client.get(
+        url, params={"since": "nonsense"}, headers=bearer(live.tokens[reader])
+    )
+    assert await error_of(bad_since, 400) == "invalid_since"
+
+    streams = [await live.stream(reader), await live.stream(reader)]
     assert [stream.status for stream in streams] == [200, 200]
-    refused = await live.stream(reader)
+    mine = await live.stream(reader)  # one user cannot take every slot
+    assert await error_of(mine, 429) == "too_many_streams"
+    streams.append(await live.stream(other))
+    assert streams[-1].status == 200
+    refused = await live.stream(other)
     assert await error_of(refused, 503) == "overloaded"
     assert refused.headers["Retry-After"] == "5"
 
@@ -269,7 +281,53 @@ async def test_stream_checks_its_caller_and_bounds_streams(live: Live) -> None:
         return response.status == 200
 
     await eventually(freed, what="a closed stream to free its slot")
-    streams[1].close()
+    for stream in streams[1:]:
+        stream.close()
+
+
+async def test_a_stream_ends_when_its_token_expires(live: Live) -> None:
+    reader = await live.user("reader")
+    signer = TokenSigner(TEST_SECRET.encode(), token_ttl_s=60)
+    token = signer.mint_bearer(reader, now=time.time() - 58)  # 2 s left
+    stream = await live.client.get(f"/users/{reader}/timeline/stream", headers=bearer(token))
+    assert stream.status == 200
+    rest = await asyncio.wait_for(stream.content.read(), 15)  # the server ends it
+    assert rest.startswith(b"retry: 2000\n\n")
+    again = await live.client.get(f"/users/{reader}/timeline/stream", headers=bearer(token))
+    assert await error_of(again, 401) == "expired_token"
+
+
+async def test_a_stream_resumed_from_long_ago_sends_at_most_a_capped_timeline(
+    private_azurite: Azurite, tmp_path: Path
+) -> None:
+    """However old the position, one poll reads and sends at most the cap (review finding:
+    a resumed stream read the whole history of every merged author)."""
+    settings = make_settings(
+        private_azurite.connection_string,
+        tmp_path,
+        max_timeline_items=3,
+        stream_poll_s=0.1,
+        stream_heartbeat_s=1,
+    )
+    async with Storage(settings.connection_string()) as storage:
+        await storage.create_all()
+        repos = Repositories.on(storage)
+        async with api_client(settings) as client:
+            api, reader = Api(client), unique("reader")
+            token = await api.register(reader)
+            old = Post(post_id=new_post_id(now_ticks()), author=reader, text="old")
+            await repos.timelines.put_many(reader, [old])
+            position = (await api.timeline(reader, token))["newest"]
+            newer = [Post(new_post_id(now_ticks() + i), reader, f"{i}") for i in range(10)]
+            await repos.timelines.put_many(reader, newer)
+            stream = await client.get(
+                f"/users/{reader}/timeline/stream",
+                headers=bearer(token) | {"Last-Event-ID": position},
+            )
+            events = await _events(stream, 3)
+            assert [event["data"]["text"] for event in events] == ["7", "8", "9"]
+            assert await asyncio.wait_for(_comment(stream), 10) == ": heartbeat"
+            stream.close()
 
 
 async def _comment(response: ClientResponse) -> str:

@@ -67,9 +67,11 @@ class Settings(BaseSettings):
     rest."""
     max_streams: int = Field(default=200, ge=0)
     """Live timeline streams one API process serves at once (503 beyond)."""
+    max_streams_per_user: int = Field(default=4, ge=1)
+    """Live streams of one user one API process serves at once (429 beyond)."""
     stream_poll_s: float = Field(default=2.0, ge=0.1, le=60)
     """How often a live stream reads its timeline: one page read per stream per poll."""
-    stream_lookback_s: float = Field(default=30.0, ge=0, le=600)
+    stream_lookback_s: float = Field(default=120.0, ge=0, le=3600)
     """How far below its newest event a stream re-reads, for entries that land late."""
     stream_heartbeat_s: float = Field(default=15.0, ge=1, le=300)
     token_ttl_s: int = Field(default=30 * 24 * 3600, ge=60)

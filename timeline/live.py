@@ -6,8 +6,9 @@ key, which orders entries by when their posts were *made*, but entries *land* in
 only roughly: a post lands in each timeline after the worker fans it out, so one made a
 moment before the newest entry sent can land after it. So each poll re-reads a look-back
 window below the newest entry sent, and skips the entries this stream already sent (it
-remembers those of the window). An entry that lands more than the window late is missed;
-fan-out lag is about a second, the window is 30 s by default.
+remembers those of the window). An entry that lands more than the window late is not
+streamed (the next read of the first page shows it); fan-out lag is about a second, the
+window is 120 s by default.
 
 A stream that resumes from a position (``Last-Event-ID``) does not know which entries of the
 window its client already has, so it sends them again: a client dedupes by ``post_id``.
@@ -43,9 +44,12 @@ class StreamTiming:
 class TimelineWatch:
     """The entries of one home timeline that a stream has not sent yet, oldest first."""
 
-    def __init__(self, home: HomeTimeline, owner: str, *, lookback_s: float) -> None:
+    def __init__(
+        self, home: HomeTimeline, owner: str, *, lookback_s: float, max_entries: int
+    ) -> None:
         self._home = home
         self._owner = owner
+        self._max_entries = max_entries
         self._lookback = int(lookback_s * TICKS_PER_SECOND)
         self._newest: str | None = None
         self._sent: dict[str, str] = {}
@@ -74,11 +78,14 @@ class TimelineWatch:
         return fresh[::-1]
 
     async def _newer_than(self, until: str) -> list[Post]:
-        """Every entry newer than ``until``, newest first: one page read per 250."""
+        """The entries newer than ``until``, newest first, at most ``max_entries`` (a stream
+        resumed from long ago gets the newest, as a capped timeline would show them): one
+        page read per 250."""
         entries: list[Post] = []
         position: Position | None = Position(until=until)
-        while position is not None:
-            page, position = await self._home.page(self._owner, PAGE, position)
+        while position is not None and len(entries) < self._max_entries:
+            wanted = min(PAGE, self._max_entries - len(entries))
+            page, position = await self._home.page(self._owner, wanted, position)
             entries += page
         return entries
 

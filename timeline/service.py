@@ -78,6 +78,10 @@ class TimelineService:
         """The user id a bearer token acts as (no storage read)."""
         return self._signer.verify_bearer(token)
 
+    def token_expiry(self, token: str) -> int:
+        """When a verified bearer token expires (Unix seconds): a stream ends then."""
+        return self._signer.bearer_expiry(token)
+
     async def register(
         self, user_id: str, display_name: str | None, *, client: str, idempotency_key: str | None
     ) -> tuple[User, str]:
@@ -198,15 +202,23 @@ class TimelineService:
         return self._posts_out(scope, Page(posts, token))
 
     async def watch_timeline(
-        self, actor: str, owner: str, since: str | None, *, lookback_s: float
+        self,
+        actor: str,
+        owner: str,
+        since: str | None,
+        *,
+        lookback_s: float,
+        since_name: str = "since",
     ) -> TimelineWatch:
         """What a live stream of the owner's timeline sends: entries newer than the position
-        ``since`` names (a ``Last-Event-ID``), or, without one, those that land from now."""
+        ``since`` names (a ``Last-Event-ID``), or, without one, those that land from now.
+        A poll sends at most a timeline's worth (the cap), however old the position."""
         _require_self(actor, owner)
-        watch = TimelineWatch(self._home, owner, lookback_s=lookback_s)
+        most = self._cap or MAX_STREAM_ENTRIES
+        watch = TimelineWatch(self._home, owner, lookback_s=lookback_s, max_entries=most)
         if since is not None:
             scope = f"timeline:{owner}"
-            watch.start_after(self._signer.decode_position(scope, since, name="Last-Event-ID"))
+            watch.start_after(self._signer.decode_position(scope, since, name=since_name))
             return watch
         newest, _ = await self._home.page(owner, 1, Position())
         watch.start_after(newest[0].row_key if newest else None)
@@ -319,6 +331,8 @@ class TimelineService:
         )
 
 
+MAX_STREAM_ENTRIES = 1000
+"""The most entries one poll of a stream sends when timelines are not capped."""
 SERVED = "n"
 """In a home timeline's continuation: entries served so far (pages stop at the cap)."""
 AFTER = "a"
