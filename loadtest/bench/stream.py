@@ -34,7 +34,13 @@ async def stream(sizes: Sizes) -> dict[str, Any]:
     larges = [f"large{i}" for i in range(MERGED_AUTHORS)]
     async with fresh_storage() as (azurites, storage):
         await _seed_reads(storage, AudienceRepository(storage), larges, plain, merged)
-        async with api_process(azurites, TIMELINE_STREAM_POLL_S=str(POLL_S)) as server:
+        # the clients share a reader: what a stream costs does not depend on whose it is
+        streams_per_user = str(sizes.stream_clients)
+        async with api_process(
+            azurites,
+            TIMELINE_STREAM_POLL_S=str(POLL_S),
+            TIMELINE_MAX_STREAMS_PER_USER=streams_per_user,
+        ) as server:
             costs = {
                 reader: await _requests_per_client_minute(server, signer, reader, sizes)
                 for reader in (plain, merged)
@@ -61,6 +67,9 @@ async def _open_streams(
     timeout = aiohttp.ClientTimeout(total=None, sock_read=None)
     async with aiohttp.ClientSession(timeout=timeout) as session:
         responses = [await session.get(url, headers=headers) for _ in range(count)]
+        refused = [response.status for response in responses if response.status != 200]
+        if refused:
+            raise RuntimeError(f"streams refused: {refused}")
         try:
             yield responses
         finally:
