@@ -1,9 +1,7 @@
-"""``make loadtest``: the whole stack on free ports, seeded, under Locust; one JSON line.
-
-Starts ``timeline run`` (embedded Azurite, API, one worker with metrics), seeds the graph,
-runs Locust headless, samples the fan-out queue depth every second, measures the same
-250-item page read straight through the SDK for comparison, writes Locust's CSV and HTML and
-a PNG plot under ``loadtest/results/``, and prints one JSON object as its last line.
+"""``python -m loadtest.run``: start and seed the stack, run Locust headless, sample the
+fan-out queue depth every second, measure the same 250-item page read straight through the
+SDK for comparison, write Locust's CSV and HTML and a PNG plot under ``loadtest/results/``,
+and print one JSON object as its last line.
 """
 
 from __future__ import annotations
@@ -11,7 +9,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import csv
 import json
 import random
 import signal
@@ -20,41 +17,20 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
 from loadtest.bench.harness import histogram_quantile, scrape, scrubbed_env
+from loadtest.run.report import locust_stats, percentile, plot, work_queue_depth
+from loadtest.run.stack import seed, stack
 from timeline.azurite import free_ports
 from timeline.config import Settings
 from timeline.repositories import TimelinesRepository
 from timeline.storage import Storage
 
 RESULTS = Path("loadtest/results")
-
-
-@contextlib.asynccontextmanager
-async def stack(env: dict[str, str], base: str) -> AsyncIterator[subprocess.Popen[bytes]]:
-    process = subprocess.Popen(  # noqa: ASYNC220 - starts our own stack, once
-        [sys.executable, "-m", "timeline.cli", "run"], env=env, stderr=subprocess.DEVNULL
-    )
-    try:
-        async with aiohttp.ClientSession() as session:
-            deadline = time.monotonic() + 90
-            while True:
-                with contextlib.suppress(aiohttp.ClientError):
-                    async with session.get(f"{base}/readyz") as response:
-                        if response.status == 200:
-                            break
-                if time.monotonic() > deadline or process.poll() is not None:
-                    raise RuntimeError("the stack did not become ready")
-                await asyncio.sleep(0.2)
-        yield process
-    finally:
-        process.send_signal(signal.SIGTERM)
-        await asyncio.to_thread(process.wait, 60)
 
 
 async def raw_page_p50_ms(settings: Settings, users: list[str], reads: int = 200) -> float:
@@ -69,51 +45,6 @@ async def raw_page_p50_ms(settings: Settings, users: list[str], reads: int = 200
             await timelines.page(owner, 250, None)
             timings.append((time.perf_counter() - started) * 1000)
     return statistics.median(timings)
-
-
-def work_queue_depth(samples: dict[str, float]) -> float:
-    """Messages waiting in every work shard ``fanout-<k>`` (not in their poison queues)."""
-    prefix = "fanout_queue_depth{queue=fanout-"
-    return sum(
-        value
-        for key, value in samples.items()
-        if key.startswith(prefix) and not key.endswith("-poison}")
-    )
-
-
-def locust_stats(prefix: Path) -> dict[str, dict[str, str]]:
-    with open(f"{prefix}_stats.csv", newline="") as handle:
-        return {row["Name"]: row for row in csv.DictReader(handle)}
-
-
-def percentile(stats: dict[str, dict[str, str]], name: str, column: str) -> float | None:
-    """A request kind's percentile, or None when a short run never made that request."""
-    row = stats.get(name)
-    return float(row[column]) if row is not None else None
-
-
-def plot(prefix: Path, output: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    with open(f"{prefix}_stats_history.csv", newline="") as handle:
-        rows = [r for r in csv.DictReader(handle) if r["Name"] == "Aggregated"]
-    start = float(rows[0]["Timestamp"])
-    seconds = [float(r["Timestamp"]) - start for r in rows]
-    figure, (latency, throughput) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
-    for column in ("50%", "95%", "99%"):
-        values = [float(r[column]) if r[column] not in ("", "N/A") else float("nan") for r in rows]
-        latency.plot(seconds, values, label=f"p{column.rstrip('%')}")
-    latency.set_ylabel("latency (ms)")
-    latency.legend()
-    latency.set_title("Timeline service under Locust (all requests)")
-    throughput.plot(seconds, [float(r["Requests/s"]) for r in rows], color="tab:green")
-    throughput.set_ylabel("requests/s")
-    throughput.set_xlabel("seconds")
-    figure.tight_layout()
-    figure.savefig(output, dpi=100)
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -133,12 +64,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     tokens = RESULTS / "tokens.json"
     async with stack(env, base):
         seed_env = env | {"TIMELINE_LOADTEST_TOKENS": str(tokens)}
-        await asyncio.to_thread(
-            subprocess.run,
-            [sys.executable, "-m", "loadtest.seed", "--users", str(args.seed_users),
-             "--tokens", str(tokens)],
-            env=seed_env, check=True,
-        )  # fmt: skip
+        await seed(seed_env, args.seed_users, tokens)
         metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
         prefix = RESULTS / "locust"
         async with aiohttp.ClientSession() as session:
@@ -186,7 +112,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m loadtest.run", description=__doc__)
     parser.add_argument("--users", type=int, default=50)
     parser.add_argument("--seconds", type=int, default=60)
     parser.add_argument("--seed-users", type=int, default=5000)
