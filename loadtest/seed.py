@@ -165,9 +165,10 @@ async def main_async(args: argparse.Namespace) -> None:
     settings = Settings()
     graph = Graph.zipf(args.users, seed=args.seed)
     large = large_authors(graph, settings.fanout_on_read_followers, settings.max_merged_authors)
-    # a 30 s timeout, as the bench's own client: an EGT of 100 rows may wait that long for an
-    # Azurite that shares 2 cores with other people's tests (the default 5 s failed the seed)
-    options = replace(settings.storage_options(), timeout_s=30)
+    # a 30 s timeout, as the bench's own client, and more retries: on a machine busy with
+    # other people's tests an EGT of 100 rows can take over 5 s, and Azurite closes idle
+    # keep-alive connections after 5 s ("Cannot write to closing transport" three times)
+    options = replace(settings.storage_options(), timeout_s=30, retries=6)
     async with Storage(settings.connection_string(), options) as storage:
         await storage.create_all()
         await seed(storage, graph, authors=args.authors, posts_per_author=args.posts, large=large)
