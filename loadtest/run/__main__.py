@@ -1,50 +1,37 @@
-"""``python -m loadtest.run``: start and seed the stack, run Locust headless, sample the
-fan-out queue depth every second, measure the same 250-item page read straight through the
-SDK for comparison, write Locust's CSV and HTML and a PNG plot under ``loadtest/results/``,
-and print one JSON object as its last line.
+"""``python -m loadtest.run``: start and seed the stack, then in one window run Locust
+headless and the side-by-side probe (``loadtest.run.probe``: the same first pages read
+straight through the SDK and through the API, from a process of its own), sample the
+fan-out queue depth every second and every process's CPU; let the worker drain, run the
+probe again at idle; write Locust's CSV, HTML and request log, the probe's samples and a PNG
+plot under ``loadtest/results/``, and print one JSON object as its last line.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
-import random
 import signal
-import statistics
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
-from loadtest.bench.harness import histogram_quantile, scrape, scrubbed_env
-from loadtest.run.report import locust_stats, percentile, plot, work_queue_depth
-from loadtest.run.stack import seed, stack
+from loadtest.bench.harness import histogram_quantile, scrubbed_env
+from loadtest.run.load import Load, Samples, probe_process, under_load
+from loadtest.run.report import (
+    locust_log,
+    locust_stats,
+    percentile,
+    plot,
+    quantiles_ms,
+    ratio,
+    route_quantile_ms,
+)
+from loadtest.run.stack import roles, seed, stack
 from timeline.azurite import free_ports
-from timeline.config import Settings
-from timeline.repositories import TimelinesRepository
-from timeline.storage import Storage
 
 RESULTS = Path("loadtest/results")
-
-
-async def raw_page_p50_ms(settings: Settings, users: list[str], reads: int = 200) -> float:
-    """The page the API serves (a random user's first 250), read straight through the SDK."""
-    rng = random.Random(1)
-    async with Storage(settings.connection_string(), settings.storage_options()) as storage:
-        timelines = TimelinesRepository(storage)
-        timings = []
-        for _ in range(reads):
-            owner = rng.choice(users)
-            started = time.perf_counter()
-            await timelines.page(owner, 250, None)
-            timings.append((time.perf_counter() - started) * 1000)
-    return statistics.median(timings)
+TIMELINE_ROUTE = "/users/{user_id}/timeline"
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -60,55 +47,90 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         TIMELINE_WRITES_PER_MINUTE="0",
         TIMELINE_FANOUT_ON_READ_FOLLOWERS=str(args.large_threshold),
     )
-    settings = Settings(data_dir=data_dir)
     tokens = RESULTS / "tokens.json"
-    async with stack(env, base):
+    urls = {
+        "base": base,
+        "api": f"{base}/metrics",
+        "worker": f"http://127.0.0.1:{metrics_port}/metrics",
+    }
+    async with stack(env, base) as process:
         seed_env = env | {"TIMELINE_LOADTEST_TOKENS": str(tokens)}
         await seed(seed_env, args.seed_users, tokens)
-        metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
-        prefix = RESULTS / "locust"
-        async with aiohttp.ClientSession() as session:
-            before = await scrape(session, metrics_url)
-            locust = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "locust", "-f", "loadtest/locustfile.py", "--headless",
-                "-u", str(args.users), "-r", str(max(1, args.users // 5)),
-                "-t", f"{args.seconds}s", "--host", base, "--csv", str(prefix),
-                "--csv-full-history", "--html", str(RESULTS / "locust.html"), "--only-summary",
-                env=seed_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            )  # fmt: skip
-            depth_max = 0.0
-            while locust.returncode is None:
-                with contextlib.suppress(aiohttp.ClientError):
-                    samples = await scrape(session, metrics_url)
-                    depth_max = max(depth_max, work_queue_depth(samples))
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(locust.wait(), 1.0)
-            await asyncio.sleep(5)  # let the worker finish what the run queued
-            after = await scrape(session, metrics_url)
-        raw_p50 = await raw_page_p50_ms(settings, sorted(json.loads(tokens.read_text())))
-    stats = locust_stats(prefix)
+        async with probe_process(seed_env, base, tokens) as probe:
+            load = await under_load(args, seed_env, urls, probe, roles(process.pid), RESULTS)
+            await probe.send("idle")
+            idle = await probe.samples()
+    (RESULTS / "side_by_side.json").write_text(json.dumps({"load": load.__dict__, "idle": idle}))
+    plot(RESULTS / "locust", RESULTS / "latency.png")
+    return summary(args, load, idle)
+
+
+def summary(args: argparse.Namespace, load: Load, idle: Samples) -> dict[str, Any]:
+    stats = locust_stats(RESULTS / "locust")
     aggregated = stats["Aggregated"]
-    plot(prefix, RESULTS / "latency.png")
-    return {
+    logged = locust_log(RESULTS / "requests.csv", load.start, load.end)
+
+    def ms(samples: list[tuple[float, float]]) -> list[float]:
+        return [value for _, value in samples]
+
+    result: dict[str, Any] = {
         "users": args.users,
         "duration_s": args.seconds,
         "rps": round(float(aggregated["Requests/s"]), 1),
         "failures": int(aggregated["Failure Count"]),
-        "read_p50_ms": percentile(stats, "read: timeline", "50%"),
-        "read_p95_ms": percentile(stats, "read: timeline", "95%"),
-        "read_p99_ms": percentile(stats, "read: timeline", "99%"),
-        "merged_read_p50_ms": percentile(stats, "read: timeline (merged)", "50%"),
-        "merged_read_p95_ms": percentile(stats, "read: timeline (merged)", "95%"),
-        "merged_read_p99_ms": percentile(stats, "read: timeline (merged)", "99%"),
-        "large_authors": len(json.loads((RESULTS / "hybrid.json").read_text())["large_authors"]),
         "reads": sum(int(r["Request Count"]) for n, r in stats.items() if n.startswith("read:")),
-        "post_p50_ms": percentile(stats, "write: post", "50%"),
-        "raw_page_query_p50_ms": round(raw_p50, 1),
-        "fanout_lag_p99_s": round(
-            histogram_quantile(before, after, "fanout_delivery_lag_seconds", 0.99), 3
-        ),
-        "queue_depth_max": int(depth_max),
+        **quantiles_ms(logged.get("read: timeline", []), "read"),
+        **quantiles_ms(logged.get("read: timeline (merged)", []), "merged_read"),
+        **quantiles_ms(ms(load.probe["raw"]["plain"]), "raw_page_query", "_under_load"),
+        **quantiles_ms(ms(load.probe["raw"]["merged"]), "raw_merged_read", "_under_load"),
+        **quantiles_ms(ms(load.probe["api"]["plain"]), "probe_read", "_under_load"),
+        **quantiles_ms(ms(load.probe["api"]["merged"]), "probe_merged_read", "_under_load"),
+        **quantiles_ms(ms(idle["raw"]["plain"]), "raw_page_query", "_idle"),
+        **quantiles_ms(ms(idle["raw"]["merged"]), "raw_merged_read", "_idle"),
+        **quantiles_ms(ms(idle["api"]["plain"]), "api_idle_read"),
+        **quantiles_ms(ms(idle["api"]["merged"]), "api_idle_merged_read"),
+        **{
+            f"server_read_p{q}_ms": round(
+                route_quantile_ms(load.api_before, load.api_after, TIMELINE_ROUTE, q / 100), 1
+            )
+            for q in (50, 95, 99)
+        },
     }
+    result |= {
+        "api_over_raw_under_load": ratio(
+            result["read_p50_ms"], result["raw_page_query_p50_ms_under_load"]
+        ),
+        "api_over_raw_idle": ratio(
+            result["api_idle_read_p50_ms"], result["raw_page_query_p50_ms_idle"]
+        ),
+        "merged_api_over_raw_under_load": ratio(
+            result["merged_read_p50_ms"], result["raw_merged_read_p50_ms_under_load"]
+        ),
+        "merged_api_over_raw_idle": ratio(
+            result["api_idle_merged_read_p50_ms"], result["raw_merged_read_p50_ms_idle"]
+        ),
+        "read_p99_over_p50": ratio(result["read_p99_ms"], result["read_p50_ms"]),
+        "merged_read_p99_over_p50": ratio(
+            result["merged_read_p99_ms"], result["merged_read_p50_ms"]
+        ),
+        "post_p50_ms": percentile(stats, "write: post", "50%"),
+        "large_authors": len(json.loads((RESULTS / "hybrid.json").read_text())["large_authors"]),
+        "fanout_lag_p99_s": round(
+            histogram_quantile(
+                load.worker_before, load.worker_after, "fanout_delivery_lag_seconds", 0.99
+            ),
+            3,
+        ),
+        "queue_depth_max": int(load.depth_max),
+        "cores": {role: round(value, 2) for role, value in load.cores.items()},
+        "probe_reads": {
+            f"{source}_{kind}_{phase}": len(samples[source][kind])
+            for phase, samples in (("under_load", load.probe), ("idle", idle))
+            for source in ("raw", "api")
+            for kind in ("plain", "merged")
+        },
+    }
+    return result
 
 
 def main() -> None:
@@ -120,6 +142,10 @@ def main() -> None:
         "--large-threshold", type=int, default=500,
         help="TIMELINE_FANOUT_ON_READ_FOLLOWERS for the run: the seeded graph's top accounts "
         "(3,000 to 500 followers) are merged at read time",
+    )  # fmt: skip
+    parser.add_argument(
+        "--profile", type=Path, default=None,
+        help="sample the API, the worker and Locust with py-spy during the load, into this folder",
     )  # fmt: skip
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     print(json.dumps(asyncio.run(run(parser.parse_args()))))

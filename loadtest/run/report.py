@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import csv
+from collections.abc import Sequence
 from pathlib import Path
+
+from loadtest.bench.harness import histogram_quantile, quantile
 
 
 def work_queue_depth(samples: dict[str, float]) -> float:
@@ -49,3 +52,45 @@ def plot(prefix: Path, output: Path) -> None:
     throughput.set_xlabel("seconds")
     figure.tight_layout()
     figure.savefig(output, dpi=100)
+
+
+def locust_log(path: Path, start: float, end: float) -> dict[str, list[float]]:
+    """Response times (ms) by request name of the requests Locust started in [start, end)."""
+    times: dict[str, list[float]] = {}
+    with open(path, newline="") as handle:
+        for row in csv.DictReader(handle):
+            if start <= float(row["start"]) < end:
+                times.setdefault(row["name"], []).append(float(row["ms"]))
+    return times
+
+
+def quantiles_ms(values: Sequence[float], name: str, suffix: str = "") -> dict[str, float | None]:
+    """``{name}_p50_ms{suffix}``, p95 and p99 of ``values`` (None with fewer than 2)."""
+    return {
+        f"{name}_p{q}_ms{suffix}": round(quantile(values, q / 100), 1) if len(values) > 1 else None
+        for q in (50, 95, 99)
+    }
+
+
+def route_quantile_ms(
+    before: dict[str, float], after: dict[str, float], route: str, q: float
+) -> float:
+    """A quantile of the API's own ``timeline_http_request_duration_seconds`` for GETs of
+    ``route`` between two scrapes (linear within its buckets: 5, 10, 20, 50, 100, 200 ms...)."""
+    name = "timeline_http_request_duration_seconds"
+    suffix = f",method=GET,route={route}}}"
+
+    def buckets(samples: dict[str, float]) -> dict[str, float]:
+        return {
+            f"{name}_bucket{{le={key.split('le=')[1].split(',')[0]}}}": value
+            for key, value in samples.items()
+            if key.startswith(f"{name}_bucket{{") and key.endswith(suffix)
+        }
+
+    return 1000 * histogram_quantile(buckets(before), buckets(after), name, q)
+
+
+def ratio(numerator: float | None, denominator: float | None) -> float | None:
+    if numerator is None or not denominator:
+        return None
+    return round(numerator / denominator, 2)

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
+import psutil
 
 
 @contextlib.asynccontextmanager
@@ -45,3 +46,20 @@ async def seed(env: dict[str, str], users: int, tokens: Path) -> None:
         env=env,
         check=True,
     )
+
+
+def roles(stack_pid: int) -> dict[str, list[int]]:
+    """The stack's processes by role: ``api``, ``worker``, ``azurite`` (node)."""
+    found: dict[str, list[int]] = {"api": [], "worker": [], "azurite": []}
+    for child in psutil.Process(stack_pid).children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            command = child.cmdline()
+            if command[1:3] == ["-m", "api"]:
+                found["api"].append(child.pid)
+            elif command[1:3] == ["-m", "fanout_worker"]:
+                found["worker"].append(child.pid)
+            elif any("azurite" in part for part in command):
+                found["azurite"].append(child.pid)
+    if not all(found.values()):
+        raise RuntimeError(f"the stack's processes were not all found: {found}")
+    return found
