@@ -126,7 +126,7 @@ def summary(args: argparse.Namespace, load: Load, idle: Samples) -> dict[str, An
         "probe_reads": {
             f"{source}_{kind}_{phase}": len(samples[source][kind])
             for phase, samples in (("under_load", load.probe), ("idle", idle))
-            for source in ("raw", "api")
+            for source in ("raw", "api", "raw_failed", "api_failed")
             for kind in ("plain", "merged")
         },
     }

@@ -18,7 +18,8 @@ scrapes can delay its reads. It warms every user first (one raw and one API read
 the API knows each merged reader's list, as it does for Locust's users after their first
 read), prints ``ready``, then obeys stdin: ``go`` starts the under-load loop, ``stop`` ends
 it, ``idle`` runs the sequential idle rounds; after ``stop`` and after ``idle`` it prints one
-JSON line of samples (``[start time, ms]`` by source and reader kind).
+JSON line of samples (``[start time, ms]`` by source and reader kind; reads that failed are
+timed like the others and listed again under ``raw_failed`` or ``api_failed``).
 """
 
 from __future__ import annotations
@@ -94,6 +95,11 @@ class Reader:
         await self.api(owner)
 
     async def raw(self, owner: str) -> None:
+        """Within the storage timeout, as the API's ``Storage.guard`` bounds each call."""
+        async with asyncio.timeout(self.storage.options.timeout_s):
+            await self._raw(owner)
+
+    async def _raw(self, owner: str) -> None:
         authors = self.merged.get(owner, ())
         if not authors:
             await self.head(owner)
@@ -131,14 +137,29 @@ class Reader:
                 raise RuntimeError(f"GET {url}: {response.status}")
 
 
-async def timed(call: Callable[[], Awaitable[None]]) -> Sample:
+async def timed(call: Callable[[], Awaitable[None]], failed: list[Sample]) -> Sample:
+    """How long ``call`` took; a failure (a 503, a storage timeout) is timed too, as Locust
+    times its failures, and also listed in ``failed``."""
     at, started = time.time(), time.perf_counter()
-    await call()
+    try:
+        await call()
+    except Exception as error:
+        sys.stderr.write(f"probe: {type(error).__name__}: {error}\n")
+        failed.append((at, (time.perf_counter() - started) * 1000))
     return at, (time.perf_counter() - started) * 1000
 
 
 def empty() -> dict[str, dict[str, list[Sample]]]:
-    return {source: {"plain": [], "merged": []} for source in ("raw", "api")}
+    sources = ("raw", "api", "raw_failed", "api_failed")
+    return {source: {"plain": [], "merged": []} for source in sources}
+
+
+async def read(
+    reader: Reader, source: str, kind: str, owner: str, samples: dict[str, dict[str, list[Sample]]]
+) -> None:
+    call = reader.raw if source == "raw" else reader.api
+    sample = await timed(lambda: call(owner), samples[f"{source}_failed"][kind])
+    samples[source][kind].append(sample)
 
 
 async def under_load(
@@ -151,9 +172,7 @@ async def under_load(
     for source, kind in itertools.cycle([(s, k) for s, k in cycle if pools[k]]):
         if stop.done():
             break
-        owner = rng.choice(pools[kind])
-        call = reader.raw if source == "raw" else reader.api
-        samples[source][kind].append(await timed(lambda: call(owner)))  # noqa: B023
+        await read(reader, source, kind, rng.choice(pools[kind]), samples)
         await asyncio.sleep(gap_s)
     return samples
 
@@ -168,8 +187,7 @@ async def idle(
         for kind in [kind for kind, pool in pools.items() if pool]:
             owner = pools[kind][i % len(pools[kind])]
             for source in ("raw", "api") if i % 2 == 0 else ("api", "raw"):
-                call = reader.raw if source == "raw" else reader.api
-                samples[source][kind].append(await timed(lambda: call(owner)))  # noqa: B023
+                await read(reader, source, kind, owner, samples)
     return samples
 
 
