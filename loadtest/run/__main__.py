@@ -27,7 +27,7 @@ from loadtest.run.report import (
     ratio,
     route_quantile_ms,
 )
-from loadtest.run.stack import roles, seed, stack
+from loadtest.run.stack import roles, seed, stack, storage
 from timeline.azurite import free_ports
 
 RESULTS = Path("loadtest/results")
@@ -53,11 +53,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "api": f"{base}/metrics",
         "worker": f"http://127.0.0.1:{metrics_port}/metrics",
     }
-    async with stack(env, base) as process:
+    async with storage(env, disk=args.azurite_disk) as env, stack(env, base):
         seed_env = env | {"TIMELINE_LOADTEST_TOKENS": str(tokens)}
         await seed(seed_env, args.seed_users, tokens)
         async with probe_process(seed_env, base, tokens) as probe:
-            load = await under_load(args, seed_env, urls, probe, roles(process.pid), RESULTS)
+            load = await under_load(args, seed_env, urls, probe, roles(), RESULTS)
             await probe.send("idle")
             idle = await probe.samples()
     (RESULTS / "side_by_side.json").write_text(json.dumps({"load": load.__dict__, "idle": idle}))
@@ -75,6 +75,7 @@ def summary(args: argparse.Namespace, load: Load, idle: Samples) -> dict[str, An
 
     result: dict[str, Any] = {
         "users": args.users,
+        "azurite": "disk" if args.azurite_disk else "memory",
         "duration_s": args.seconds,
         "rps": round(float(aggregated["Requests/s"]), 1),
         "failures": int(aggregated["Failure Count"]),
@@ -142,6 +143,11 @@ def main() -> None:
         "--large-threshold", type=int, default=500,
         help="TIMELINE_FANOUT_ON_READ_FOLLOWERS for the run: the seeded graph's top accounts "
         "(3,000 to 500 followers) are merged at read time",
+    )  # fmt: skip
+    parser.add_argument(
+        "--azurite-disk", action="store_true",
+        help="timeline run's embedded, file-backed Azurite (saves its database every 5 s) "
+        "instead of an in-memory one",
     )  # fmt: skip
     parser.add_argument(
         "--profile", type=Path, default=None,

@@ -1,5 +1,11 @@
-"""The stack under test: ``timeline run`` on free ports (embedded Azurite, API, one worker
-with metrics), and the seeded graph."""
+"""The stack under test: ``timeline run`` on free ports (API, one worker with metrics) on an
+in-memory Azurite of the run's own, and the seeded graph.
+
+Azurite runs in memory (``--inMemoryPersistence``), as in ``make bench``: with files (what
+``timeline run``'s embedded Azurite uses) LokiJS saves its whole database every 5 s, on
+Node's one thread, and every request in flight waits for the save; that beat was the read
+tail of earlier runs (see loadtest/README.md), and Azure has nothing like it.
+``--azurite-disk`` brings the embedded, file-backed Azurite back, to compare."""
 
 from __future__ import annotations
 
@@ -14,6 +20,23 @@ from pathlib import Path
 
 import aiohttp
 import psutil
+
+from timeline.azurite import Azurite
+
+
+@contextlib.asynccontextmanager
+async def storage(env: dict[str, str], *, disk: bool) -> AsyncIterator[dict[str, str]]:
+    """``env`` for the stack: with an in-memory Azurite of our own as its configured storage,
+    or (``disk``) unchanged, so ``timeline run`` starts its embedded, file-backed one."""
+    if disk:
+        yield env
+        return
+    azurite = Azurite(location=None)
+    try:
+        await asyncio.to_thread(azurite.start)
+        yield env | {"TIMELINE_STORAGE_CONNECTION_STRINGS": azurite.connection_string}
+    finally:
+        await asyncio.to_thread(azurite.stop)
 
 
 @contextlib.asynccontextmanager
@@ -48,10 +71,11 @@ async def seed(env: dict[str, str], users: int, tokens: Path) -> None:
     )
 
 
-def roles(stack_pid: int) -> dict[str, list[int]]:
-    """The stack's processes by role: ``api``, ``worker``, ``azurite`` (node)."""
+def roles() -> dict[str, list[int]]:
+    """The stack's processes by role: ``api``, ``worker``, ``azurite`` (node), among this
+    process's descendants (the Azurite is ours, or the stack's child with ``--azurite-disk``)."""
     found: dict[str, list[int]] = {"api": [], "worker": [], "azurite": []}
-    for child in psutil.Process(stack_pid).children(recursive=True):
+    for child in psutil.Process().children(recursive=True):
         with contextlib.suppress(psutil.Error):
             command = child.cmdline()
             if command[1:3] == ["-m", "api"]:
