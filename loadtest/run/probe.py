@@ -16,10 +16,11 @@ It reads the same first pages as Locust's users, two ways, one request at a time
 Its own process and event loop, so neither Locust's gevent loop nor the orchestrator's
 scrapes can delay its reads. It warms every user first (one raw and one API read each, so
 the API knows each merged reader's list, as it does for Locust's users after their first
-read), prints ``ready``, then obeys stdin: ``go`` starts the under-load loop, ``stop`` ends
-it, ``idle`` runs the sequential idle rounds; after ``stop`` and after ``idle`` it prints one
-JSON line of samples (``[start time, ms]`` by source and reader kind; reads that failed are
-timed like the others and listed again under ``raw_failed`` or ``api_failed``).
+read), prints ``ready``, then obeys stdin: ``go`` starts the under-load reads (one every
+0.12 s, open loop: see ``under_load``), ``stop`` ends them, ``idle`` runs the sequential
+idle rounds; after ``stop`` and after ``idle`` it prints one JSON line of samples
+(``[start time, ms]`` by source and reader kind; reads that failed are timed like the
+others and listed again under ``raw_failed`` or ``api_failed``).
 """
 
 from __future__ import annotations
@@ -163,17 +164,24 @@ async def read(
 
 
 async def under_load(
-    reader: Reader, pools: dict[str, list[str]], gap_s: float, stop: asyncio.Future[str]
+    reader: Reader, pools: dict[str, list[str]], every_s: float, stop: asyncio.Future[str]
 ) -> dict[str, dict[str, list[Sample]]]:
-    """Until ``stop``: raw plain, raw merged (twice), then API plain and API merged, with
-    ``gap_s`` after each read; every user drawn at random from its pool."""
+    """Until ``stop``, one read starts every ``every_s`` whether or not the earlier ones
+    have ended (open loop): raw plain, raw merged (twice), then API plain and API merged,
+    every user drawn at random from its pool. A reader that waited for each answer would
+    start one read during a stall of storage, where Locust's 50 users each have one in
+    flight: its percentiles would leave the stall out (coordinated omission)."""
     rng, samples = random.Random(2), empty()
     cycle = [("raw", "plain"), ("raw", "merged")] * 2 + [("api", "plain"), ("api", "merged")]
-    for source, kind in itertools.cycle([(s, k) for s, k in cycle if pools[k]]):
+    started, reads = time.monotonic(), set[asyncio.Task[None]]()
+    for i, (source, kind) in enumerate(itertools.cycle([(s, k) for s, k in cycle if pools[k]])):
+        await asyncio.sleep(max(0.0, started + i * every_s - time.monotonic()))
         if stop.done():
             break
-        await read(reader, source, kind, rng.choice(pools[kind]), samples)
-        await asyncio.sleep(gap_s)
+        task = asyncio.create_task(read(reader, source, kind, rng.choice(pools[kind]), samples))
+        reads.add(task)
+        task.add_done_callback(reads.discard)
+    await asyncio.gather(*reads)
     return samples
 
 
@@ -228,7 +236,7 @@ async def main_async(args: argparse.Namespace) -> None:
         while (line := await command()) != "":
             if line == "go":
                 stop = asyncio.ensure_future(command())
-                emit(json.dumps(await under_load(reader, pools, args.gap, stop)))
+                emit(json.dumps(await under_load(reader, pools, args.every, stop)))
                 if (await stop) != "stop":
                     raise RuntimeError("the probe expected 'stop'")
             elif line == "idle":
@@ -242,9 +250,7 @@ def main() -> None:
     parser.add_argument("--base", required=True, help="the API's base URL")
     parser.add_argument("--tokens", type=Path, required=True, help="loadtest.seed's tokens.json")
     parser.add_argument("--pool", type=int, default=40, help="users of each kind")
-    parser.add_argument(
-        "--gap", type=float, default=0.1, help="seconds after each read, under load"
-    )
+    parser.add_argument("--every", type=float, default=0.12, help="seconds between reads")
     parser.add_argument("--idle-rounds", type=int, default=100)
     parser.add_argument("--seed", type=int, default=1)
     asyncio.run(main_async(parser.parse_args()))
