@@ -167,12 +167,12 @@ async def under_load(
     reader: Reader, pools: dict[str, list[str]], every_s: float, stop: asyncio.Future[str]
 ) -> dict[str, dict[str, list[Sample]]]:
     """Until ``stop``, one read starts every ``every_s`` whether or not the earlier ones
-    have ended (open loop): raw plain, raw merged (twice), then API plain and API merged,
+    have ended (open loop): raw plain, raw merged (three times), then API plain and merged,
     every user drawn at random from its pool. A reader that waited for each answer would
     start one read during a stall of storage, where Locust's 50 users each have one in
     flight: its percentiles would leave the stall out (coordinated omission)."""
     rng, samples = random.Random(2), empty()
-    cycle = [("raw", "plain"), ("raw", "merged")] * 2 + [("api", "plain"), ("api", "merged")]
+    cycle = [("raw", "plain"), ("raw", "merged")] * 3 + [("api", "plain"), ("api", "merged")]
     started, reads = time.monotonic(), set[asyncio.Task[None]]()
     for i, (source, kind) in enumerate(itertools.cycle([(s, k) for s, k in cycle if pools[k]])):
         await asyncio.sleep(max(0.0, started + i * every_s - time.monotonic()))
