@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import sys
 
 from aiohttp import web
@@ -12,10 +13,20 @@ from timeline.errors import ConfigurationError
 from timeline.logs import configure_logging
 
 
+async def freeze_startup_heap(_app: web.Application) -> None:
+    """Once storage is open: collect, then move every object alive (modules, SDK clients and
+    their pipelines, the OpenAPI document) to the permanent generation, so a full collection
+    walks only what requests made since. Without it, full collections under ``make loadtest``
+    paused the event loop, and every request in flight, for 109 and 137 ms."""
+    gc.collect()
+    gc.freeze()
+
+
 def main() -> None:
     settings = Settings()
     configure_logging(settings.log_format)
     app = create_app(settings, settings.connection_string())
+    app.on_startup.append(freeze_startup_heap)  # after the storage context has opened
     # SO_REUSEPORT only when several API processes share the port (``make run`` checks it is
     # free first): alone, a port already taken must fail to bind, not be silently shared.
     try:

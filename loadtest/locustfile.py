@@ -1,16 +1,21 @@
 """Timeline users: mostly reading (as on every timeline service), sometimes posting and
 following. Tokens come from ``loadtest/results/tokens.json``, written by ``loadtest.seed``,
 with ``hybrid.json`` beside it: readers who follow large authors report their timeline reads
-as merged, so their latency shows next to plain reads."""
+as merged, so their latency shows next to plain reads. With ``TIMELINE_LOADTEST_REQUEST_LOG``
+set, every request's start time, name and response time are written there as CSV when
+Locust quits (``loadtest.run`` lines them up with its probe's reads and the worker's
+activity)."""
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import random
 from pathlib import Path
+from typing import Any
 
-from locust import FastHttpUser, between, task
+from locust import FastHttpUser, between, events, task
 
 _TOKENS_FILE = Path(os.environ.get("TIMELINE_LOADTEST_TOKENS", "loadtest/results/tokens.json"))
 TOKENS: dict[str, str] = json.loads(_TOKENS_FILE.read_text())
@@ -19,6 +24,23 @@ _HYBRID_FILE = _TOKENS_FILE.with_name("hybrid.json")
 MERGED_READERS = (
     set(json.loads(_HYBRID_FILE.read_text())["merged_readers"]) if _HYBRID_FILE.exists() else set()
 )
+
+_REQUEST_LOG = os.environ.get("TIMELINE_LOADTEST_REQUEST_LOG")
+_requests: list[tuple[float, str, float]] = []
+
+
+@events.request.add_listener  # type: ignore[untyped-decorator]
+def _record(name: str, response_time: float, start_time: float, **_: Any) -> None:
+    _requests.append((start_time, name, response_time))
+
+
+@events.quitting.add_listener  # type: ignore[untyped-decorator]
+def _write_log(**_: Any) -> None:
+    if _REQUEST_LOG:
+        with open(_REQUEST_LOG, "w", newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(["start", "name", "ms"])
+            writer.writerows(_requests)
 
 
 class TimelineUser(FastHttpUser):

@@ -16,7 +16,7 @@ import asyncio
 import json
 import random
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -165,7 +165,11 @@ async def main_async(args: argparse.Namespace) -> None:
     settings = Settings()
     graph = Graph.zipf(args.users, seed=args.seed)
     large = large_authors(graph, settings.fanout_on_read_followers, settings.max_merged_authors)
-    async with Storage(settings.connection_string(), settings.storage_options()) as storage:
+    # a 30 s timeout, as the bench's own client, and more retries: on a machine busy with
+    # other people's tests an EGT of 100 rows can take over 5 s, and Azurite closes idle
+    # keep-alive connections after 5 s ("Cannot write to closing transport" three times)
+    options = replace(settings.storage_options(), timeout_s=30, retries=6)
+    async with Storage(settings.connection_string(), options) as storage:
         await storage.create_all()
         await seed(storage, graph, authors=args.authors, posts_per_author=args.posts, large=large)
         secret = await auth_secret(storage, settings.auth_secret, settings.legacy_secret_file)

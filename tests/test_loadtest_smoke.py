@@ -10,15 +10,21 @@ from pathlib import Path
 
 KEYS = {
     "users", "duration_s", "rps", "failures", "read_p50_ms", "read_p95_ms", "read_p99_ms",
-    "post_p50_ms", "raw_page_query_p50_ms", "fanout_lag_p99_s", "queue_depth_max",
+    "post_p50_ms", "fanout_lag_p99_s", "queue_depth_max",
     "merged_read_p50_ms", "merged_read_p95_ms", "merged_read_p99_ms", "large_authors",
+    "raw_page_query_p50_ms_under_load", "raw_page_query_p95_ms_under_load",
+    "raw_page_query_p99_ms_under_load", "raw_page_query_p50_ms_idle", "api_idle_read_p50_ms",
+    "api_over_raw_under_load", "api_over_raw_idle", "read_p99_over_p50",
+    "raw_merged_read_p50_ms_under_load", "raw_merged_read_p50_ms_idle",
+    "api_idle_merged_read_p50_ms", "merged_api_over_raw_under_load", "merged_api_over_raw_idle",
+    "server_read_p50_ms", "server_read_p99_ms", "cores", "probe_reads",
 }  # fmt: skip
 
 
 async def test_loadtest_quick_run_has_no_failures() -> None:
     done = await asyncio.to_thread(
         subprocess.run,
-        [sys.executable, "-m", "loadtest.run", "--users", "5", "--seconds", "8",
+        [sys.executable, "-m", "loadtest.run", "--users", "5", "--seconds", "15",
          "--seed-users", "200", "--large-threshold", "100"],
         capture_output=True, text=True, timeout=600, check=True,
     )  # fmt: skip
@@ -28,4 +34,8 @@ async def test_loadtest_quick_run_has_no_failures() -> None:
     assert result["rps"] > 0
     assert result["large_authors"] > 0  # the top accounts are merged at read time,
     assert result["merged_read_p50_ms"] is not None  # and their followers' reads merge them
+    # the probe read beside Locust (same window) and again at idle, raw and through the API
+    assert result["raw_merged_read_p50_ms_under_load"] is not None
+    assert result["merged_api_over_raw_idle"] is not None
+    assert result["probe_reads"]["api_merged_idle"] > 0
     assert await asyncio.to_thread(lambda: Path("loadtest/results/latency.png").stat().st_size)
