@@ -96,7 +96,7 @@ async def test_json_lines_of_a_request_carry_its_id(settings: Settings, storage:
     assert access["GET /test/broken HTTP/1.1"]["response_status"] == 500
     [error] = [r for r in records if r["logger"] == "api.middleware"]
     assert (error["level"], error["request_id"]) == ("ERROR", generated)
-    assert error["message"] == "unhandled error in GET /test/broken"
+    assert error["message"] == "unhandled error in GET '/test/broken'"
     assert "RuntimeError: boom" in error["exc_info"]
     assert not [r for r in records if r["logger"] == "aiohttp.access" and "request_id" not in r]
 
