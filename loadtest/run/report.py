@@ -76,9 +76,10 @@ def route_quantile_ms(
     before: dict[str, float], after: dict[str, float], route: str, q: float
 ) -> float:
     """A quantile of the API's own ``timeline_http_request_duration_seconds`` for GETs of
-    ``route`` between two scrapes (linear within its buckets: 5, 10, 20, 50, 100, 200 ms...)."""
+    ``route`` answered 200 between two scrapes (linear within its buckets: 5, 10, 20, 50,
+    100, 200 ms...)."""
     name = "timeline_http_request_duration_seconds"
-    suffix = f",method=GET,route={route}}}"
+    suffix = f",method=GET,route={route},status=200}}"
 
     def buckets(samples: dict[str, float]) -> dict[str, float]:
         return {
