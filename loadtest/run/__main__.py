@@ -77,6 +77,7 @@ def summary(args: argparse.Namespace, load: Load, idle: Samples) -> dict[str, An
         "users": args.users,
         "azurite": "disk" if args.azurite_disk else "memory",
         "duration_s": args.seconds,
+        "window_s": round(load.end - load.start, 1),
         "rps": round(float(aggregated["Requests/s"]), 1),
         "failures": int(aggregated["Failure Count"]),
         "reads": sum(int(r["Request Count"]) for n, r in stats.items() if n.startswith("read:")),
@@ -109,6 +110,9 @@ def summary(args: argparse.Namespace, load: Load, idle: Samples) -> dict[str, An
         ),
         "merged_api_over_raw_idle": ratio(
             result["api_idle_merged_read_p50_ms"], result["raw_merged_read_p50_ms_idle"]
+        ),
+        "probe_api_over_raw_under_load": ratio(
+            result["probe_read_p50_ms_under_load"], result["raw_page_query_p50_ms_under_load"]
         ),
         "read_p99_over_p50": ratio(result["read_p99_ms"], result["read_p50_ms"]),
         "merged_read_p99_over_p50": ratio(
