@@ -83,6 +83,10 @@ class Load:
     depth_max: float = 0.0
     series: list[tuple[float, float, float]] = field(default_factory=list)
     """Once a second: time, the work queues' depth, the worker's deliveries so far."""
+    cpu_series: list[tuple[float, dict[str, float]]] = field(default_factory=list)
+    """Once a second in the window: time, and the cores each role used since the last
+    sample (so a slow second can be put down to Azurite, the API, or other people; here
+    ``other`` includes Locust's 0.03 to 0.04 of a core)."""
 
 
 async def under_load(
@@ -118,6 +122,7 @@ async def under_load(
             while locust.returncode is None:
                 if not load.start and time.monotonic() >= steady_at:
                     load.start, cpu_before = time.time(), meter.sample()
+                    last = cpu_before
                     locust_cpu = [cpu_seconds(locust.pid)]
                     load.api_before = await scrape(session, urls["api"])
                     await probe.send("go")
@@ -129,6 +134,9 @@ async def under_load(
                     load.series.append((time.time(), depth, deliveries))
                 if locust_cpu:  # Locust's own CPU, while it still runs
                     locust_cpu.append(cpu_seconds(locust.pid) or locust_cpu[-1])
+                    now = meter.sample()
+                    load.cpu_series.append((time.time(), CpuMeter.cores(last, now)))
+                    last = now
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(locust.wait(), 1.0)
             if not load.start:
