@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
+from timeline.audience import FIRST_POST_KEY
 from timeline.entities import Edge, Page, Post, User
 from timeline.errors import (
     InvalidInputError,
@@ -341,7 +342,6 @@ LISTED = "m"
 """In a home timeline's continuation: the authors the first page merged, comma-separated."""
 UNTIL = "u"
 """In a newer-than read's continuation: the row key its pages stop at (its ``since``)."""
-_ROW_KEY = re.compile(r"[0-9]{19}_[0-9a-f]{26}\Z|0\Z")
 
 
 def _home_position(token: dict[str, str] | None) -> tuple[Position, int]:
@@ -355,7 +355,7 @@ def _home_position(token: dict[str, str] | None) -> tuple[Position, int]:
         listed = tuple(author for author in token.get(LISTED, "").split(",") if author)
         until = token.get(UNTIL, META)
         valid = (
-            _ROW_KEY.match(after)
+            (after == FIRST_POST_KEY or POSITION_KEY.match(after))
             and all(map(_USER_ID.match, listed))
             and (until == META or POSITION_KEY.match(until))
         )
