@@ -6,9 +6,13 @@ registry that the API serves too.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge
 
-from timeline.metrics import FANOUT
+from timeline.limiter import AdaptiveLimiter
+from timeline.metrics import FANOUT, STORAGE_LIMIT, STORAGE_WAITING
+from timeline.priority import Priority
 
 MESSAGES = Counter(
     "fanout_messages_total", "Fan-out messages handled", ["type", "outcome"], registry=FANOUT
@@ -29,3 +33,14 @@ def worker_registry() -> CollectorRegistry:
     served.register(REGISTRY)
     served.register(FANOUT)
     return served
+
+
+def watch_limiter(limiter: AdaptiveLimiter) -> None:
+    """Serve the limiter's state as gauges, read when scraped."""
+    STORAGE_LIMIT.set_function(lambda: limiter.limit)
+    for level in Priority:
+        STORAGE_WAITING.labels(level.name.lower()).set_function(_waiting(limiter, level))
+
+
+def _waiting(limiter: AdaptiveLimiter, level: Priority) -> Callable[[], float]:
+    return lambda: limiter.waiting(level)

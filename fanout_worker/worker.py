@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
 from azure.storage.queue import QueueMessage
 
-from fanout_worker.metrics import IN_FLIGHT, MESSAGES, POISONED, QUEUE_DEPTH
+from fanout_worker.metrics import IN_FLIGHT, MESSAGES, POISONED, QUEUE_DEPTH, watch_limiter
+from timeline import priority
 from timeline.config import Settings
 from timeline.errors import (
     ConfigurationError,
@@ -21,15 +22,16 @@ from timeline.errors import (
     TimelineError,
 )
 from timeline.fanout import Continue, Defer, Done, FanoutProcessor, Outcome
-from timeline.messages import FanoutMessage, decode
-from timeline.queue import FanoutQueue, FanoutQueues
+from timeline.messages import FanoutMessage, decode, urgency
+from timeline.priority import Priority
+from timeline.queue import FanoutQueue, FanoutQueues, Lane
 from timeline.retry import backoff_delay
 from timeline.storage import (
     LEGACY_SHARD,
     TIMELINES,
     Storage,
     poison_queue_name,
-    work_queue_name,
+    split_connection_strings,
 )
 from timeline.writer import PartitionWriter
 
@@ -37,15 +39,24 @@ log = logging.getLogger(__name__)
 
 MAX_RECEIVE = 32
 """Azure Storage Queues lease at most 32 messages per request."""
+BACKGROUND_SHARE = 0.75
+"""Of the places for messages in flight, what background work may hold: the rest is kept
+for user-facing work, which never waits for a backlog of backfills to finish."""
 _SETTLE_ATTEMPTS = 4
 
 
 class Worker:
-    """Consumes ``fanout`` with at most ``worker_concurrency`` messages in flight.
+    """Consumes the queue shards with at most ``worker_concurrency`` messages in flight.
 
     Several receivers lease up to 32 messages each; concurrency is capped by counting
-    in-flight messages plus leases being requested. Timeline writes of all messages meet in
-    one ``PartitionWriter``, which coalesces them per partition into EGT batches.
+    in-flight messages plus leases being requested. Half the receivers serve the user-facing
+    queues, half the background queues; background work may hold at most
+    ``BACKGROUND_SHARE`` of the places, so a fresh post always finds room, and the
+    background is never starved (its receivers never wait for the user-facing queues). A
+    message runs at its ``urgency``: the writer and the storage limiter serve ``HIGH``
+    first. Timeline writes of all messages meet in one ``PartitionWriter``, which coalesces
+    them per partition into EGT batches; every table call waits for a place in the adaptive
+    limiter (``timeline.limiter``).
 
     Every lease ends in one of four ways, decided in ``_settle``: done (deleted), continued
     (rewritten in place: the next page, or a delayed second pass), deferred (state not there
@@ -60,7 +71,8 @@ class Worker:
         self._policy = settings.retry_policy()
         self._stopping = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
-        self._reserved = 0
+        self._background: set[asyncio.Task[None]] = set()
+        self._reserved = [0 for _ in Priority]
         self._capacity = asyncio.Condition()
         self._notifiers: set[asyncio.Future[None]] = set()
 
@@ -78,7 +90,10 @@ class Worker:
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(signum, self.stop)
         settings = self._settings
-        async with Storage(self._connection_string, settings.storage_options()) as storage:
+        limiter = settings.worker_limiter(len(split_connection_strings(self._connection_string)))
+        watch_limiter(limiter)
+        options = settings.storage_options(limiter=limiter)
+        async with Storage(self._connection_string, options) as storage:
             writer = PartitionWriter(
                 storage,
                 TIMELINES,
@@ -141,11 +156,16 @@ class Worker:
             self._settings.worker_concurrency,
             self._settings.worker_write_concurrency,
         )
+        lanes = {
+            level: [s.lanes[level] for s in shards if level < len(s.lanes)] for level in Priority
+        }
         sampler = asyncio.create_task(self._sample_depth(shards))
+        high = max(1, self._settings.worker_receivers // 2)
         try:
             async with asyncio.TaskGroup() as receivers:
                 for index in range(self._settings.worker_receivers):
-                    receivers.create_task(self._receive(shards, processor, index))
+                    level = Priority.HIGH if index < high else Priority.LOW
+                    receivers.create_task(self._receive(lanes[level], processor, index, level))
         finally:
             sampler.cancel()
 
@@ -167,17 +187,18 @@ class Worker:
         await writer.close(max(0.0, deadline - loop.time()))
 
     async def _receive(
-        self, shards: list[FanoutQueue], processor: FanoutProcessor, first: int
+        self, shards: list[Lane], processor: FanoutProcessor, first: int, level: Priority
     ) -> None:
-        """One receiver: lease as many messages as there is room for, start each one.
+        """One receiver of one priority: lease as many messages as there is room for, start
+        each one.
 
-        Receivers take the shards in turn, each from its own starting shard, so every shard
-        is asked as often as any other; a receiver idles only after a whole round of empty
-        shards."""
+        Receivers take the shards' lanes in turn, each from its own starting shard, so every
+        shard is asked as often as any other; a receiver idles only after a whole round of
+        empty lanes."""
         failures = empty = 0
         turn = first
-        while not self._stopping.is_set():
-            count = await self._reserve()
+        while not self._stopping.is_set() and shards:
+            count = await self._reserve(level)
             if not count:
                 return
             queue, turn = shards[turn % len(shards)], turn + 1
@@ -188,14 +209,14 @@ class Worker:
                 failures += 1
                 messages = []
             except ResourceNotFoundError:
-                if queue.shard != LEGACY_SHARD:
+                if queue.shard != LEGACY_SHARD and queue.level == Priority.HIGH:
                     raise
-                log.info("the legacy fanout queue is gone; consuming the shards only")
+                log.info("queue %s does not exist; not consuming it", queue.name)
                 with contextlib.suppress(ValueError):
                     shards.remove(queue)
                 messages = []
             finally:
-                await self._release(count)
+                await self._release(count, level)
             for message in messages:
                 self._start(queue, processor, message)
             empty = 0 if messages else empty + 1
@@ -205,37 +226,45 @@ class Worker:
                 empty = 0
                 await self._sleep(self._settings.worker_idle_sleep_s)
 
-    async def _reserve(self) -> int:
+    async def _reserve(self, level: Priority) -> int:
         """Wait for room, then reserve up to 32 places for the messages about to be leased."""
         async with self._capacity:
-            await self._capacity.wait_for(lambda: self._room() > 0 or self._stopping.is_set())
+            await self._capacity.wait_for(lambda: self._room(level) > 0 or self._stopping.is_set())
             if self._stopping.is_set():
                 return 0
-            count = min(MAX_RECEIVE, self._room())
-            self._reserved += count
+            count = min(MAX_RECEIVE, self._room(level))
+            self._reserved[level] += count
             return count
 
-    async def _release(self, count: int) -> None:
+    async def _release(self, count: int, level: Priority) -> None:
         async with self._capacity:
-            self._reserved -= count
+            self._reserved[level] -= count
             self._capacity.notify_all()
 
-    def _room(self) -> int:
-        return self._settings.worker_concurrency - len(self._tasks) - self._reserved
+    def _room(self, level: Priority) -> int:
+        concurrency = self._settings.worker_concurrency
+        room = concurrency - len(self._tasks) - sum(self._reserved)
+        if level == Priority.HIGH:
+            return room
+        share = max(1, int(concurrency * BACKGROUND_SHARE))
+        return min(room, share - len(self._background) - self._reserved[level])
 
     async def _finished(self) -> None:
         async with self._capacity:
             self._capacity.notify_all()
 
-    def _start(self, queue: FanoutQueue, processor: FanoutProcessor, message: QueueMessage) -> None:
+    def _start(self, queue: Lane, processor: FanoutProcessor, message: QueueMessage) -> None:
         task = asyncio.create_task(self._process(queue, processor, message))
         self._tasks.add(task)
+        if queue.level == Priority.LOW:
+            self._background.add(task)
         IN_FLIGHT.inc()
         task.add_done_callback(self._done)
 
     def _done(self, task: asyncio.Task[None]) -> None:
         """Release the message's place (arq-style, from the task's own callback)."""
         self._tasks.discard(task)
+        self._background.discard(task)
         IN_FLIGHT.dec()
         if not task.cancelled() and task.exception() is not None:
             log.error("message task failed", exc_info=task.exception())
@@ -247,9 +276,7 @@ class Worker:
         self._notifiers.add(notifier)
         notifier.add_done_callback(self._notifiers.discard)
 
-    async def _process(
-        self, queue: FanoutQueue, processor: FanoutProcessor, leased: QueueMessage
-    ) -> None:
+    async def _process(self, queue: Lane, processor: FanoutProcessor, leased: QueueMessage) -> None:
         try:
             message = decode(leased.content)
         except MalformedMessageError as error:
@@ -262,12 +289,13 @@ class Worker:
             return
         lease = _Lease(queue, leased, self._settings.worker_visibility_timeout_s)
         async with lease:
-            outcome = await _outcome_of(processor, message)
+            with priority.running_as(urgency(message)):
+                outcome = await _outcome_of(processor, message)
         if not lease.lost:
             await self._settle_with_retries(queue, lease.message, message, outcome)
 
     async def _settle_with_retries(
-        self, queue: FanoutQueue, leased: QueueMessage, message: FanoutMessage, outcome: _Result
+        self, queue: Lane, leased: QueueMessage, message: FanoutMessage, outcome: _Result
     ) -> None:
         """Record the outcome; a failed queue call is retried while the lease may still hold,
         so queue trouble at this step is not mistaken for a crash."""
@@ -286,7 +314,7 @@ class Worker:
                 return
 
     async def _settle(
-        self, queue: FanoutQueue, leased: QueueMessage, message: FanoutMessage, outcome: _Result
+        self, queue: Lane, leased: QueueMessage, message: FanoutMessage, outcome: _Result
     ) -> None:
         """The one outcome ladder: delete, rewrite for the next step, back off, or poison."""
         released = leased.dequeue_count or message.released + 1
@@ -314,9 +342,7 @@ class Worker:
                 )
         MESSAGES.labels(message.type, type(outcome).__name__.strip("_").lower()).inc()
 
-    async def _poison(
-        self, queue: FanoutQueue, message: QueueMessage, reason: str, detail: str
-    ) -> None:
+    async def _poison(self, queue: Lane, message: QueueMessage, reason: str, detail: str) -> None:
         log.warning("poisoning message %s: %s", message.id, detail)
         try:
             await queue.poison(message, f"{reason}: {detail}")
@@ -334,8 +360,9 @@ class Worker:
         while True:
             try:
                 for queue in shards:
-                    work, poison = await queue.depth()
-                    QUEUE_DEPTH.labels(work_queue_name(queue.shard)).set(work)
+                    for lane in queue.lanes:
+                        QUEUE_DEPTH.labels(lane.name).set(await lane.depth())
+                    _, poison = await queue.depth()
                     QUEUE_DEPTH.labels(poison_queue_name(queue.shard)).set(poison)
             except Exception:  # a sampler must never die
                 log.warning("could not sample queue depths", exc_info=True)
@@ -369,7 +396,7 @@ class _Lease:
     Stopping waits for a renewal in flight (bounded by the storage timeout) rather than
     cancelling it: a cancelled renewal may have changed the pop receipt on the server."""
 
-    def __init__(self, queue: FanoutQueue, message: QueueMessage, visibility_s: int) -> None:
+    def __init__(self, queue: Lane, message: QueueMessage, visibility_s: int) -> None:
         self.message = message
         self.lost = False
         self._queue = queue

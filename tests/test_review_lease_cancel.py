@@ -17,21 +17,22 @@ from typing import Any
 import pytest
 
 import fanout_worker.worker as worker_module
+import timeline.queue as queue_module
 from tests.conftest import eventually, make_settings, running_worker, unique
 from tests.test_guarantees import opened
 from timeline.azurite import Azurite
 from timeline.fanout import FanoutProcessor, Outcome
 from timeline.keys import now_ticks
 from timeline.messages import FanoutMessage, Followed
-from timeline.queue import FanoutQueue
+from timeline.queue import FanoutQueue, Lane
 
 HANDLED: list[float] = []
 SLOW_ONCE: list[int] = []
 
 
-class SlowAnswerQueue(FanoutQueue):
+class SlowAnswerQueue(Lane):
     async def extend(self, message: Any, visibility_timeout_s: int) -> Any:
-        async with self._storage.guard():
+        async with self._storage.guard(limited=False):
             updated = await self._queue.update_message(
                 message, visibility_timeout=visibility_timeout_s
             )
@@ -56,7 +57,7 @@ async def test_outcome_after_cancelled_renewal(
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    monkeypatch.setattr(worker_module, "FanoutQueue", SlowAnswerQueue)
+    monkeypatch.setattr(queue_module, "Lane", SlowAnswerQueue)
     monkeypatch.setattr(worker_module, "FanoutProcessor", SlowProcessor)
     settings = make_settings(
         private_azurite.connection_string, tmp_path, worker_visibility_timeout_s=2

@@ -13,19 +13,19 @@ from typing import Any
 
 import pytest
 
-import fanout_worker.worker as worker_module
+import timeline.queue as queue_module
 from tests.conftest import eventually, make_settings, running_worker, unique
 from tests.test_guarantees import opened
 from timeline.azurite import Azurite
 from timeline.errors import StorageUnavailableError
 from timeline.keys import now_ticks
 from timeline.messages import Followed
-from timeline.queue import FanoutQueue
+from timeline.queue import FanoutQueue, Lane
 
 FAILS = [3]
 
 
-class ThrottledSettles(FanoutQueue):
+class ThrottledSettles(Lane):
     async def delete(self, message: Any) -> None:
         if FAILS[0] > 0:
             FAILS[0] -= 1
@@ -40,7 +40,7 @@ async def test_queue_trouble_poisons_as_crashed(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(worker_module, "FanoutQueue", ThrottledSettles)
+    monkeypatch.setattr(queue_module, "Lane", ThrottledSettles)
     settings = make_settings(
         private_azurite.connection_string,
         tmp_path,

@@ -9,6 +9,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from timeline.errors import ConfigurationError
 from timeline.fanout import Hybrid, Timing
+from timeline.limiter import AdaptiveLimiter, LimiterSettings
 from timeline.live import StreamTiming
 from timeline.logs import LogFormat
 from timeline.queue import MessageSender
@@ -80,6 +81,14 @@ class Settings(BaseSettings):
     storage_retries: int = Field(default=2, ge=0)
 
     worker_concurrency: int = Field(default=1024, ge=1)
+    worker_storage_concurrency: int = Field(default=256, ge=2)
+    """The most table requests a worker keeps in flight; the adaptive limiter finds how many
+    storage serves promptly, up to this."""
+    worker_request_share: float = Field(default=0.5, gt=0, le=1)
+    """Of each account's request budget, the share the workers together may use; the rest is
+    left to the API."""
+    account_requests_per_s: float = Field(default=20_000, gt=0)
+    """An account's request budget (Azure Storage's target: 20,000 a second)."""
     worker_receivers: int = Field(default=4, ge=1)
     worker_write_concurrency: int = Field(default=64, ge=1)
     worker_linger_s: float = Field(default=0.05, ge=0, le=5)
@@ -137,13 +146,28 @@ class Settings(BaseSettings):
             heartbeat_s=self.stream_heartbeat_s,
         )
 
-    def storage_options(self) -> StorageOptions:
+    def storage_options(self, limiter: AdaptiveLimiter | None = None) -> StorageOptions:
         return StorageOptions(
             timeout_s=self.storage_timeout_s,
             retries=self.storage_retries,
             table_connections=max(100, self.worker_write_concurrency + 64),
             placement_lease_s=self.placement_lease_s,
             queue_shards=self.queue_shards,
+            limiter=limiter,
+        )
+
+    def worker_limiter(self, accounts: int = 1) -> AdaptiveLimiter:
+        """One worker's adaptive storage limiter: latency is congestion well before the
+        storage timeout (a fifth of it), and the request rate stays within the workers'
+        share of the accounts' budget, split evenly between the configured workers."""
+        share = self.worker_request_share * self.account_requests_per_s * accounts
+        return AdaptiveLimiter(
+            LimiterSettings(
+                initial=min(16, self.worker_storage_concurrency),
+                maximum=self.worker_storage_concurrency,
+                latency_target_s=self.storage_timeout_s / 5,
+                requests_per_s=share / self.workers,
+            )
         )
 
     @property

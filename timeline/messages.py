@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, TypeAdapte
 
 from timeline.errors import MalformedMessageError
 from timeline.keys import POST_ID_PATTERN, USER_ID_PATTERN
+from timeline.priority import Priority
 
 UserId = Annotated[str, StringConstraints(pattern=USER_ID_PATTERN)]
 PostId = Annotated[str, StringConstraints(pattern=POST_ID_PATTERN)]
@@ -108,6 +109,19 @@ FanoutMessage = Annotated[
     PostCreated | PostDeleted | Followed | Unfollowed | Regrade, Field(discriminator="type")
 ]
 _ADAPTER: TypeAdapter[FanoutMessage] = TypeAdapter(FanoutMessage)
+
+
+def urgency(message: FanoutMessage) -> Priority:
+    """``HIGH`` for what a user waits to see: a post's or a delete's first page, and an
+    unfollow's first purge; everything after them, and every backfill and regrade, is
+    background work."""
+    match message:
+        case PostCreated(cursor=None) | PostDeleted(cursor=None, confirm=False):
+            return Priority.HIGH
+        case Unfollowed(confirm=False):
+            return Priority.HIGH
+        case _:
+            return Priority.LOW
 
 
 def encode(message: FanoutMessage) -> str:

@@ -9,7 +9,7 @@ every process imports them (the settings import the fan-out), but only a worker 
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 FANOUT = CollectorRegistry()
 """The fan-out worker's series, served by the worker only."""
@@ -18,6 +18,21 @@ MESSAGES_SENT = Counter("timeline_messages_sent_total", "Fan-out messages queued
 
 STORAGE_REQUESTS = Counter(
     "timeline_storage_requests_total", "Storage calls made (one per guarded call)"
+)
+STORAGE_UNAVAILABLE = Counter(
+    "timeline_storage_unavailable_total",
+    "Storage calls that timed out, were throttled or could not connect",
+)
+STORAGE_LIMIT = Gauge(
+    "fanout_storage_limit",
+    "Table requests the worker's adaptive limiter lets be in flight",
+    registry=FANOUT,
+)
+STORAGE_WAITING = Gauge(
+    "fanout_storage_waiting",
+    "Table requests waiting for a place in the worker's adaptive limiter",
+    ["priority"],
+    registry=FANOUT,
 )
 DELIVERIES = Counter(
     "fanout_deliveries_total", "Timeline entities written by the fan-out", registry=FANOUT

@@ -1,21 +1,26 @@
-"""The fan-out work queue shards ``fanout-<k>``, each with a ``fanout-<k>-poison`` dead-letter
-queue. A message goes to the shard of the user whose partition it starts from (the author of
-a post, the follower of a follow), so one user's messages stay in one shard."""
+"""The fan-out work queue shards. Shard ``k`` has two work queues, ``fanout-<k>`` for
+user-facing work and ``fanout-<k>-low`` for background work (``timeline.priority``), and one
+dead-letter queue, ``fanout-<k>-poison``. A message goes to the shard of the user whose
+partition it starts from (the author of a post, the follower of a follow), so one user's
+messages stay in one shard."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 from typing import Protocol
 
 import orjson
+from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
 from azure.storage.queue import QueueMessage
 
 from timeline.errors import MalformedMessageError
-from timeline.messages import FanoutMessage, Followed, Unfollowed, decode, encode
+from timeline.messages import FanoutMessage, Followed, Unfollowed, decode, encode, urgency
 from timeline.metrics import MESSAGES_SENT
 from timeline.placement import hash64
-from timeline.storage import Storage
+from timeline.priority import Priority
+from timeline.storage import LEGACY_SHARD, Storage
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,29 +39,47 @@ def shard_key(message: FanoutMessage) -> str:
     return message.follower if isinstance(message, Followed | Unfollowed) else message.author
 
 
-class FanoutQueue:
-    """One shard: its work queue and its poison queue."""
+class Lane:
+    """One work queue of a shard (its user-facing or its background queue), with the
+    shard's poison queue: what a worker leases from and settles on."""
 
-    def __init__(self, storage: Storage, shard: int = 0) -> None:
+    def __init__(self, shard: FanoutQueue, level: Priority) -> None:
+        self.shard_queue = shard
+        self.shard = shard.shard
+        self.level = level
+        storage = shard.storage
         self._storage = storage
-        self.shard = shard
-        self._queue = storage.work_queue(shard)
-        self._poison = storage.poison_queue(shard)
-
-    async def send(self, message: FanoutMessage) -> None:
-        await self.send_raw(encode(message))
-        MESSAGES_SENT.labels(message.type).inc()
+        self._queue = (
+            storage.work_queue(shard.shard)
+            if level == Priority.HIGH
+            else storage.background_queue(shard.shard)
+        )
+        self.name: str = self._queue.queue_name
+        self._poison = storage.poison_queue(shard.shard)
 
     async def send_raw(self, content: str, *, visible_in_s: int | None = None) -> None:
-        """Enqueue with no time-to-live: a backlog must never silently drop a delete."""
-        async with self._storage.guard():
+        """Enqueue with no time-to-live: a backlog must never silently drop a delete. A
+        background queue missing (a deployment from before it, not re-initialised yet) is
+        created on first use."""
+        try:
+            await self._send(content, visible_in_s)
+        except ResourceNotFoundError:
+            if self.level == Priority.HIGH:
+                raise
+            async with self._storage.guard(limited=False):
+                with contextlib.suppress(ResourceExistsError):
+                    await self._queue.create_queue()
+            await self._send(content, visible_in_s)
+
+    async def _send(self, content: str, visible_in_s: int | None) -> None:
+        async with self._storage.guard(limited=False):
             await self._queue.send_message(
                 content, time_to_live=-1, visibility_timeout=visible_in_s
             )
 
     async def receive(self, count: int, visibility_timeout_s: int) -> list[QueueMessage]:
         """Lease up to ``count`` (≤ 32) messages for ``visibility_timeout_s`` seconds."""
-        async with self._storage.guard():
+        async with self._storage.guard(limited=False):
             pager = self._queue.receive_messages(
                 messages_per_page=count, max_messages=count, visibility_timeout=visibility_timeout_s
             )
@@ -64,7 +87,7 @@ class FanoutQueue:
 
     async def extend(self, message: QueueMessage, visibility_timeout_s: int) -> QueueMessage:
         """Renew the lease; the returned message carries the new pop receipt."""
-        async with self._storage.guard():
+        async with self._storage.guard(limited=False):
             updated = await self._queue.update_message(
                 message, visibility_timeout=visibility_timeout_s
             )
@@ -75,44 +98,96 @@ class FanoutQueue:
     async def rewrite(
         self, message: QueueMessage, replacement: FanoutMessage, visibility_timeout_s: float
     ) -> None:
-        """End the lease by replacing the message's content in place; it is visible again
-        after ``visibility_timeout_s`` (rounded up to whole seconds, as the queue counts)."""
-        async with self._storage.guard():
+        """End the lease with ``replacement`` as the message, visible again after
+        ``visibility_timeout_s`` (rounded up to whole seconds, as the queue counts).
+
+        In place when it stays in this lane. When it moves to the other lane (a post's later
+        pages, a second pass: background work), it is sent there first and then deleted
+        here: a death in between leaves both, and the step runs twice (every step is
+        idempotent), which is the price of never losing it."""
+        delay = math.ceil(visibility_timeout_s)
+        target = urgency(replacement)
+        if target != self.level and self.shard != LEGACY_SHARD:
+            await self.shard_queue.lane(target).send_raw(encode(replacement), visible_in_s=delay)
+            await self.delete(message)
+            return
+        async with self._storage.guard(limited=False):
             await self._queue.update_message(
-                message,
-                content=encode(replacement),
-                visibility_timeout=math.ceil(visibility_timeout_s),
+                message, content=encode(replacement), visibility_timeout=delay
             )
 
     async def delete(self, message: QueueMessage) -> None:
-        async with self._storage.guard():
+        async with self._storage.guard(limited=False):
             await self._queue.delete_message(message)
 
     async def poison(self, message: QueueMessage, reason: str) -> None:
-        """Park ``message`` in ``fanout-poison`` with ``reason``; drop it from the work queue."""
+        """Park ``message`` in the shard's poison queue with ``reason``; drop it from this
+        lane."""
         record = {
             "reason": reason,
             "content": message.content,
             "dequeue_count": message.dequeue_count,
             "message_id": message.id,
         }
-        async with self._storage.guard():
+        async with self._storage.guard(limited=False):
             await self._poison.send_message(orjson.dumps(record).decode(), time_to_live=-1)
         await self.delete(message)
 
-    async def peek_work(self, count: int = 32) -> list[QueueMessage]:
-        """Visible work messages, without leasing them."""
-        async with self._storage.guard():
+    async def peek(self, count: int = 32) -> list[QueueMessage]:
+        async with self._storage.guard(limited=False):
             return list(await self._queue.peek_messages(max_messages=count))
 
+    async def depth(self) -> int:
+        """Approximate count of this lane's messages (leased and delayed ones included)."""
+        async with self._storage.guard(limited=False):
+            try:
+                properties = await self._queue.get_queue_properties()
+            except ResourceNotFoundError:
+                if self.level == Priority.HIGH:
+                    raise
+                return 0  # not created yet
+        return properties.approximate_message_count or 0
+
+
+class FanoutQueue:
+    """One shard: a queue per priority (``fanout-<k>`` user-facing, ``fanout-<k>-low``
+    background) and their poison queue. A message is sent to the lane of its ``urgency``."""
+
+    def __init__(self, storage: Storage, shard: int = 0) -> None:
+        self.storage = storage
+        self.shard = shard
+        levels = [Priority.HIGH] if shard == LEGACY_SHARD else list(Priority)
+        self.lanes = [Lane(self, level) for level in levels]
+        self._poison = storage.poison_queue(shard)
+
+    def lane(self, level: Priority) -> Lane:
+        return self.lanes[level] if level < len(self.lanes) else self.lanes[0]
+
+    async def send(self, message: FanoutMessage) -> None:
+        await self.lane(urgency(message)).send_raw(encode(message))
+        MESSAGES_SENT.labels(message.type).inc()
+
+    async def send_raw(
+        self, content: str, *, visible_in_s: int | None = None, level: Priority = Priority.HIGH
+    ) -> None:
+        await self.lane(level).send_raw(content, visible_in_s=visible_in_s)
+
+    async def peek_work(self, count: int = 32) -> list[QueueMessage]:
+        """Visible work messages of every lane, without leasing them."""
+        found: list[QueueMessage] = []
+        for lane in self.lanes:
+            if len(found) < count:
+                found += await lane.peek(count - len(found))
+        return found
+
     async def peek_poison(self, count: int = 32) -> list[PoisonedMessage]:
-        async with self._storage.guard():
+        async with self.storage.guard(limited=False):
             peeked = await self._poison.peek_messages(max_messages=count)
         return [_parse_poison(message) for message in peeked]
 
     async def requeue_poison(self, count: int = 32) -> int:
-        """Move up to ``count`` poison messages back onto the work queue, original content."""
-        async with self._storage.guard():
+        """Move up to ``count`` poison messages back onto their lane, original content."""
+        async with self.storage.guard(limited=False):
             leased = [
                 message
                 async for message in self._poison.receive_messages(
@@ -120,17 +195,19 @@ class FanoutQueue:
                 )
             ]
         for message in leased:
-            await self.send_raw(_fresh(_parse_poison(message).content))
-            async with self._storage.guard():
+            content, level = _fresh(_parse_poison(message).content)
+            await self.send_raw(content, level=level)
+            async with self.storage.guard(limited=False):
                 await self._poison.delete_message(message)
         return len(leased)
 
     async def depth(self) -> tuple[int, int]:
-        """Approximate message counts of the work queue and the poison queue."""
-        async with self._storage.guard():
-            work = await self._queue.get_queue_properties()
+        """Approximate message counts of the work queues (every lane) and the poison
+        queue."""
+        work = sum([await lane.depth() for lane in self.lanes])
+        async with self.storage.guard(limited=False):
             poison = await self._poison.get_queue_properties()
-        return work.approximate_message_count or 0, poison.approximate_message_count or 0
+        return work, poison.approximate_message_count or 0
 
 
 class FanoutQueues:
@@ -178,13 +255,15 @@ class FanoutQueues:
         return moved
 
 
-def _fresh(content: str) -> str:
-    """The message with its retry bookkeeping reset: a requeued message starts over."""
+def _fresh(content: str) -> tuple[str, Priority]:
+    """The message with its retry bookkeeping reset (a requeued message starts over), and
+    the lane it belongs in."""
     try:
         message = decode(content)
     except MalformedMessageError:
-        return content
-    return encode(message.model_copy(update={"released": 0, "failures": 0, "attempt": 0}))
+        return content, Priority.HIGH
+    fresh = message.model_copy(update={"released": 0, "failures": 0, "attempt": 0})
+    return encode(fresh), urgency(fresh)
 
 
 def _parse_poison(message: QueueMessage) -> PoisonedMessage:

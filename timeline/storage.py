@@ -7,7 +7,7 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
@@ -30,8 +30,10 @@ from azure.storage.queue.aio import QueueClient
 
 from timeline.entities import Page
 from timeline.errors import ConfigurationError, StorageUnavailableError
-from timeline.metrics import STORAGE_REQUESTS
+from timeline.limiter import AdaptiveLimiter, Outcome
+from timeline.metrics import STORAGE_REQUESTS, STORAGE_UNAVAILABLE
 from timeline.placement import PLACEMENT_KEYS, PLACEMENT_TABLE, Placement, hash64
+from timeline.retry import retry_after_of
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +79,11 @@ def poison_queue_name(shard: int) -> str:
     return "fanout-poison" if shard == LEGACY_SHARD else f"fanout-{shard}-poison"
 
 
+def background_queue_name(shard: int) -> str:
+    """The shard's queue of background work (``fanout-<k>`` holds the user-facing work)."""
+    return f"fanout-{shard}-low"
+
+
 def split_connection_strings(text: str | Sequence[str]) -> tuple[str, ...]:
     """Connection strings separated by whitespace or newlines (they never contain any)."""
     parts = text.split() if isinstance(text, str) else [part.strip() for part in text]
@@ -109,6 +116,8 @@ class StorageOptions:
     """How long a read of the placement may be routed by (see ``timeline.placement``)."""
     queue_shards: int | None = None
     """Queue shards of a new placement (default: one per account); must match a stored one."""
+    limiter: AdaptiveLimiter | None = None
+    """Bounds this process's table calls in flight (the worker's; the API runs unbounded)."""
 
 
 def is_retryable(error: BaseException) -> bool:
@@ -458,9 +467,17 @@ class Storage:
     def poison_queue(self, shard: int) -> QueueClient:
         return self._shard_queue(poison_queue_name(shard), shard)
 
+    def background_queue(self, shard: int) -> QueueClient:
+        """Queue shard ``fanout-<shard>-low``, on the account of ``fanout-<shard>``."""
+        return self._shard_queue(background_queue_name(shard), shard)
+
     def _all_queues(self) -> list[QueueClient]:
         shards = range(self.queue_shards)
-        return [*(self.work_queue(k) for k in shards), *(self.poison_queue(k) for k in shards)]
+        return [
+            *(self.work_queue(k) for k in shards),
+            *(self.background_queue(k) for k in shards),
+            *(self.poison_queue(k) for k in shards),
+        ]
 
     async def legacy_queue_exists(self) -> bool:
         """Whether the single ``fanout`` queue of a deployment from before queue shards is
@@ -474,19 +491,42 @@ class Storage:
 
     @asynccontextmanager
     async def guard(
-        self, timeout_s: float | None = None, *, renew: bool = True
+        self, timeout_s: float | None = None, *, renew: bool = True, limited: bool = True
     ) -> AsyncIterator[None]:
         """Bound a storage call in time and turn outages into ``StorageUnavailableError``;
-        first renew the placement if its lease ran out (``renew``)."""
+        first renew the placement if its lease ran out (``renew``).
+
+        With a limiter, a ``limited`` call first waits for a place (untimed: the wait is
+        back-pressure, not storage's latency); control calls (``renew=False``) and queue
+        calls pass, so leases and the placement never wait behind a backlog."""
+        limiter = self.options.limiter if limited and renew else None
+        if limiter is None:
+            async with self._guarded(timeout_s, renew=renew, outcome=None):
+                yield
+            return
+        async with limiter.slot() as outcome, self._guarded(timeout_s, renew, outcome):
+            yield
+
+    @asynccontextmanager
+    async def _guarded(
+        self, timeout_s: float | None, renew: bool, outcome: Outcome | None
+    ) -> AsyncIterator[None]:
         STORAGE_REQUESTS.inc()
         try:
             async with asyncio.timeout(timeout_s or self.options.timeout_s):
                 if renew:
                     await self._renew_if_expired()
                 yield
+        except asyncio.CancelledError:
+            if outcome is not None:
+                outcome.cancelled = True
+            raise
         except Exception as error:
             if not is_retryable(error):
                 raise
+            if outcome is not None:
+                outcome.congested, outcome.retry_after = True, retry_after_of(error)
+            STORAGE_UNAVAILABLE.inc()
             log.warning("storage unavailable: %s", type(error).__name__)
             raise StorageUnavailableError(
                 "storage is unavailable, try again shortly", retry_after=2
@@ -637,21 +677,38 @@ async def submit_batch(
     while batch:
         async with storage.guard():
             client = storage.table(table, partition_key)  # routed again for every request
-            if len(batch) == 1:
-                kind, entity = batch[0]
-                if kind == "delete":
-                    await client.delete_entity(entity["PartitionKey"], entity["RowKey"])
-                else:
-                    await client.upsert_entity(entity, mode=UpdateMode.REPLACE)
-                return
             try:
-                await client.submit_transaction([_transaction_operation(op) for op in batch])
+                await _send(client, batch)
                 return
             except TableTransactionError as error:
                 index = error.index
                 if error.status_code != 404 or index is None or batch[index][0] != "delete":
                     raise
                 del batch[index]
+
+
+async def submit_fresh(
+    storage: Storage, table: str, partition_key: str, fresh: Callable[[], list[Operation]]
+) -> None:
+    """One request of idempotent upserts on one partition, whose operations are taken from
+    ``fresh`` only once the request holds its place to go out (after any wait in the
+    limiter): a write that must leave by a deadline is checked against it at the last
+    moment. Nothing is sent when ``fresh`` gives nothing."""
+    async with storage.guard():
+        operations = fresh()
+        if operations:
+            await _send(storage.table(table, partition_key), operations)
+
+
+async def _send(client: TableClient, operations: list[Operation]) -> None:
+    if len(operations) == 1:
+        kind, entity = operations[0]
+        if kind == "delete":
+            await client.delete_entity(entity["PartitionKey"], entity["RowKey"])
+        else:
+            await client.upsert_entity(entity, mode=UpdateMode.REPLACE)
+        return
+    await client.submit_transaction([_transaction_operation(op) for op in operations])
 
 
 def _transaction_operation(operation: Operation) -> tuple[Any, ...]:

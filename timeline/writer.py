@@ -4,6 +4,11 @@ Fan-out produces one write per follower partition. Writes are buffered per parti
 partition is sent as one request when it holds 100 operations or its linger has passed.
 While every request slot is busy, waiting partitions keep absorbing writes, so batches grow
 exactly when storage is the bottleneck and stay small (low lag) when it is not.
+
+Partitions wait in two lanes by the priority of the work that wrote them
+(``timeline.priority``): a partition holding a ``HIGH`` row is sent before any ``LOW`` one,
+and ``HIGH`` work is admitted by the ``HIGH`` backlog alone, so a fresh post never waits
+behind a deep backlog of backfills.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from timeline import priority
 from timeline.errors import DeadlineExceededError, StorageUnavailableError
 from timeline.keys import now_ticks
 from timeline.metrics import (
@@ -27,8 +33,15 @@ from timeline.metrics import (
     WRITE_RETRIES,
     WRITES_EXPIRED,
 )
+from timeline.priority import Priority
 from timeline.retry import backoff_delay, retry_after_of
-from timeline.storage import MAX_BATCH_OPERATIONS, Operation, Storage, submit_batch
+from timeline.storage import (
+    MAX_BATCH_OPERATIONS,
+    Operation,
+    Storage,
+    submit_batch,
+    submit_fresh,
+)
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +125,9 @@ class PartitionWriter:
         self._linger_s = linger_s
         self._max_attempts = max_attempts
         self._buffers: dict[str, dict[str, _Pending]] = {}
-        self._deadlines: OrderedDict[str, float] = OrderedDict()
+        self._lanes: tuple[OrderedDict[str, float], ...] = tuple(OrderedDict() for _ in Priority)
+        """Per priority, each waiting partition's send deadline, in sending order."""
+        self._lane_of: dict[str, Priority] = {}
         self._wakeup = asyncio.Event()
         self._slots = asyncio.Semaphore(max_in_flight)
         self._space = asyncio.Semaphore(max_buffered)
@@ -120,8 +135,8 @@ class PartitionWriter:
         self._flusher: asyncio.Task[None] | None = None
         self._flushing = 0
         self._closed = False
-        self._rows = 0
-        self._reserved = 0
+        self._rows = [0 for _ in Priority]
+        self._reserved = [0 for _ in Priority]
         self._committed: deque[tuple[float, int]] = deque()
         self._progress = asyncio.Event()
         self.requests = 0
@@ -169,13 +184,19 @@ class PartitionWriter:
                 for tracker in pending.trackers:
                     tracker.settle(abandoned)
         self._buffers.clear()
-        self._rows = 0
+        self._lane_of.clear()
+        self._rows = [0 for _ in Priority]
         self._progress.set()
-        self._deadlines.clear()
+        for lane in self._lanes:
+            lane.clear()
 
     @property
     def buffered(self) -> int:
-        return self._rows
+        return sum(self._rows)
+
+    def _backlog(self, level: Priority) -> int:
+        """What work of ``level`` waits behind: rows of its lane and the lanes before it."""
+        return sum(self._rows[: level + 1]) + sum(self._reserved[: level + 1])
 
     @contextlib.asynccontextmanager
     async def admission(self, drain_within_s: float, rows: int) -> AsyncIterator[None]:
@@ -184,18 +205,19 @@ class PartitionWriter:
         ``rows`` until the block has added its writes. Entered before the reads that justify
         new writes, so a deep backlog delays those reads instead of making their writes miss
         their deadline."""
+        level = priority.current()
         self.admission_waiters += 1
         try:
-            while self._rows + self._reserved > drain_within_s * self._write_rate():
+            while self._backlog(level) > drain_within_s * self._write_rate():
                 self._progress.clear()
                 await self._progress.wait()
         finally:
             self.admission_waiters -= 1
-        self._reserved += rows
+        self._reserved[level] += rows
         try:
             yield
         finally:
-            self._reserved -= rows
+            self._reserved[level] -= rows
             self._progress.set()
 
     def _write_rate(self) -> float:
@@ -251,25 +273,43 @@ class PartitionWriter:
         deadline: float | None,
     ) -> None:
         await self._space.acquire()
+        level = priority.current()
         rows = self._buffers.get(partition)
         if rows is None:
             rows = self._buffers[partition] = {}
-            self._deadlines[partition] = asyncio.get_running_loop().time() + self._linger_s
+            self._lane_of[partition] = level
+            self._lanes[level][partition] = asyncio.get_running_loop().time() + self._linger_s
             self._wakeup.set()
+        elif level < self._lane_of[partition]:
+            self._promote(partition, level)
         pending = rows.get(row)
         if pending is None:
             pending = rows[row] = _Pending(row, properties, created_ticks, deadline)
-            self._rows += 1
+            self._rows[self._lane_of[partition]] += 1
         else:  # the same row again (a redelivery): the latest operation wins, once
             self._space.release()
             pending.properties = properties
             pending.deadline = _later(pending.deadline, deadline) if properties else None
         pending.trackers.append(tracker)
         tracker.add()
-        if len(rows) >= MAX_BATCH_OPERATIONS and self._deadlines.get(partition) != _NOW:
-            self._deadlines[partition] = _NOW
-            self._deadlines.move_to_end(partition, last=False)
+        lane = self._lanes[self._lane_of[partition]]
+        if len(rows) >= MAX_BATCH_OPERATIONS and lane.get(partition) != _NOW:
+            lane[partition] = _NOW
+            lane.move_to_end(partition, last=False)
             self._wakeup.set()
+
+    def _promote(self, partition: str, level: Priority) -> None:
+        """Move a waiting partition (and its rows) to a more urgent lane."""
+        previous = self._lane_of[partition]
+        deadline = self._lanes[previous].pop(partition)
+        self._lanes[level][partition] = deadline
+        if deadline == _NOW:
+            self._lanes[level].move_to_end(partition, last=False)
+        waiting = len(self._buffers[partition])
+        self._rows[previous] -= waiting
+        self._rows[level] += waiting
+        self._lane_of[partition] = level
+        self._wakeup.set()
 
     async def _run(self) -> None:
         while True:
@@ -279,21 +319,25 @@ class PartitionWriter:
             except BaseException:
                 self._slots.release()
                 raise
+            level = self._lane_of[partition]
             batch = self._take(partition)
-            task = asyncio.create_task(self._send(partition, batch))
+            task = asyncio.create_task(self._send(partition, batch, level))
             self._sends.add(task)
             task.add_done_callback(self._sends.discard)
 
     async def _next_due(self) -> str:
-        """The partition to send next: full ones first, then by linger deadline."""
+        """The partition to send next: the most urgent lane first; in a lane, full ones
+        first, then by linger deadline."""
         loop = asyncio.get_running_loop()
         while True:
             timeout: float | None = None
-            if self._deadlines:
-                partition, deadline = next(iter(self._deadlines.items()))
-                timeout = deadline - loop.time()
-                if timeout <= 0 or self._flushing:
-                    return partition
+            for lane in self._lanes:
+                if lane:
+                    partition, deadline = next(iter(lane.items()))
+                    if deadline <= loop.time() or self._flushing:
+                        return partition
+                    wait = deadline - loop.time()
+                    timeout = wait if timeout is None else min(timeout, wait)
             self._wakeup.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wakeup.wait(), timeout)
@@ -301,23 +345,27 @@ class PartitionWriter:
     def _take(self, partition: str) -> list[_Pending]:
         """Remove up to 100 rows of ``partition``; a remainder waits as a due partition."""
         rows = self._buffers[partition]
-        del self._deadlines[partition]
+        level = self._lane_of[partition]
+        lane = self._lanes[level]
+        del lane[partition]
         if len(rows) <= MAX_BATCH_OPERATIONS:
             del self._buffers[partition]
-            self._rows -= len(rows)
+            del self._lane_of[partition]
+            self._rows[level] -= len(rows)
             return list(rows.values())
         keys = list(rows)[:MAX_BATCH_OPERATIONS]
         batch = [rows.pop(key) for key in keys]
-        self._rows -= len(batch)
-        self._deadlines[partition] = _NOW
-        self._deadlines.move_to_end(partition, last=False)
+        self._rows[level] -= len(batch)
+        lane[partition] = _NOW
+        lane.move_to_end(partition, last=False)
         return batch
 
-    async def _send(self, partition: str, batch: list[_Pending]) -> None:
+    async def _send(self, partition: str, batch: list[_Pending], level: Priority) -> None:
         sent = batch
         error: BaseException | None = None
         try:
-            sent = await self._write_with_retries(partition, batch)
+            with priority.running_as(level):
+                sent = await self._write_with_retries(partition, batch)
         except Exception as failure:
             error = failure
             log.warning("writing %d rows of %s failed: %s", len(batch), partition, failure)
@@ -349,25 +397,32 @@ class PartitionWriter:
 
     async def _attempts(self, partition: str, batch: list[_Pending]) -> list[_Pending]:
         """Retry the idempotent batch on outages: azure-core does not retry POST on a lost
-        connection, and throttling (503/429) asks the client to back off. Before each attempt,
-        upserts past their deadline are dropped (their trackers fail, so their messages are
-        retried with a fresh read). Returns the rows that were written."""
+        connection, and throttling (503/429) asks the client to back off. Upserts past their
+        deadline are dropped at the last moment before each attempt, once the request holds
+        its place to go out (their trackers fail, so their messages are retried with a fresh
+        read); deletes need no deadline. Returns the rows that were written."""
+        remaining = batch
+
+        def unexpired() -> list[Operation]:
+            nonlocal remaining
+            remaining = _drop_expired(remaining)
+            return [pending.operation(partition) for pending in remaining]
+
         for attempt in range(1, self._max_attempts + 1):
-            batch = _drop_expired(batch)
-            if not batch:
-                return batch
             try:
                 WRITE_REQUESTS.inc()
                 self.requests += 1
-                operations = [pending.operation(partition) for pending in batch]
-                await submit_batch(self._storage, self._table, partition, operations)
-                return batch
+                if batch[0].properties is None:
+                    await submit_batch(self._storage, self._table, partition, unexpired())
+                else:
+                    await submit_fresh(self._storage, self._table, partition, unexpired)
+                return remaining
             except StorageUnavailableError as error:
                 if attempt == self._max_attempts:
                     raise
                 WRITE_RETRIES.inc()
                 await asyncio.sleep(backoff_delay(attempt, retry_after=retry_after_of(error)))
-        return batch
+        return remaining
 
 
 def _drop_expired(batch: list[_Pending]) -> list[_Pending]:
