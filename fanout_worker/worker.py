@@ -42,6 +42,10 @@ MAX_RECEIVE = 32
 BACKGROUND_SHARE = 0.75
 """Of the places for messages in flight, what background work may hold: the rest is kept
 for user-facing work, which never waits for a backlog of backfills to finish."""
+MESSAGES_PER_REQUEST = 4
+"""Messages in flight per table request the limiter lets out: enough to keep it busy; more
+would only wait in the limiter while their leases cost renewals (and a death touches more
+of them)."""
 _SETTLE_ATTEMPTS = 4
 
 
@@ -69,6 +73,7 @@ class Worker:
         self._settings = settings
         self._connection_string = connection_string
         self._policy = settings.retry_policy()
+        self._limiter = settings.worker_limiter(len(split_connection_strings(connection_string)))
         self._stopping = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         self._background: set[asyncio.Task[None]] = set()
@@ -90,9 +95,8 @@ class Worker:
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(signum, self.stop)
         settings = self._settings
-        limiter = settings.worker_limiter(len(split_connection_strings(self._connection_string)))
-        watch_limiter(limiter)
-        options = settings.storage_options(limiter=limiter)
+        watch_limiter(self._limiter)
+        options = settings.storage_options(limiter=self._limiter)
         async with Storage(self._connection_string, options) as storage:
             writer = PartitionWriter(
                 storage,
@@ -242,12 +246,18 @@ class Worker:
             self._capacity.notify_all()
 
     def _room(self, level: Priority) -> int:
-        concurrency = self._settings.worker_concurrency
+        concurrency = self._concurrency()
         room = concurrency - len(self._tasks) - sum(self._reserved)
         if level == Priority.HIGH:
             return room
         share = max(1, int(concurrency * BACKGROUND_SHARE))
         return min(room, share - len(self._background) - self._reserved[level])
+
+    def _concurrency(self) -> int:
+        """Messages in flight: what storage serves now (the limiter), at least one receive's
+        worth, at most ``worker_concurrency``."""
+        served = MESSAGES_PER_REQUEST * int(self._limiter.limit)
+        return min(self._settings.worker_concurrency, max(MAX_RECEIVE, served))
 
     async def _finished(self) -> None:
         async with self._capacity:

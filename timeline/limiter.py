@@ -1,30 +1,37 @@
 """How many storage requests a worker keeps in flight: as many as storage serves promptly.
 
-A fixed concurrency is wrong on both sides: too low wastes a fast store; too high queues
-requests inside storage until they time out, are retried, and useful throughput falls as
-load rises (congestion collapse), while the API's calls wait in the same queue. So the
-worker's limit moves with what storage shows, as TCP does with a network (AIMD; the latency
-signal is TCP Vegas's and Netflix concurrency-limits' Gradient2):
+A fixed concurrency is wrong on both sides: too low wastes a store that serves requests in
+parallel (Azure); too high queues requests inside storage (Azurite serves one at a time, an
+Azure partition server throttles) until they time out, are retried, and useful throughput
+falls as load rises (congestion collapse), while the API's calls wait in the same queue. So
+the worker's limit follows what storage shows, as TCP Vegas does with a network:
 
-- every round trip (about one smoothed request latency) the limit is judged once;
-- it halves when a request timed out, was throttled (503/429) or failed to connect;
-- it shrinks by a fifth when latency grows: the recent average above ``tolerance`` times the
-  long-run average, or above ``latency_target_s`` (set well below the storage timeout, so
-  the limit falls long before requests time out);
-- otherwise, if the limit was actually reached in that round, it grows: doubling-ish at
-  first (slow start, until the first sign of congestion), then by one per round.
+- Each kind of request (a point read, a query, a write of some size) has a base latency, the
+  least seen lately; a request that took longer spent the difference waiting in a queue.
+  Vegas turns that into how many of our requests are queued inside storage:
+  ``in flight x (1 - base / latency)``, averaged over a round (about one latency).
+- Each round the limit is judged once: it halves when a request timed out, was throttled
+  (503/429) or could not connect; it goes down by one when more than ``queue_high`` of our
+  requests wait inside storage (or latency passed ``latency_target_s``, well below the
+  storage timeout); it goes up when fewer than ``queue_low`` wait and the limit was
+  reached: by a quarter per round at first (slow start, until the first sign of a queue),
+  then by one.
 
-A throttled response's ``Retry-After`` also holds back ``LOW`` work until it has passed.
-Waiters are served ``HIGH`` first. An optional request rate (a share of the account's
-request budget) leaves the rest of the budget to the API.
+So on a store that queues, the worker keeps just enough in flight to keep it busy, and
+anything else (the API) waits behind a few requests, not hundreds; on a store that serves in
+parallel the queue stays empty and the limit grows to its maximum. A throttled response's
+``Retry-After`` also holds back ``LOW`` work until it has passed. Waiters are served
+``HIGH`` first. An optional request rate (a share of the account's request budget) leaves
+the rest of the budget to the API.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
+import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
@@ -33,43 +40,44 @@ from aiolimiter import AsyncLimiter
 from timeline import priority
 from timeline.priority import Priority
 
-_DECREASE = 0.8
-"""The limit's share kept when latency grows."""
 _BACKOFF = 0.5
 """The limit's share kept after a timeout or a throttled request."""
 _SLOW_START = 1.25
 _MIN_ROUND_S = 0.05
-_SHORT_WEIGHT = 0.1
-_LONG_WEIGHT = 0.005
+_BASE_WINDOW_S = 30.0
+"""A kind's base latency is the least of the last one or two such windows, so it follows
+storage getting slower for good (a bigger table, a busier account) within a minute."""
 _RETRY_AFTER_CAP_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
 class LimiterSettings:
     initial: int = 16
-    minimum: int = 2
+    minimum: int = 1
     maximum: int = 256
+    queue_low: float = 1.0
+    """Below this many of our requests waiting inside storage, the limit may grow."""
+    queue_high: float = 3.0
+    """Above this many, it shrinks."""
     latency_target_s: float = 1.0
-    """Above this smoothed latency storage is congested, whatever it was before."""
-    tolerance: float = 2.0
-    """How far the recent latency may rise above the long-run one before it counts."""
+    """Above this average latency storage is congested, whatever the estimate says."""
     requests_per_s: float | None = None
     """At most this many requests a second (None: no rate bound)."""
 
 
 class AdaptiveLimiter:
-    """A semaphore whose size follows storage's latency; see the module docstring."""
+    """A semaphore whose size follows storage's queueing; see the module docstring."""
 
-    def __init__(self, settings: LimiterSettings | None = None) -> None:
+    def __init__(
+        self, settings: LimiterSettings | None = None, *, clock: Callable[[], float] | None = None
+    ) -> None:
         self.settings = settings or LimiterSettings()
         self.limit = float(self.settings.initial)
         self.in_flight = 0
-        self._waiters: tuple[deque[asyncio.Future[None]], ...] = (deque(), deque())
-        self._short: float | None = None
-        self._long: float | None = None
-        self._round_ends = 0.0
-        self._round_peak = 0
-        self._round_congested = False
+        self._clock = clock or time.monotonic
+        self._waiters: tuple[deque[asyncio.Future[None]], ...] = tuple(deque() for _ in Priority)
+        self._base: dict[str, _BaseLatency] = {}
+        self._round = _Round(ends=0.0)
         self._slow_start = True
         self._hold_low_until = 0.0
         self._timer: asyncio.TimerHandle | None = None
@@ -82,18 +90,19 @@ class AdaptiveLimiter:
         return len(self._waiters[level])
 
     @asynccontextmanager
-    async def slot(self) -> AsyncIterator[Outcome]:
-        """Hold one of the limit's places for one request; the caller fills in the outcome
-        (left as is: a normal answer, timed from entry to exit)."""
+    async def slot(self, kind: str = "other") -> AsyncIterator[Outcome]:
+        """Hold one of the limit's places for one request of ``kind``; the caller marks the
+        outcome (left as is: a normal answer, timed from entry to exit)."""
         if self._rate is not None:
             await self._rate.acquire()
         await self._acquire(priority.current())
-        loop = asyncio.get_running_loop()
-        outcome = Outcome(started=loop.time())
+        outcome = Outcome(started=self._clock())
         try:
             yield outcome
         finally:
-            self._release(outcome, loop.time())
+            if not outcome.cancelled:
+                self._observe(kind, outcome, self._clock())
+            self._finish()
 
     async def _acquire(self, level: Priority) -> None:
         if self._may_start(level) and not any(self._waiters[: level + 1]):
@@ -113,20 +122,15 @@ class AdaptiveLimiter:
     def _may_start(self, level: Priority) -> bool:
         if self.in_flight >= math.floor(self.limit):
             return False
-        return level == Priority.HIGH or asyncio.get_running_loop().time() >= self._hold_low_until
+        return level == Priority.HIGH or self._clock() >= self._hold_low_until
 
     def _start(self) -> None:
         self.in_flight += 1
-        self._round_peak = max(self._round_peak, self.in_flight)
+        self._round.peak = max(self._round.peak, self.in_flight)
 
     def _finish(self) -> None:
         self.in_flight -= 1
         self._wake()
-
-    def _release(self, outcome: Outcome, now: float) -> None:
-        if not outcome.cancelled:
-            self._observe(outcome, now)
-        self._finish()
 
     def _wake(self) -> None:
         """Hand free places to waiters, ``HIGH`` first."""
@@ -137,53 +141,50 @@ class AdaptiveLimiter:
                 if not waiter.done():
                     self._start()
                     waiter.set_result(None)
-        if self._waiters[Priority.LOW] and self._timer is None:
-            loop = asyncio.get_running_loop()
-            if loop.time() < self._hold_low_until:
-                self._timer = loop.call_at(self._hold_low_until, self._timer_fired)
+        held = self._hold_low_until - self._clock()
+        if self._waiters[Priority.LOW] and held > 0 and self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(held, self._timer_fired)
 
     def _timer_fired(self) -> None:
         self._timer = None
         self._wake()
 
-    def _observe(self, outcome: Outcome, now: float) -> None:
+    def _observe(self, kind: str, outcome: Outcome, now: float) -> None:
         latency = now - outcome.started
+        current = self._round
         if outcome.congested:
-            self._round_congested = True
+            current.congested = True
             if outcome.retry_after:
                 hold = min(outcome.retry_after, _RETRY_AFTER_CAP_S)
                 self._hold_low_until = max(self._hold_low_until, now + hold)
         else:
-            self._short = _average(self._short, latency, _SHORT_WEIGHT)
-            self._long = _average(self._long, latency, _LONG_WEIGHT)
-            if self._long < self._short / (2 * self.settings.tolerance):
-                self._long = self._short / (2 * self.settings.tolerance)  # drift after overload
-        if now >= self._round_ends:
-            self._judge_round()
-            self._round_ends = now + max(_MIN_ROUND_S, self._short or 0.0)
+            base = self._base.setdefault(kind, _BaseLatency())
+            least = base.observe(latency, now)
+            current.samples += 1
+            current.latency += latency
+            current.queued += self.in_flight * (1 - least / latency) if latency > 0 else 0.0
+        if now >= current.ends:
+            self._judge(current)
+            average = current.latency / current.samples if current.samples else 0.0
+            self._round = _Round(ends=now + max(_MIN_ROUND_S, average), peak=self.in_flight)
 
-    def _judge_round(self) -> None:
+    def _judge(self, finished: _Round) -> None:
         settings = self.settings
-        if self._round_congested:
-            self._lower(_BACKOFF)
-        elif (
-            self._short is not None
-            and self._long is not None
-            and (
-                self._short > settings.latency_target_s
-                or self._short > settings.tolerance * self._long
-            )
-        ):
-            self._lower(_DECREASE)
-        elif self._round_peak >= math.floor(self.limit):
+        queued = finished.queued / finished.samples if finished.samples else 0.0
+        latency = finished.latency / finished.samples if finished.samples else 0.0
+        if finished.congested:
+            self._lower(self.limit * _BACKOFF)
+        elif queued > settings.queue_high or latency > settings.latency_target_s:
+            self._lower(self.limit - 1)
+        elif queued < settings.queue_low and finished.peak >= math.floor(self.limit):
             grown = self.limit * _SLOW_START if self._slow_start else self.limit + 1
             self.limit = min(float(settings.maximum), grown)
-        self._round_congested = False
-        self._round_peak = self.in_flight
+        elif queued >= settings.queue_low:
+            self._slow_start = False
         self._wake()
 
-    def _lower(self, share: float) -> None:
-        self.limit = max(float(self.settings.minimum), self.limit * share)
+    def _lower(self, limit: float) -> None:
+        self.limit = max(float(self.settings.minimum), limit)
         self._slow_start = False
         self.decreases += 1
 
@@ -200,5 +201,27 @@ class Outcome:
     """Abandoned by the caller: says nothing about storage."""
 
 
-def _average(previous: float | None, sample: float, weight: float) -> float:
-    return sample if previous is None else previous + weight * (sample - previous)
+@dataclass(slots=True)
+class _Round:
+    ends: float
+    peak: int = 0
+    samples: int = 0
+    latency: float = 0.0
+    queued: float = 0.0
+    congested: bool = False
+
+
+@dataclass(slots=True)
+class _BaseLatency:
+    """The least latency of one kind of request over the last one or two windows."""
+
+    current: float = math.inf
+    previous: float = math.inf
+    window_ends: float = -math.inf
+
+    def observe(self, latency: float, now: float) -> float:
+        if now >= self.window_ends:
+            self.previous, self.current = self.current, math.inf
+            self.window_ends = now + _BASE_WINDOW_S
+        self.current = min(self.current, latency)
+        return min(self.current, self.previous)

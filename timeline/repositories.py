@@ -44,6 +44,7 @@ from timeline.storage import (
     chunked,
     failed_index,
     query_page,
+    size_kind,
     submit_batch,
     transact,
 )
@@ -590,7 +591,7 @@ async def _row_keys_between(
 
 async def _create(storage: Storage, table: str, entity: dict[str, Any]) -> bool:
     """Insert ``entity``; False when a row with its keys exists (nothing is changed)."""
-    async with storage.guard():
+    async with storage.guard(kind="write-1"):
         try:
             await storage.table(table, entity["PartitionKey"]).create_entity(entity)
             return True
@@ -607,7 +608,7 @@ async def _get_entity(
     select: list[str] | None = None,
 ) -> TableEntity | None:
     """One point read by both keys (the cheapest call there is); None when missing."""
-    async with storage.guard():
+    async with storage.guard(kind="read"):
         client = storage.reader(table, partition_key)
         try:
             return await client.get_entity(partition_key, row_key, select=select)
@@ -631,7 +632,7 @@ async def _partition_page(
     filter_text, parameters = LISTING, {"pk": partition_key, "meta": until}
     if posts_only:
         filter_text, parameters = POST_LISTING, {**parameters, "first": FIRST_POST_KEY}
-    async with storage.guard():
+    async with storage.guard(kind=size_kind("query", limit)):
         return await query_page(
             storage.reader(table, partition_key),
             filter_text,
@@ -652,7 +653,7 @@ async def _scan(
     """Row keys of one partition matching ``condition``, 1,000 per storage query."""
     continuation: dict[str, str] | None = None
     while True:
-        async with storage.guard():
+        async with storage.guard(kind="query-1000"):
             page = await query_page(
                 storage.reader(table, partition_key),
                 f"{PARTITION} and {condition}",

@@ -491,20 +491,26 @@ class Storage:
 
     @asynccontextmanager
     async def guard(
-        self, timeout_s: float | None = None, *, renew: bool = True, limited: bool = True
+        self,
+        timeout_s: float | None = None,
+        *,
+        renew: bool = True,
+        limited: bool = True,
+        kind: str = "other",
     ) -> AsyncIterator[None]:
         """Bound a storage call in time and turn outages into ``StorageUnavailableError``;
         first renew the placement if its lease ran out (``renew``).
 
         With a limiter, a ``limited`` call first waits for a place (untimed: the wait is
         back-pressure, not storage's latency); control calls (``renew=False``) and queue
-        calls pass, so leases and the placement never wait behind a backlog."""
+        calls pass, so leases and the placement never wait behind a backlog. ``kind`` names
+        the request's shape for the limiter, which compares latencies within a kind."""
         limiter = self.options.limiter if limited and renew else None
         if limiter is None:
             async with self._guarded(timeout_s, renew=renew, outcome=None):
                 yield
             return
-        async with limiter.slot() as outcome, self._guarded(timeout_s, renew, outcome):
+        async with limiter.slot(kind) as outcome, self._guarded(timeout_s, renew, outcome):
             yield
 
     @asynccontextmanager
@@ -675,7 +681,7 @@ async def submit_batch(
     """
     batch = list(operations)
     while batch:
-        async with storage.guard():
+        async with storage.guard(kind=size_kind("write", len(batch))):
             client = storage.table(table, partition_key)  # routed again for every request
             try:
                 await _send(client, batch)
@@ -688,13 +694,18 @@ async def submit_batch(
 
 
 async def submit_fresh(
-    storage: Storage, table: str, partition_key: str, fresh: Callable[[], list[Operation]]
+    storage: Storage,
+    table: str,
+    partition_key: str,
+    fresh: Callable[[], list[Operation]],
+    rows: int = MAX_BATCH_OPERATIONS,
 ) -> None:
     """One request of idempotent upserts on one partition, whose operations are taken from
     ``fresh`` only once the request holds its place to go out (after any wait in the
     limiter): a write that must leave by a deadline is checked against it at the last
-    moment. Nothing is sent when ``fresh`` gives nothing."""
-    async with storage.guard():
+    moment. Nothing is sent when ``fresh`` gives nothing. ``rows``: about how many it gives
+    (the request's size, for the limiter)."""
+    async with storage.guard(kind=size_kind("write", rows)):
         operations = fresh()
         if operations:
             await _send(storage.table(table, partition_key), operations)
@@ -709,6 +720,11 @@ async def _send(client: TableClient, operations: list[Operation]) -> None:
             await client.upsert_entity(entity, mode=UpdateMode.REPLACE)
         return
     await client.submit_transaction([_transaction_operation(op) for op in operations])
+
+
+def size_kind(verb: str, rows: int) -> str:
+    """A request's kind for the limiter: its verb and its size to a power of ten."""
+    return f"{verb}-{10 ** math.ceil(math.log10(max(1, rows)))}"
 
 
 def _transaction_operation(operation: Operation) -> tuple[Any, ...]:
@@ -736,7 +752,7 @@ async def transact(
 ) -> None:
     """One Entity Group Transaction, all or nothing; raises ``TableTransactionError`` with the
     failing operation's index (conflicts and failed conditions are the caller's to judge)."""
-    async with storage.guard():
+    async with storage.guard(kind=size_kind("write", len(operations))):
         await storage.table(table, partition_key).submit_transaction(operations)
 
 

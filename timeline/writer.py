@@ -415,7 +415,9 @@ class PartitionWriter:
                 if batch[0].properties is None:
                     await submit_batch(self._storage, self._table, partition, unexpired())
                 else:
-                    await submit_fresh(self._storage, self._table, partition, unexpired)
+                    await submit_fresh(
+                        self._storage, self._table, partition, unexpired, len(remaining)
+                    )
                 return remaining
             except StorageUnavailableError as error:
                 if attempt == self._max_attempts:

@@ -17,6 +17,7 @@ from tqdm import tqdm
 from loadtest.bench.accounts import accounts
 from loadtest.bench.api import api
 from loadtest.bench.backfill import backfill
+from loadtest.bench.backlog import backlog
 from loadtest.bench.bigfanout import bigfanout_phase
 from loadtest.bench.burst import burst
 from loadtest.bench.cap import cap
@@ -29,7 +30,7 @@ from loadtest.bench.stream import stream
 
 PHASES = (
     "live", "burst", "scaling", "backfill", "bigfanout", "accounts", "api", "hybrid", "cap",
-    "stream",
+    "stream", "backlog",
 )  # fmt: skip
 
 
@@ -81,6 +82,7 @@ async def run(sizes: Sizes, phases: set[str], profile: Path | None = None) -> di
         "hybrid": lambda: hybrid(sizes),
         "cap": lambda: cap(sizes),
         "stream": lambda: stream(sizes),
+        "backlog": lambda: backlog(sizes, result["ceiling_single_eps"]),
     }
     seconds = {"ceilings": time.monotonic() - started}
     for name in tqdm([p for p in PHASES if p in phases], desc="bench", unit="phase"):
