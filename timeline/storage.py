@@ -9,6 +9,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager, suppress
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,6 +67,9 @@ _UNAVAILABLE_ERRORS = (
     ConnectionError,
 )
 
+
+_HOLDING: ContextVar[bool] = ContextVar("holding_a_limiter_place", default=False)
+"""Set while a call holds a place in the limiter, so a nested call cannot deadlock on it."""
 
 LEGACY_SHARD = -1
 """The ``fanout`` queue (and ``fanout-poison``) of a deployment from before queue shards."""
@@ -505,13 +509,17 @@ class Storage:
         back-pressure, not storage's latency); control calls (``renew=False``) and queue
         calls pass, so leases and the placement never wait behind a backlog. ``kind`` names
         the request's shape for the limiter, which compares latencies within a kind."""
-        limiter = self.options.limiter if limited and renew else None
+        limiter = self.options.limiter if limited and renew and not _HOLDING.get() else None
         if limiter is None:
             async with self._guarded(timeout_s, renew=renew, outcome=None):
                 yield
             return
-        async with limiter.slot(kind) as outcome, self._guarded(timeout_s, renew, outcome):
-            yield
+        holding = _HOLDING.set(True)  # a call made inside this one must not wait for a place
+        try:
+            async with limiter.slot(kind) as outcome, self._guarded(timeout_s, renew, outcome):
+                yield
+        finally:
+            _HOLDING.reset(holding)
 
     @asynccontextmanager
     async def _guarded(
