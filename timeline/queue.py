@@ -72,6 +72,21 @@ class FanoutQueue:
         message.next_visible_on = updated.next_visible_on
         return message
 
+    async def mark(
+        self, message: QueueMessage, replacement: FanoutMessage, visibility_timeout_s: int
+    ) -> QueueMessage:
+        """Replace the content and keep the lease (renewed); the returned message carries
+        the new pop receipt."""
+        content = encode(replacement)
+        async with self._storage.guard():
+            updated = await self._queue.update_message(
+                message, content=content, visibility_timeout=visibility_timeout_s
+            )
+        message.pop_receipt = updated.pop_receipt
+        message.next_visible_on = updated.next_visible_on
+        message.content = content
+        return message
+
     async def rewrite(
         self, message: QueueMessage, replacement: FanoutMessage, visibility_timeout_s: float
     ) -> None:
