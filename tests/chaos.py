@@ -90,6 +90,7 @@ class Report:
     regrades: Counter[str] = field(default_factory=Counter)
     merge_rows: int = 0
     overflow_rows: int = 0
+    poisoned: int = 0
 
     def line(self) -> dict[str, Any]:
         return {
@@ -106,6 +107,7 @@ class Report:
             "regrades": dict(self.regrades),
             "merge_rows": self.merge_rows,
             "overflow_rows": self.overflow_rows,
+            "poisoned": self.poisoned,
         }
 
 
@@ -318,11 +320,17 @@ class Clients:
 
 
 async def run(
-    seed: int, variant: str, duration_s: float, workdir: Path, workers: int = 2
+    seed: int,
+    variant: str,
+    duration_s: float,
+    workdir: Path,
+    workers: int = 2,
+    report: Report | None = None,
 ) -> Report:
-    """One seeded run; raises AssertionError with the first broken invariant."""
+    """One seeded run; raises AssertionError with the first broken invariant (``report``,
+    if given, holds what was seen up to then)."""
     rng = random.Random(seed)
-    report = Report(seed, variant)
+    report = report or Report(seed, variant)
     accounts, initial = VARIANTS[variant]
     workers = CRASHLOOP_WORKERS if variant == "crashloop" else workers
     cluster = Cluster(workdir, workers, accounts, initial)
@@ -343,7 +351,7 @@ async def run(
                     group.create_task(cluster.rebalance(rng, report))
         assert not cluster.crashed(), f"processes died on their own: {cluster.crashed()}"
         async with Storage(cluster.connection_strings) as storage:
-            await _settle(storage)
+            await _settle(storage, report)
             await _check(storage, sorted(clients.tokens), report)
             await _check_placement(storage)
         report.regrades = cluster.regrades()
@@ -375,7 +383,7 @@ async def _break_things(
             await cluster.kill_a_worker(rng)
 
 
-async def _settle(storage: Storage) -> None:
+async def _settle(storage: Storage, report: Report) -> None:
     """Wait until the work queues are empty: every message, second passes included, done."""
     queue = FanoutQueues(storage)
 
@@ -386,7 +394,7 @@ async def _settle(storage: Storage) -> None:
             return False
 
     await eventually(idle, timeout_s=SETTLE_TIMEOUT_S, what="the work queue to drain")
-    poisoned = (await queue.depth())[1]
+    report.poisoned = poisoned = (await queue.depth())[1]
     assert poisoned == 0, f"{poisoned} poisoned: {[m.reason for m in await queue.peek_poison()]}"
 
 
