@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
 from azure.storage.queue import QueueMessage
 
+from fanout_worker.isolation import Isolation, Suspicion, marked, triage
 from fanout_worker.metrics import IN_FLIGHT, MESSAGES, POISONED, QUEUE_DEPTH, watch_limiter
 from timeline import priority
 from timeline.config import Settings
@@ -25,7 +26,7 @@ from timeline.fanout import Continue, Defer, Done, FanoutProcessor, Outcome
 from timeline.messages import FanoutMessage, decode, urgency
 from timeline.priority import Priority
 from timeline.queue import FanoutQueue, FanoutQueues, Lane
-from timeline.retry import backoff_delay
+from timeline.retry import MAX_EXPONENT, backoff_delay
 from timeline.storage import (
     LEGACY_SHARD,
     TIMELINES,
@@ -47,6 +48,8 @@ MESSAGES_PER_REQUEST = 4
 would only wait in the limiter while their leases cost renewals (and a death touches more
 of them)."""
 _SETTLE_ATTEMPTS = 4
+"""Settle attempts once the worker is stopping; before that, a settle is retried as long as
+the lease holds (the lease is renewed meanwhile)."""
 
 
 class Worker:
@@ -66,7 +69,8 @@ class Worker:
     (rewritten in place: the next page, or a delayed second pass), deferred (state not there
     yet, or storage trouble: rewritten with backoff, not counted as a failure), or failed (a
     real error: counted, and parked in ``fanout-poison`` with its reason at the limit). A lease
-    that ends in a crash is noticed from the queue's dequeue count.
+    that ends in a crash is noticed from the queue's dequeue count, and the message is then
+    run in isolation before it is blamed (``fanout_worker.isolation``).
     """
 
     def __init__(self, settings: Settings, connection_string: str) -> None:
@@ -80,6 +84,7 @@ class Worker:
         self._reserved = [0 for _ in Priority]
         self._capacity = asyncio.Condition()
         self._notifiers: set[asyncio.Future[None]] = set()
+        self._isolation = Isolation(on_idle=self._notify)
 
     def run(self) -> None:
         asyncio.run(self.async_run(install_signal_handlers=True))
@@ -87,6 +92,7 @@ class Worker:
     def stop(self) -> None:
         """Stop receiving (safe to call from a signal handler on the loop); then drain."""
         self._stopping.set()
+        self._isolation.stop()
         self._notify()
 
     async def async_run(self, *, install_signal_handlers: bool = False) -> None:
@@ -246,6 +252,8 @@ class Worker:
             self._capacity.notify_all()
 
     def _room(self, level: Priority) -> int:
+        if self._isolation.busy:  # suspects wait or run: lease nothing new meanwhile
+            return 0
         concurrency = self._concurrency()
         room = concurrency - len(self._tasks) - sum(self._reserved)
         if level == Priority.HIGH:
@@ -292,35 +300,79 @@ class Worker:
         except MalformedMessageError as error:
             await self._poison(queue, leased, "malformed", error.message)
             return
-        crashes = (leased.dequeue_count or 1) - 1 - message.released
-        if crashes >= self._settings.worker_max_crashes:
-            detail = f"{crashes} leases ended without an outcome (a worker died each time)"
-            await self._poison(queue, leased, "crashed", detail)
+        dequeue_count = leased.dequeue_count or 1
+        suspicion = triage(message, dequeue_count, self._settings.worker_max_crashes)
+        if suspicion.verdict is not None:
+            await self._poison(queue, leased, "crashed", suspicion.verdict)
             return
         lease = _Lease(queue, leased, self._settings.worker_visibility_timeout_s)
-        async with lease:
+        async with lease, self._isolation.admit(suspicion.level) as admitted:
+            if not admitted:
+                await self._hand_back(lease, message, suspicion)
+                return
+            if suspicion.level:
+                marked_message = await self._mark(lease, message, suspicion)
+                if marked_message is None:
+                    return
+                message = marked_message
             with priority.running_as(urgency(message)):
                 outcome = await _outcome_of(processor, message)
-        if not lease.lost:
-            await self._settle_with_retries(queue, lease.message, message, outcome)
+            await self._settle_while_leased(lease, message, outcome)
 
-    async def _settle_with_retries(
-        self, queue: Lane, leased: QueueMessage, message: FanoutMessage, outcome: _Result
+    async def _mark(
+        self, lease: _Lease, message: FanoutMessage, suspicion: Suspicion
+    ) -> FanoutMessage | None:
+        """Record the isolated run about to start (renewing the lease); None if that failed:
+        the message then comes back unchanged, and its next lease escalates no further."""
+        replacement = marked(message, suspicion, lease.message.dequeue_count or 1)
+        log.info("running %s message %s in isolation at level %d (%d solo crashes)",
+                 message.type, lease.message.id, suspicion.level, suspicion.solo)  # fmt: skip
+        try:
+            async with lease.held():
+                lease.message = await lease.queue.mark(
+                    lease.message, replacement, self._settings.worker_visibility_timeout_s
+                )
+        except (StorageUnavailableError, HttpResponseError) as error:
+            log.warning("could not mark %s for isolation: %s", lease.message.id, error)
+            return None
+        return replacement
+
+    async def _hand_back(self, lease: _Lease, message: FanoutMessage, suspicion: Suspicion) -> None:
+        """Stopping: make a message that never started visible again at once, as if this
+        lease had not happened: a normal one is released (not a crash); a suspect keeps the
+        one unexplained lease that made it one, so its next lease judges it exactly as this
+        one did (no escalation, no solo crash for a run that never started)."""
+        leased = lease.message
+        dequeue_count = leased.dequeue_count or message.released + 1
+        released = dequeue_count - 1 if suspicion.level else dequeue_count
+        try:
+            async with lease.held():
+                update = {"released": released}
+                await lease.queue.rewrite(leased, message.model_copy(update=update), 0)
+        except (StorageUnavailableError, HttpResponseError):
+            log.info("could not hand back %s; its lease will expire", leased.id)
+
+    async def _settle_while_leased(
+        self, lease: _Lease, message: FanoutMessage, outcome: _Result
     ) -> None:
-        """Record the outcome; a failed queue call is retried while the lease may still hold,
-        so queue trouble at this step is not mistaken for a crash."""
-        for attempt in range(1, _SETTLE_ATTEMPTS + 1):
+        """Record the outcome. A queue outage at this step is not a crash: the lease is kept
+        renewed and the settle retried, with capped backoff, until it succeeds, the lease is
+        lost, or the worker is stopping (then a few attempts)."""
+        attempt = 0
+        while not lease.lost:
             try:
-                await self._settle(queue, leased, message, outcome)
+                async with lease.held():
+                    await self._settle(lease.queue, lease.message, message, outcome)
                 return
             except StorageUnavailableError:
-                if attempt == _SETTLE_ATTEMPTS:
+                attempt += 1
+                if self._stopping.is_set() and attempt >= _SETTLE_ATTEMPTS:
                     log.warning("could not settle %s message %s; its lease will expire",
-                                message.type, leased.id)  # fmt: skip
+                                message.type, lease.message.id)  # fmt: skip
                     return
                 await asyncio.sleep(self._policy.delay(attempt))
             except HttpResponseError as error:  # the lease was lost: another worker has it
-                log.warning("lease of %s lost before settling: %s", leased.id, error.reason)
+                log.warning("lease of %s lost before settling: %s", lease.message.id, error.reason)
                 return
 
     async def _settle(
@@ -332,21 +384,27 @@ class Worker:
             case Done():
                 await queue.delete(leased)
             case Continue(message=following, delay_s=delay):
-                reset = {"released": released, "attempt": 0, "failures": 0}
+                reset = {"released": released, "attempt": 0, "failures": 0, **_CLEARED}
                 await queue.rewrite(leased, following.model_copy(update=reset), delay)
             case Defer(reason=reason):
-                attempt = message.attempt + 1
+                attempt = min(message.attempt + 1, MAX_EXPONENT)
                 log.info("%s message %s deferred: %s", message.type, leased.id, reason)
-                update = {"released": released, "attempt": attempt}
+                update = {"released": released, "attempt": attempt, **_CLEARED}
                 await queue.rewrite(
                     leased, message.model_copy(update=update), self._policy.delay(attempt)
                 )
             case _Failed(reason=reason):
-                failures, attempt = message.failures + 1, message.attempt + 1
+                failures = message.failures + 1
+                attempt = min(message.attempt + 1, MAX_EXPONENT)
                 if failures >= self._settings.worker_max_deliveries:
                     await self._poison(queue, leased, "failed", f"{failures} failures: {reason}")
                     return
-                update = {"released": released, "attempt": attempt, "failures": failures}
+                update = {
+                    "released": released,
+                    "attempt": attempt,
+                    "failures": failures,
+                    **_CLEARED,
+                }
                 await queue.rewrite(
                     leased, message.model_copy(update=update), self._policy.delay(attempt)
                 )
@@ -387,6 +445,8 @@ class _Failed:
 
 
 _Result = Outcome | _Failed
+_CLEARED = {"level": 0, "solo": 0}
+"""A lease that ended with an outcome clears the isolation bookkeeping."""
 
 
 async def _outcome_of(processor: FanoutProcessor, message: FanoutMessage) -> _Result:
@@ -404,12 +464,14 @@ class _Lease:
     """Keeps a message invisible while it is worked on, renewing at half the timeout.
 
     Stopping waits for a renewal in flight (bounded by the storage timeout) rather than
-    cancelling it: a cancelled renewal may have changed the pop receipt on the server."""
+    cancelling it: a cancelled renewal may have changed the pop receipt on the server. Any
+    other call with the pop receipt holds ``held()``, so it never races a renewal."""
 
     def __init__(self, queue: Lane, message: QueueMessage, visibility_s: int) -> None:
         self.message = message
         self.lost = False
-        self._queue = queue
+        self.queue = queue
+        self._lock = asyncio.Lock()
         self._visibility_s = visibility_s
         self._stop = asyncio.Event()
         self._renewer: asyncio.Task[None] | None = None
@@ -423,13 +485,18 @@ class _Lease:
         self._stop.set()
         await self._renewer
 
+    def held(self) -> asyncio.Lock:
+        """Hold while calling the queue with this lease's pop receipt."""
+        return self._lock
+
     async def _renew(self) -> None:
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), self._visibility_s / 2)
                 return
             try:
-                self.message = await self._queue.extend(self.message, self._visibility_s)
+                async with self._lock:
+                    self.message = await self.queue.extend(self.message, self._visibility_s)
             except StorageUnavailableError:
                 log.warning("could not renew the lease of %s", self.message.id)
             except HttpResponseError as error:

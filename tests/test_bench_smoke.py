@@ -12,7 +12,7 @@ KEYS = {
     "lag_p50_s", "lag_p99_s", "burst_eps", "burst_requests_per_delivery", "backfill_eps",
     "bigfanout_followers", "bigfanout_delivered", "bigfanout_finished", "bigfanout_s",
     "bigfanout_rss_mb", "azurite_same_rowkey_eps", "ratios", "live_adjacent_single_eps",
-    "burst_adjacent_single_eps",
+    "burst_adjacent_single_eps", "crashloop_poisoned",
 }  # fmt: skip
 POSITIVE = {
     "accounts_balance_max_over_mean", "accounts_rows_max_over_mean", "fanout_eps_1_account",

@@ -22,7 +22,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("seed", range(first, first + seeds))
 
 
-@pytest.mark.parametrize("variant", ["kill", "pause", "rebalance"])
+@pytest.mark.parametrize("variant", ["kill", "pause", "rebalance", "crashloop"])
 async def test_chaos(seed: int, variant: str, tmp_path: Path) -> None:
     duration = float(os.environ.get("CHAOS_DURATION_S", "12"))
     report = await chaos.run(seed, variant, duration, tmp_path)

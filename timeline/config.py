@@ -97,8 +97,10 @@ class Settings(BaseSettings):
     worker_visibility_timeout_s: int = Field(default=30, ge=1)
     worker_max_deliveries: int = Field(default=5, ge=1)
     """Real (non-retryable) failures before a message is parked in ``fanout-poison``."""
-    worker_max_crashes: int = Field(default=20, ge=1)
-    """Leases that ended with the worker dead before a message is parked as ``crashed``."""
+    worker_max_crashes: int = Field(default=3, ge=1)
+    """Runs alone in a worker, in a row, that ended with the worker dead before a message is
+    parked as ``crashed``; runs in company and leases held unstarted count nothing
+    (``fanout_worker.isolation``)."""
     worker_retry_base_s: float = Field(default=0.5, gt=0)
     worker_retry_cap_s: float = Field(default=60.0, gt=0)
     worker_write_deadline_s: float = Field(default=300.0, gt=0)

@@ -36,7 +36,12 @@ class _Message(BaseModel):
     failures: int = Field(default=0, ge=0)
     """Real, non-retryable failures so far (storage trouble is not counted)."""
     attempt: int = Field(default=0, ge=0)
-    """Leases in a row that made no progress: the exponent of the next backoff."""
+    """Leases in a row that made no progress: the exponent of the next backoff (clamped)."""
+    level: int = Field(default=0, ge=0)
+    """Set just before a suspect runs in isolation (``fanout_worker.isolation``): how small
+    its group was; 0 when its last lease ended with an outcome."""
+    solo: int = Field(default=0, ge=0)
+    """Runs in a row, alone in a worker, that ended with no outcome (a dead worker)."""
 
 
 class PostCreated(_Message):

@@ -95,6 +95,21 @@ class Lane:
         message.next_visible_on = updated.next_visible_on
         return message
 
+    async def mark(
+        self, message: QueueMessage, replacement: FanoutMessage, visibility_timeout_s: int
+    ) -> QueueMessage:
+        """Replace the content and keep the lease (renewed); the returned message carries
+        the new pop receipt."""
+        content = encode(replacement)
+        async with self._storage.guard(limited=False):
+            updated = await self._queue.update_message(
+                message, content=content, visibility_timeout=visibility_timeout_s
+            )
+        message.pop_receipt = updated.pop_receipt
+        message.next_visible_on = updated.next_visible_on
+        message.content = content
+        return message
+
     async def rewrite(
         self, message: QueueMessage, replacement: FanoutMessage, visibility_timeout_s: float
     ) -> None:
@@ -108,7 +123,8 @@ class Lane:
         delay = math.ceil(visibility_timeout_s)
         target = urgency(replacement)
         if target != self.level and self.shard != LEGACY_SHARD:
-            await self.shard_queue.lane(target).send_raw(encode(replacement), visible_in_s=delay)
+            moved = replacement.model_copy(update={"released": 0})  # a new message's count
+            await self.shard_queue.lane(target).send_raw(encode(moved), visible_in_s=delay)
             await self.delete(message)
             return
         async with self._storage.guard(limited=False):

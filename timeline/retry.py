@@ -7,14 +7,20 @@ from dataclasses import dataclass
 
 from azure.core.exceptions import HttpResponseError
 
+MAX_EXPONENT = 64
+"""Attempts past this back off as long as this one: ``2**64`` times any base in use is far
+past any cap, and the exponent is clamped before the power is computed, so an outage of any
+length (attempt 10,000 or 10**9) never overflows a float."""
+
 
 def backoff_delay(
     attempt: int, *, base: float = 0.1, cap: float = 5.0, retry_after: float | None = None
 ) -> float:
     """Seconds to wait before retry number ``attempt`` (1-based)."""
     if retry_after is not None:
-        return min(cap, retry_after)
-    return random.uniform(0, min(cap, base * 2**attempt))  # noqa: S311 - jitter, not secrets
+        return min(cap, max(0.0, retry_after))
+    exponent = min(max(attempt, 0), MAX_EXPONENT)
+    return random.uniform(0, min(cap, base * 2.0**exponent))  # noqa: S311 - jitter, not secrets
 
 
 def retry_after_of(error: BaseException) -> float | None:

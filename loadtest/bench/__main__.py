@@ -22,6 +22,7 @@ from loadtest.bench.bigfanout import bigfanout_phase
 from loadtest.bench.burst import burst
 from loadtest.bench.cap import cap
 from loadtest.bench.ceiling import ceilings
+from loadtest.bench.crashloop import crashloop
 from loadtest.bench.hybrid import hybrid
 from loadtest.bench.live import live
 from loadtest.bench.scaling import scaling
@@ -30,7 +31,7 @@ from loadtest.bench.stream import stream
 
 PHASES = (
     "live", "burst", "scaling", "backfill", "bigfanout", "accounts", "api", "hybrid", "cap",
-    "stream", "backlog",
+    "stream", "backlog", "crashloop",
 )  # fmt: skip
 
 
@@ -83,6 +84,7 @@ async def run(sizes: Sizes, phases: set[str], profile: Path | None = None) -> di
         "cap": lambda: cap(sizes),
         "stream": lambda: stream(sizes),
         "backlog": lambda: backlog(sizes, result["ceiling_single_eps"]),
+        "crashloop": lambda: crashloop(sizes),
     }
     seconds = {"ceilings": time.monotonic() - started}
     for name in tqdm([p for p in PHASES if p in phases], desc="bench", unit="phase"):
