@@ -19,6 +19,10 @@ MESSAGES_SENT = Counter("timeline_messages_sent_total", "Fan-out messages queued
 STORAGE_REQUESTS = Counter(
     "timeline_storage_requests_total", "Storage calls made (one per guarded call)"
 )
+COUNTER_CONFLICTS = Counter(
+    "timeline_counter_conflicts_total",
+    "Counter-shard writes lost to a concurrent writer and retried on another shard",
+)
 DELIVERIES = Counter(
     "fanout_deliveries_total", "Timeline entities written by the fan-out", registry=FANOUT
 )
