@@ -21,6 +21,7 @@ from loadtest.bench.bigfanout import bigfanout_phase
 from loadtest.bench.burst import burst
 from loadtest.bench.cap import cap
 from loadtest.bench.ceiling import ceilings
+from loadtest.bench.follow_storm import follow_storm
 from loadtest.bench.hybrid import hybrid
 from loadtest.bench.live import live
 from loadtest.bench.scaling import scaling
@@ -29,7 +30,7 @@ from loadtest.bench.stream import stream
 
 PHASES = (
     "live", "burst", "scaling", "backfill", "bigfanout", "accounts", "api", "hybrid", "cap",
-    "stream",
+    "stream", "follow_storm",
 )  # fmt: skip
 
 
@@ -81,6 +82,7 @@ async def run(sizes: Sizes, phases: set[str], profile: Path | None = None) -> di
         "hybrid": lambda: hybrid(sizes),
         "cap": lambda: cap(sizes),
         "stream": lambda: stream(sizes),
+        "follow_storm": lambda: follow_storm(sizes),
     }
     seconds = {"ceilings": time.monotonic() - started}
     for name in tqdm([p for p in PHASES if p in phases], desc="bench", unit="phase"):

@@ -39,6 +39,8 @@ class Sizes:
     stream_clients: int = 50
     stream_seconds: float = 30.0
     stream_events: int = 50
+    follow_storm_follows: int = 1500
+    follow_storm_point_writes: int = 200
 
 
 QUICK = Sizes(
@@ -49,5 +51,5 @@ QUICK = Sizes(
     scaling_followers=20, scaling_posts=10, scaling_rounds=1, api_users=5, api_requests=100,
     large_author_followers=2000, hybrid_reads=20, regrade_followers=200, cap_items=64,
     cap_authors=4, cap_posts_per_author=20, cap_followers=4, stream_clients=4, stream_seconds=5,
-    stream_events=5,
+    stream_events=5, follow_storm_follows=200, follow_storm_point_writes=50,
 )  # fmt: skip
