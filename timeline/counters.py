@@ -20,8 +20,10 @@ never see them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass, field
 
 from azure.core import MatchConditions
 from azure.core.exceptions import ResourceNotFoundError
@@ -94,23 +96,75 @@ async def transact_counted(
     deadline = asyncio.get_running_loop().time() + _BUDGET_TIMEOUTS * storage.options.timeout_s
     shard, attempt = None, 0
     while True:
-        shard = _another_shard(shard)
-        operations = [*rows, await _shard_operation(storage, table, partition_key, shard, delta)]
-        try:
-            await transact(storage, table, partition_key, operations)
-            return
-        except TableTransactionError as error:
-            if failed_index(error, 409, 412) != len(rows):
-                raise
-        COUNTER_CONFLICTS.inc()
+        async with _claimed_shard(table, partition_key, shard, deadline) as shard:
+            shard_change = await _shard_operation(storage, table, partition_key, shard, delta)
+            try:
+                await transact(storage, table, partition_key, [*rows, shard_change])
+                return
+            except TableTransactionError as error:
+                if failed_index(error, 409, 412) != len(rows):
+                    raise
+        COUNTER_CONFLICTS.inc()  # another process changed the shard between read and write
         attempt += 1
         await _back_off(attempt, deadline)
 
 
-def _another_shard(previous: int | None) -> int:
-    """A random shard, never the one that just conflicted."""
-    shard = random.randrange(SHARDS)  # noqa: S311 - spreading load, not secrets
-    return (shard + 1) % SHARDS if shard == previous else shard
+@dataclass
+class _Changing:
+    """The shards of one partition that changes in this process hold now."""
+
+    free: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(SHARDS))
+    held: set[int] = field(default_factory=set)
+    users: int = 0
+
+
+_CHANGING: dict[tuple[str, str], _Changing] = {}
+"""Per process: changes of one partition in one process never race each other on a shard
+(they would only throw each other's writes away); past ``SHARDS`` at once they queue here,
+at no storage cost. Only other processes' changes can conflict."""
+
+
+@contextlib.asynccontextmanager
+async def _claimed_shard(
+    table: str, partition_key: str, previous: int | None, deadline: float
+) -> AsyncIterator[int]:
+    """A random shard no other change of the partition in this process holds (not
+    ``previous`` if another is free), held while the change is made."""
+    key = (table, partition_key)
+    changing = _CHANGING.setdefault(key, _Changing())
+    changing.users += 1
+    try:
+        await _acquire(changing.free, deadline)
+        try:
+            shard = _pick(changing.held, previous)
+            changing.held.add(shard)
+            try:
+                yield shard
+            finally:
+                changing.held.discard(shard)
+        finally:
+            changing.free.release()
+    finally:
+        changing.users -= 1
+        if not changing.users:
+            del _CHANGING[key]
+
+
+async def _acquire(free: asyncio.Semaphore, deadline: float) -> None:
+    try:
+        async with asyncio.timeout_at(deadline):
+            await free.acquire()
+    except TimeoutError:
+        raise _contention() from None
+
+
+def _pick(held: set[int], previous: int | None) -> int:
+    free = [shard for shard in range(SHARDS) if shard not in held]
+    return random.choice([shard for shard in free if shard != previous] or free)  # noqa: S311
+
+
+def _contention() -> StorageUnavailableError:
+    return StorageUnavailableError("too much contention on one partition", retry_after=1)
 
 
 async def _back_off(attempt: int, deadline: float) -> None:
@@ -118,7 +172,7 @@ async def _back_off(attempt: int, deadline: float) -> None:
         min(attempt, _MAX_BACKOFF_ATTEMPT), base=_BACKOFF_BASE_S, cap=_BACKOFF_CAP_S
     )
     if asyncio.get_running_loop().time() + delay > deadline:
-        raise StorageUnavailableError("too much contention on one partition", retry_after=1)
+        raise _contention()
     await asyncio.sleep(delay)
 
 
