@@ -13,7 +13,7 @@ from azure.data.tables import UpdateMode
 from tqdm import tqdm
 
 from loadtest.bench.api import REQUESTS, SECRET, api_process
-from loadtest.bench.harness import delta, fresh_storage, quantile
+from loadtest.bench.harness import cpu_seconds, delta, fresh_storage, quantile
 from loadtest.bench.sizes import Sizes
 from timeline.entities import User
 from timeline.repositories import UsersRepository
@@ -78,9 +78,9 @@ async def follow_storm(sizes: Sizes) -> dict[str, float]:
         await UsersRepository(storage).create(User(STAR, STAR, datetime.now(UTC)))
         point = await point_write_ms(storage, sizes.follow_storm_point_writes)
         async with api_process(azurites) as server:
-            before = await server.metrics()
+            before, cpu_before = await server.metrics(), cpu_seconds(server.process.pid)
             latencies, refused = await storm(server.base, follows)
-            after = await server.metrics()
+            after, cpu_after = await server.metrics(), cpu_seconds(server.process.pid)
             counted = await followers_of(server.base)
     return {
         "follow_storm_follows": follows,
@@ -90,6 +90,7 @@ async def follow_storm(sizes: Sizes) -> dict[str, float]:
         "follow_storm_p99_ms": quantile(latencies, 0.99),
         "follow_storm_storage_requests_per_follow": delta(before, after, REQUESTS) / follows,
         "follow_storm_counter_conflicts_per_follow": delta(before, after, CONFLICTS) / follows,
+        "follow_storm_api_cpu_ms_per_follow": 1000 * (cpu_after - cpu_before) / follows,
         "follow_storm_point_write_p50_ms": quantile(point, 0.5),
         "follow_storm_point_write_p99_ms": quantile(point, 0.99),
     }
