@@ -5,13 +5,14 @@ follows at once) on one ETag. So a count is spread over ``SHARDS`` rows ``~count
 ``~count-15`` beside the legacy ``~count`` row (kept, and never written again, so data
 written before stays counted), and read by summing them with one range query.
 
-A change picks a shard at random, reads it (one point read) and writes the fact together
-with the shard in one Entity Group Transaction on the shard's ETag: the fact and its count
-change land together or not at all. A conflict on the shard alone (another writer got there
-first) is retried on another random shard after a capped, fully jittered backoff, for a time
-budget of a few storage timeouts rather than a fixed number of rounds. A shard may go
-negative (a follow counted on one shard, its unfollow on another): only the sum means
-anything, and it is clamped at 0 when read.
+A change picks a shard at random among those no other change in this process holds, reads
+it (one point read) and writes the fact together with the shard in one Entity Group
+Transaction on the shard's ETag: the fact and its count change land together or not at all.
+A conflict on the shard alone (another process's writer got there first) is retried on
+another random shard after a capped, fully jittered backoff, for a time budget of a few
+storage timeouts rather than a fixed number of rounds. A shard may go negative (a follow
+counted on one shard, its unfollow on another): only the sum means anything, and it is
+clamped at 0 when read.
 
 Counter keys start with ``~`` like every metadata row, so listings (which stop below ``~``)
 never see them.
@@ -37,8 +38,8 @@ from timeline.storage import Storage, TransactionOperation, failed_index, query_
 COUNT_ROW = "~count"
 """The legacy single counter row; still summed, never written."""
 SHARDS = 16
-"""Counter rows per partition. 64 writers on 16 shards meet on one about a quarter of the
-time in a round; more shards would only lengthen the read (one query either way)."""
+"""Counter rows per partition. Changes in one process never share a shard (``_CHANGING``),
+so shards only have to spread processes; more would only lengthen every count read."""
 COUNT_RANGE = "RowKey ge @count_low and RowKey lt @count_high"
 COUNT_BOUNDS = {"count_low": COUNT_ROW, "count_high": COUNT_ROW + "."}
 """``~count`` and every ``~count-NN`` (``-`` sorts just before ``.``), and nothing else."""
