@@ -26,9 +26,9 @@ from tqdm import tqdm
 from loadtest.bench.harness import write_rows
 from timeline.audience import MERGE_COUNT_ROW, MERGE_PREFIX, MERGED, MODE_ROW
 from timeline.config import Settings
+from timeline.counters import COUNT_ROW
 from timeline.entities import Post, User
 from timeline.keys import new_post_id, now_ticks
-from timeline.repositories import COUNT_ROW
 from timeline.secret import auth_secret
 from timeline.storage import (
     POSTS,

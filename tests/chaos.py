@@ -45,12 +45,13 @@ import aiohttp
 from tests.conftest import TEST_SECRET, eventually, program_env
 from timeline.audience import COPIED, MERGED
 from timeline.azurite import Azurite, free_ports
+from timeline.counters import count_of
 from timeline.entities import Post
 from timeline.errors import StorageUnavailableError
 from timeline.home import HomeTimeline, Position
 from timeline.placement import hash64
 from timeline.queue import FanoutQueues
-from timeline.repositories import Repositories, count_of
+from timeline.repositories import Repositories
 from timeline.storage import POSTS, SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING, TABLES, Storage
 
 STORAGE_TIMEOUT_S = 2.0

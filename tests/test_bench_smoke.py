@@ -21,7 +21,8 @@ POSITIVE = {
     "azurite_cpu_share_2_accounts", "azurite_cpu_share_2_workers", "api_cpu_ms_per_read",
     "api_cpu_ms_per_post", "api_storage_requests_per_read", "api_storage_requests_per_post",
     "stream_requests_per_client_minute", "stream_requests_per_client_minute_merging_5",
-    "stream_event_latency_p50_ms",
+    "stream_event_latency_p50_ms", "follow_storm_p50_ms", "follow_storm_p99_ms",
+    "follow_storm_storage_requests_per_follow", "follow_storm_point_write_p50_ms",
 }  # fmt: skip
 """Keys of the several-accounts, CPU and API-cost measurements: present, and positive."""
 
@@ -40,6 +41,7 @@ async def test_bench_quick_prints_every_key() -> None:
     for configuration in ("1_account", "2_accounts", "2_workers"):
         assert result["fanout_scaling"][configuration]["cores"]["worker"] > 0
     assert result["bigfanout_finished"] is True
+    assert result["follow_storm_counted_exactly"] is True
     assert result["bigfanout_delivered"] == result["bigfanout_followers"] + 1
     assert result["burst_eps"] > 0
     assert result["live_eps"] > 0

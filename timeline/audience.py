@@ -2,10 +2,10 @@
 
 Three kinds of rows, each in the partition of the one who reads it:
 
-- ``~mode`` in the author's ``subjectFollowers`` partition (beside the follower count): the
-  author's state. ``copied`` (no row) and ``shrinking`` authors' posts are copied to every
-  follower; ``growing`` authors' too, while their followers are being given merge rows;
-  ``merged`` authors' posts are copied only to the author and to overflow readers.
+- ``~mode`` in the author's ``subjectFollowers`` partition (beside the follower counter
+  rows): the author's state. ``copied`` (no row) and ``shrinking`` authors' posts are copied
+  to every follower; ``growing`` authors' too, while their followers are being given
+  merge rows; ``merged`` authors' posts are copied only to the author and to overflow readers.
 - ``!m-{author}`` merge rows at the head of a reader's ``timelines`` partition (they sort
   before every post row key, so the page query that reads the newest posts reads them
   first), counted by ``!n`` in the same transaction so a reader never merges more than
@@ -30,6 +30,7 @@ from azure.core import MatchConditions
 from azure.core.exceptions import ResourceExistsError, ResourceModifiedError, ResourceNotFoundError
 from azure.data.tables import TableEntity, TableTransactionError, UpdateMode
 
+from timeline.counters import COUNT_BOUNDS, COUNT_RANGE, by_partition, total
 from timeline.entities import Page
 from timeline.errors import StorageUnavailableError
 from timeline.storage import (
@@ -47,8 +48,6 @@ MODE_ROW = "~mode"
 MERGE_PREFIX = "!m-"
 MERGE_COUNT_ROW = "!n"
 COPY_PREFIX = "~copy-"
-COUNT_ROW = "~count"
-"""The follower count beside the mode row (``timeline.repositories`` keeps it)."""
 FIRST_POST_KEY = "0"
 """Every post row key (19 digits, ``_``, post id) sorts after this and every head row before."""
 _RANGE = "PartitionKey eq @pk and RowKey ge @low and RowKey lt @high"
@@ -119,26 +118,32 @@ class AudienceRepository:
 
     async def authors_to_check(self, threshold: int) -> AsyncIterator[str]:
         """Every author with at least ``threshold`` followers or a mode row (a full scan of
-        each account's ``subjectFollowers`` metadata rows: for the admin command)."""
+        each account's ``subjectFollowers`` counter and mode rows: for the admin command)."""
         for account in range(len(self._storage.account_ids)):
-            client = self._storage.account_table(account, SUBJECT_FOLLOWERS)
-            continuation: dict[str, str] | None = None
-            while True:
-                async with self._storage.guard():  # one storage call per page
-                    page = await query_page(
-                        client,
-                        "RowKey eq @count or RowKey eq @mode",
-                        {"count": COUNT_ROW, "mode": MODE_ROW},
-                        select=["PartitionKey", "RowKey", "n"],
-                        limit=1000,
-                        continuation=continuation,
-                    )
-                for row in page.items:
-                    if row["RowKey"] == MODE_ROW or (threshold and int(row["n"]) >= threshold):
-                        yield row["PartitionKey"]
-                continuation = page.continuation
-                if continuation is None:
-                    break
+            async for author, rows in by_partition(self._metadata_rows(account)):
+                keys = {row["RowKey"] for row in rows}
+                if MODE_ROW in keys or (threshold and total(rows) >= threshold):
+                    yield author
+
+    async def _metadata_rows(self, account: int) -> AsyncIterator[TableEntity]:
+        """One account's follower counter rows and mode rows, in key order."""
+        client = self._storage.account_table(account, SUBJECT_FOLLOWERS)
+        continuation: dict[str, str] | None = None
+        while True:
+            async with self._storage.guard():  # one storage call per page
+                page = await query_page(
+                    client,
+                    f"( {COUNT_RANGE} ) or RowKey eq @mode",  # a parameter ends at a space
+                    {**COUNT_BOUNDS, "mode": MODE_ROW},
+                    select=["PartitionKey", "RowKey", "n"],
+                    limit=1000,
+                    continuation=continuation,
+                )
+            for row in page.items:
+                yield row
+            continuation = page.continuation
+            if continuation is None:
+                return
 
     async def merged_authors(self, reader: str) -> list[str]:
         """Every author with a merge row in the reader's timeline."""

@@ -34,6 +34,10 @@ STORAGE_WAITING = Gauge(
     ["priority"],
     registry=FANOUT,
 )
+COUNTER_CONFLICTS = Counter(
+    "timeline_counter_conflicts_total",
+    "Counter-shard writes lost to a concurrent writer and retried on another shard",
+)
 DELIVERIES = Counter(
     "fanout_deliveries_total", "Timeline entities written by the fan-out", registry=FANOUT
 )

@@ -3,11 +3,14 @@
 Each fact has one home, and every change of a fact and of the counter that counts it is one
 Entity Group Transaction in that home's partition, so counters are exact after any crash:
 
-- a post lives in ``posts`` (its author's partition) with the author's ``~count`` row;
+- a post lives in ``posts`` (its author's partition) with the author's count;
 - a follow lives in ``subjectFollowers`` (the subject's partition, the one fan-out reads)
-  with the subject's follower ``~count``: this row is the truth about who follows whom;
+  with the subject's follower count: this row is the truth about who follows whom;
 - ``subjectFollowing`` is an index derived from it (the follower's partition, with the
-  follower's ``~count``), kept in step by ``FollowsRepository.sync_index``.
+  follower's count), kept in step by ``FollowsRepository.sync_index``.
+
+A count is spread over several counter rows summed on read (``timeline.counters``), so the
+writers of one hot partition do not queue on one row's ETag.
 
 Rows whose key starts with ``~`` are metadata; user ids and post row keys never do, and every
 listing query stops below ``~``.
@@ -28,6 +31,7 @@ from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
 from azure.data.tables import TableEntity, TableTransactionError, UpdateMode
 
 from timeline.audience import FIRST_POST_KEY, AudienceRepository
+from timeline.counters import count_of, transact_counted
 from timeline.entities import POST_SELECT, PROFILE_ROW_KEY, Edge, Page, Post, User
 from timeline.errors import ConflictError, StorageUnavailableError
 from timeline.keys import post_row_key
@@ -53,15 +57,15 @@ log = logging.getLogger(__name__)
 
 META = "~"
 """Row keys from here on are metadata: counters and idempotency keys."""
-COUNT_ROW = "~count"
 PARTITION = "PartitionKey eq @pk"
 LISTING = "PartitionKey eq @pk and RowKey lt @meta"
 POST_LISTING = "PartitionKey eq @pk and RowKey ge @first and RowKey lt @meta"
 """A timeline's posts: its head rows (merge rows, ``timeline.audience``) sort before them."""
 _ATTEMPTS = 20
+"""Rounds on a fact row changed under us (one follower pair or one post: rare, never hot)
+before it is reported as a retryable 503; counter contention is ``timeline.counters``'."""
 _KEYS_PER_FILTER = 14
 """Azure Table Storage allows at most 15 comparisons in one filter (one is the partition)."""
-"""Optimistic-concurrency rounds before contention is reported as a retryable 503."""
 
 
 def key_digest(idempotency_key: str) -> str:
@@ -123,7 +127,7 @@ class PostsRepository:
         if idempotency_key is not None:
             rows.append(("create", self._key_row(post.author, idempotency_key, post.post_id)))
         try:
-            await _transact_counted(self._storage, POSTS, post.author, rows, +1)
+            await transact_counted(self._storage, POSTS, post.author, rows, +1)
         except TableTransactionError as error:
             if idempotency_key is not None and failed_index(error, 409) == 1:
                 earlier = await self.by_key(post.author, idempotency_key)
@@ -176,7 +180,7 @@ class PostsRepository:
             keys = {"PartitionKey": author, "RowKey": post_row_key(post_id)}
             row: TransactionOperation = ("delete", keys, _if_unchanged(entity))
             try:
-                await _transact_counted(self._storage, POSTS, author, [row], -1)
+                await transact_counted(self._storage, POSTS, author, [row], -1)
                 return True
             except TableTransactionError as error:
                 if failed_index(error, 404, 412) != 0:
@@ -347,7 +351,7 @@ class FollowsRepository:
         its claim row, so it fails if the worker already gave up waiting for it."""
         edge = {"PartitionKey": subject, "RowKey": follower, "since": since}
         try:
-            await _transact_counted(
+            await transact_counted(
                 self._storage,
                 SUBJECT_FOLLOWERS,
                 subject,
@@ -370,7 +374,7 @@ class FollowsRepository:
             keys = {"PartitionKey": subject, "RowKey": follower}
             rows = [("delete", keys, _if_unchanged(edge)), *_claim_rows(subject, request)]
             try:
-                await _transact_counted(self._storage, SUBJECT_FOLLOWERS, subject, rows, -1)
+                await transact_counted(self._storage, SUBJECT_FOLLOWERS, subject, rows, -1)
                 return True
             except TableTransactionError as error:
                 _raise_if_abandoned(error)
@@ -404,7 +408,7 @@ class FollowsRepository:
             )
             delta = int(truth is not None) - int(was_active)
             try:
-                await _transact_counted(self._storage, SUBJECT_FOLLOWING, follower, [write], delta)
+                await transact_counted(self._storage, SUBJECT_FOLLOWING, follower, [write], delta)
                 return
             except TableTransactionError as error:
                 if failed_index(error, 409, 412, 404) is None:
@@ -520,48 +524,6 @@ def _index_row(
         "since": since or datetime.now(UTC),
         "active": truth is not None,
     }
-
-
-async def count_of(storage: Storage, table: str, partition_key: str) -> int:
-    """The ``~count`` row of one partition (0 when it was never written)."""
-    entity = await _get_entity(storage, table, partition_key, COUNT_ROW)
-    return 0 if entity is None else int(entity["n"])
-
-
-async def _transact_counted(
-    storage: Storage,
-    table: str,
-    partition_key: str,
-    rows: list[TransactionOperation],
-    delta: int,
-) -> None:
-    """Submit ``rows`` and move the partition's ``~count`` by ``delta`` in one transaction.
-
-    The counter is written on the condition that it is unchanged since it was read, so two
-    writers never lose an update; a conflict on the counter alone is retried."""
-    for _ in range(_ATTEMPTS):
-        operations = list(rows)
-        if delta:
-            counter = await _get_entity(storage, table, partition_key, COUNT_ROW)
-            operations = [*operations, _count_operation(partition_key, counter, delta)]
-        try:
-            await transact(storage, table, partition_key, operations)
-            return
-        except TableTransactionError as error:
-            if delta and failed_index(error, 409, 412) == len(operations) - 1:
-                continue
-            raise
-    raise _contention()
-
-
-def _count_operation(
-    partition_key: str, counter: TableEntity | None, delta: int
-) -> TransactionOperation:
-    current = 0 if counter is None else int(counter["n"])
-    row = {"PartitionKey": partition_key, "RowKey": COUNT_ROW, "n": max(0, current + delta)}
-    if counter is None:
-        return ("create", row)
-    return ("update", row, {"mode": UpdateMode.REPLACE, **_if_unchanged(counter)})
 
 
 def _etag(entity: TableEntity) -> str:

@@ -23,6 +23,7 @@ from loadtest.bench.burst import burst
 from loadtest.bench.cap import cap
 from loadtest.bench.ceiling import ceilings
 from loadtest.bench.crashloop import crashloop
+from loadtest.bench.follow_storm import follow_storm
 from loadtest.bench.hybrid import hybrid
 from loadtest.bench.live import live
 from loadtest.bench.scaling import scaling
@@ -31,7 +32,7 @@ from loadtest.bench.stream import stream
 
 PHASES = (
     "live", "burst", "scaling", "backfill", "bigfanout", "accounts", "api", "hybrid", "cap",
-    "stream", "backlog", "crashloop",
+    "stream", "backlog", "crashloop", "follow_storm",
 )  # fmt: skip
 
 
@@ -85,6 +86,7 @@ async def run(sizes: Sizes, phases: set[str], profile: Path | None = None) -> di
         "stream": lambda: stream(sizes),
         "backlog": lambda: backlog(sizes, result["ceiling_single_eps"]),
         "crashloop": lambda: crashloop(sizes),
+        "follow_storm": lambda: follow_storm(sizes),
     }
     seconds = {"ceilings": time.monotonic() - started}
     for name in tqdm([p for p in PHASES if p in phases], desc="bench", unit="phase"):

@@ -27,11 +27,11 @@ from loadtest.bench.harness import (
 )
 from loadtest.bench.sizes import Sizes
 from timeline.audience import MERGED, AudienceRepository, AuthorMode
+from timeline.counters import COUNT_ROW
 from timeline.entities import Post
 from timeline.keys import new_post_id, now_ticks
 from timeline.messages import Regrade
 from timeline.queue import FanoutQueues
-from timeline.repositories import COUNT_ROW
 from timeline.storage import POSTS, SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING, TIMELINES, Storage
 from timeline.tokens import TokenSigner
 

@@ -44,6 +44,8 @@ class Sizes:
     backlog_writes: int = 200
     backlog_posts: int = 5
     crashloop_seconds: float = 20.0
+    follow_storm_follows: int = 1500
+    follow_storm_point_writes: int = 200
 
 
 QUICK = Sizes(
@@ -55,5 +57,5 @@ QUICK = Sizes(
     large_author_followers=2000, hybrid_reads=20, regrade_followers=200, cap_items=64,
     cap_authors=4, cap_posts_per_author=20, cap_followers=4, stream_clients=4, stream_seconds=5,
     stream_events=5, backlog_follows=300, backlog_subject_posts=5, backlog_writes=40,
-    backlog_posts=2, crashloop_seconds=6,
+    backlog_posts=2, crashloop_seconds=6, follow_storm_follows=200, follow_storm_point_writes=50,
 )  # fmt: skip

@@ -1,0 +1,210 @@
+"""Sharded counters: a partition's count is the sum of its counter rows.
+
+One counter row per partition serialises every writer of a hot partition (a user everyone
+follows at once) on one ETag. So a count is spread over ``SHARDS`` rows ``~count-00`` ..
+``~count-15`` beside the legacy ``~count`` row (kept, and never written again, so data
+written before stays counted), and read by summing them with one range query.
+
+A change picks a shard at random among those no other change in this process holds, reads
+it (one point read) and writes the fact together with the shard in one Entity Group
+Transaction on the shard's ETag: the fact and its count change land together or not at all.
+A conflict on the shard alone (another process's writer got there first) is retried on
+another random shard after a capped, fully jittered backoff, for a time budget of a few
+storage timeouts rather than a fixed number of rounds. A shard may go negative (a follow
+counted on one shard, its unfollow on another): only the sum means anything, and it is
+clamped at 0 when read.
+
+Counter keys start with ``~`` like every metadata row, so listings (which stop below ``~``)
+never see them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass, field
+
+from azure.core import MatchConditions
+from azure.core.exceptions import ResourceNotFoundError
+from azure.data.tables import TableEntity, TableTransactionError, UpdateMode
+
+from timeline.errors import StorageUnavailableError
+from timeline.metrics import COUNTER_CONFLICTS
+from timeline.retry import backoff_delay
+from timeline.storage import Storage, TransactionOperation, failed_index, query_page, transact
+
+COUNT_ROW = "~count"
+"""The legacy single counter row; still summed, never written."""
+SHARDS = 16
+"""Counter rows per partition. Changes in one process never share a shard (``_CHANGING``),
+so shards only have to spread processes; more would only lengthen every count read."""
+COUNT_RANGE = "RowKey ge @count_low and RowKey lt @count_high"
+COUNT_BOUNDS = {"count_low": COUNT_ROW, "count_high": COUNT_ROW + "."}
+"""``~count`` and every ``~count-NN`` (``-`` sorts just before ``.``), and nothing else."""
+_BUDGET_TIMEOUTS = 3
+"""A change keeps retrying a contended counter for this many storage timeouts."""
+_BACKOFF_BASE_S = 0.005
+_BACKOFF_CAP_S = 0.2
+_MAX_BACKOFF_ATTEMPT = 8
+"""The exponent passed to the backoff is capped here, so it never overflows however long."""
+
+
+def shard_key(shard: int) -> str:
+    return f"{COUNT_ROW}-{shard:02d}"
+
+
+def total(rows: Iterable[TableEntity]) -> int:
+    """The count a partition's counter rows add up to (clamped at 0)."""
+    return max(0, sum(int(row.get("n", 0)) for row in rows))
+
+
+async def count_of(storage: Storage, table: str, partition_key: str) -> int:
+    """The sum of one partition's counter rows: one range query (0 when none exists)."""
+    rows: list[TableEntity] = []
+    continuation: dict[str, str] | None = None
+    while True:  # real Azure may return a short page with a continuation
+        async with storage.guard():
+            page = await query_page(
+                storage.reader(table, partition_key),
+                f"PartitionKey eq @pk and {COUNT_RANGE}",
+                {"pk": partition_key, **COUNT_BOUNDS},
+                select=["n"],
+                limit=1000,
+                continuation=continuation,
+            )
+        rows.extend(page.items)
+        continuation = page.continuation
+        if continuation is None:
+            return total(rows)
+
+
+async def transact_counted(
+    storage: Storage,
+    table: str,
+    partition_key: str,
+    rows: list[TransactionOperation],
+    delta: int,
+) -> None:
+    """Submit ``rows`` and move the partition's count by ``delta`` in one transaction.
+
+    Raises the ``TableTransactionError`` of a failure in ``rows`` (the caller's to judge);
+    a conflict on the counter shard is retried on another shard."""
+    if not delta:
+        await transact(storage, table, partition_key, rows)
+        return
+    deadline = asyncio.get_running_loop().time() + _BUDGET_TIMEOUTS * storage.options.timeout_s
+    shard, attempt = None, 0
+    while True:
+        async with _claimed_shard(table, partition_key, shard, deadline) as shard:
+            shard_change = await _shard_operation(storage, table, partition_key, shard, delta)
+            try:
+                await transact(storage, table, partition_key, [*rows, shard_change])
+                return
+            except TableTransactionError as error:
+                if failed_index(error, 409, 412) != len(rows):
+                    raise
+        COUNTER_CONFLICTS.inc()  # another process changed the shard between read and write
+        attempt += 1
+        await _back_off(attempt, deadline)
+
+
+@dataclass
+class _Changing:
+    """The shards of one partition that changes in this process hold now."""
+
+    free: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(SHARDS))
+    held: set[int] = field(default_factory=set)
+    users: int = 0
+
+
+_CHANGING: dict[tuple[str, str], _Changing] = {}
+"""Per process: changes of one partition in one process never race each other on a shard
+(they would only throw each other's writes away); past ``SHARDS`` at once they queue here,
+at no storage cost. Only other processes' changes can conflict."""
+
+
+@contextlib.asynccontextmanager
+async def _claimed_shard(
+    table: str, partition_key: str, previous: int | None, deadline: float
+) -> AsyncIterator[int]:
+    """A random shard no other change of the partition in this process holds (not
+    ``previous`` if another is free), held while the change is made."""
+    key = (table, partition_key)
+    changing = _CHANGING.setdefault(key, _Changing())
+    changing.users += 1
+    try:
+        await _acquire(changing.free, deadline)
+        try:
+            shard = _pick(changing.held, previous)
+            changing.held.add(shard)
+            try:
+                yield shard
+            finally:
+                changing.held.discard(shard)
+        finally:
+            changing.free.release()
+    finally:
+        changing.users -= 1
+        if not changing.users:
+            del _CHANGING[key]
+
+
+async def _acquire(free: asyncio.Semaphore, deadline: float) -> None:
+    try:
+        async with asyncio.timeout_at(deadline):
+            await free.acquire()
+    except TimeoutError:
+        raise _contention() from None
+
+
+def _pick(held: set[int], previous: int | None) -> int:
+    free = [shard for shard in range(SHARDS) if shard not in held]
+    return random.choice([shard for shard in free if shard != previous] or free)  # noqa: S311
+
+
+def _contention() -> StorageUnavailableError:
+    return StorageUnavailableError("too much contention on one partition", retry_after=1)
+
+
+async def _back_off(attempt: int, deadline: float) -> None:
+    delay = backoff_delay(
+        min(attempt, _MAX_BACKOFF_ATTEMPT), base=_BACKOFF_BASE_S, cap=_BACKOFF_CAP_S
+    )
+    if asyncio.get_running_loop().time() + delay > deadline:
+        raise _contention()
+    await asyncio.sleep(delay)
+
+
+async def _shard_operation(
+    storage: Storage, table: str, partition_key: str, shard: int, delta: int
+) -> TransactionOperation:
+    """Create the shard with ``delta``, or rewrite it moved by ``delta`` if unchanged."""
+    key = shard_key(shard)
+    async with storage.guard():
+        try:
+            counter = await storage.reader(table, partition_key).get_entity(
+                partition_key, key, select=["n"]
+            )
+        except ResourceNotFoundError:
+            return ("create", {"PartitionKey": partition_key, "RowKey": key, "n": delta})
+    row = {"PartitionKey": partition_key, "RowKey": key, "n": int(counter["n"]) + delta}
+    condition = {"etag": counter.metadata["etag"], "match_condition": MatchConditions.IfNotModified}
+    return ("update", row, {"mode": UpdateMode.REPLACE, **condition})
+
+
+async def by_partition(
+    rows: AsyncIterator[TableEntity],
+) -> AsyncIterator[tuple[str, list[TableEntity]]]:
+    """Group a table scan's rows by partition (a scan returns them in key order)."""
+    current: str | None = None
+    group: list[TableEntity] = []
+    async for row in rows:
+        if row["PartitionKey"] != current and current is not None:
+            yield current, group
+            group = []
+        current = row["PartitionKey"]
+        group.append(row)
+    if current is not None:
+        yield current, group
