@@ -171,9 +171,10 @@ class Worker:
         }
         sampler = asyncio.create_task(self._sample_depth(shards))
         high = max(1, self._settings.worker_receivers // 2)
+        low = max(1, self._settings.worker_receivers - high)  # each priority has its own
         try:
             async with asyncio.TaskGroup() as receivers:
-                for index in range(self._settings.worker_receivers):
+                for index in range(high + low):
                     level = Priority.HIGH if index < high else Priority.LOW
                     receivers.create_task(self._receive(lanes[level], processor, index, level))
         finally:

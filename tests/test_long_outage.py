@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 import fanout_worker.worker as worker_module
+import timeline.queue as queue_module
 from tests.conftest import eventually, make_settings, running_worker, unique
 from tests.test_guarantees import opened
 from timeline.azurite import Azurite
@@ -22,7 +23,7 @@ from timeline.errors import StorageUnavailableError
 from timeline.fanout import Defer, FanoutProcessor, Outcome
 from timeline.keys import now_ticks
 from timeline.messages import FanoutMessage, Followed
-from timeline.queue import FanoutQueue
+from timeline.queue import FanoutQueue, Lane
 from timeline.retry import RetryPolicy, backoff_delay
 
 
@@ -32,7 +33,7 @@ def test_backoff_at_attempt_ten_thousand_is_capped() -> None:
         assert 0 <= RetryPolicy(base_s=0.5, cap_s=60).delay(attempt) <= 60
 
 
-class _Unreachable(FanoutQueue):
+class _Unreachable(Lane):
     """A queue whose every receive fails, counted; the worker stops itself after ``LIMIT``."""
 
     LIMIT = 5_000
@@ -53,7 +54,7 @@ async def test_receiver_failing_five_thousand_times_does_not_raise(
         assert seconds <= 10
         await asyncio.sleep(0)
 
-    monkeypatch.setattr(worker_module, "FanoutQueue", _Unreachable)
+    monkeypatch.setattr(queue_module, "Lane", _Unreachable)
     monkeypatch.setattr(worker_module.Worker, "_sleep", fake_sleep)
     settings = make_settings(private_azurite.connection_string, tmp_path, worker_receivers=1)
     async with opened(settings):
