@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
 from timeline.limiter import AdaptiveLimiter, LimiterSettings
 from timeline.priority import Priority
 

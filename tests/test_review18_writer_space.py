@@ -1,0 +1,40 @@
+"""The writer's lanes: a fresh post's copy must not wait for background rows to be sent.
+
+docs/overload.md: "HIGH work is admitted against the HIGH backlog only, so a post's reads are
+not held back by 100,000 buffered backfill rows". Its writes are: every row, HIGH or LOW,
+takes a place of one shared ``max_buffered`` semaphore, so once background rows fill it a
+HIGH upsert waits until enough LOW rows have been sent."""
+
+from __future__ import annotations
+
+import asyncio
+
+from tests.conftest import unique
+from timeline.keys import new_post_id, now_ticks
+from timeline.priority import Priority, running_as
+from timeline.storage import TIMELINES, Storage
+from timeline.writer import PartitionWriter, Tracker
+
+BUFFERED = 200
+
+
+async def test_a_high_row_is_buffered_while_background_rows_fill_the_buffer(
+    storage: Storage,
+) -> None:
+    deadline = asyncio.get_running_loop().time() + 3600
+    properties = {"author": "a", "text": "t"}
+    async with PartitionWriter(storage, TIMELINES, linger_s=3600, max_buffered=BUFFERED) as writer:
+        background, partitions = Tracker(), [unique("low") for _ in range(4)]
+        with running_as(Priority.LOW):  # backfills: 50 rows each into 4 partitions
+            for index in range(BUFFERED):
+                row = new_post_id(now_ticks() + index)
+                await writer.upsert(partitions[index % 4], row, properties, background,
+                                    deadline=deadline)  # fmt: skip
+        assert writer.buffered == BUFFERED
+        fresh = Tracker()
+        with running_as(Priority.HIGH):  # a fresh post's copy
+            copy = writer.upsert(unique("high"), new_post_id(now_ticks()), properties, fresh,
+                                 deadline=deadline)  # fmt: skip
+            done, _ = await asyncio.wait({asyncio.ensure_future(copy)}, timeout=2)
+        assert done, "the HIGH copy waits for buffer space held by background rows"
+        await writer.flush()
