@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import signal
 from dataclasses import dataclass
 
@@ -23,7 +24,7 @@ from timeline.errors import (
     TimelineError,
 )
 from timeline.fanout import Continue, Defer, Done, FanoutProcessor, Outcome
-from timeline.messages import FanoutMessage, decode, urgency
+from timeline.messages import FanoutMessage, decode, encode, urgency
 from timeline.priority import Priority
 from timeline.queue import FanoutQueue, FanoutQueues, Lane
 from timeline.retry import MAX_EXPONENT, backoff_delay
@@ -208,9 +209,10 @@ class Worker:
         empty lanes."""
         failures = empty = 0
         turn = first
-        while not self._stopping.is_set() and shards:
+        while not self._stopping.is_set():
             count = await self._reserve(level)
-            if not count:
+            if not count or not shards:
+                await self._release(count, level)
                 return
             queue, turn = shards[turn % len(shards)], turn + 1
             try:
@@ -220,9 +222,9 @@ class Worker:
                 failures += 1
                 messages = []
             except ResourceNotFoundError:
-                if queue.shard != LEGACY_SHARD and queue.level == Priority.HIGH:
+                if queue.shard != LEGACY_SHARD:
                     raise
-                log.info("queue %s does not exist; not consuming it", queue.name)
+                log.info("the legacy fanout queue is gone; consuming the shards only")
                 with contextlib.suppress(ValueError):
                     shards.remove(queue)
                 messages = []
@@ -359,6 +361,7 @@ class Worker:
         """Record the outcome. A queue outage at this step is not a crash: the lease is kept
         renewed and the settle retried, with capped backoff, until it succeeds, the lease is
         lost, or the worker is stopping (then a few attempts)."""
+        outcome = await self._move_if_due(lease, outcome)
         attempt = 0
         while not lease.lost:
             try:
@@ -376,13 +379,38 @@ class Worker:
                 log.warning("lease of %s lost before settling: %s", lease.message.id, error.reason)
                 return
 
+    async def _move_if_due(self, lease: _Lease, outcome: _Result) -> _Result:
+        """A next step that belongs in the other lane (a post's later pages, a second pass)
+        is sent there first, once, retried while the lease holds; what is left to settle is
+        deleting this one. A death (or a lost lease) between the two leaves both: the step
+        runs twice, and every step is idempotent, which is the price of never losing it."""
+        if not isinstance(outcome, Continue):
+            return outcome
+        target = lease.queue.moves(outcome.message)
+        if target is None:
+            return outcome
+        reset = {"released": 0, "attempt": 0, "failures": 0, **_CLEARED}  # a new message
+        content = encode(outcome.message.model_copy(update=reset))
+        delay = math.ceil(outcome.delay_s) or None
+        attempt = 0
+        while not lease.lost:
+            try:
+                await target.send_raw(content, visible_in_s=delay)
+                return _Moved()
+            except StorageUnavailableError:
+                attempt += 1
+                if self._stopping.is_set() and attempt >= _SETTLE_ATTEMPTS:
+                    break
+                await asyncio.sleep(self._policy.delay(attempt))
+        return outcome  # not sent (lease lost, or stopping): rewritten in place, if at all
+
     async def _settle(
         self, queue: Lane, leased: QueueMessage, message: FanoutMessage, outcome: _Result
     ) -> None:
         """The one outcome ladder: delete, rewrite for the next step, back off, or poison."""
         released = leased.dequeue_count or message.released + 1
         match outcome:
-            case Done():
+            case Done() | _Moved():
                 await queue.delete(leased)
             case Continue(message=following, delay_s=delay):
                 reset = {"released": released, "attempt": 0, "failures": 0, **_CLEARED}
@@ -409,7 +437,7 @@ class Worker:
                 await queue.rewrite(
                     leased, message.model_copy(update=update), self._policy.delay(attempt)
                 )
-        MESSAGES.labels(message.type, type(outcome).__name__.strip("_").lower()).inc()
+        MESSAGES.labels(message.type, _label(outcome)).inc()
 
     async def _poison(self, queue: Lane, message: QueueMessage, reason: str, detail: str) -> None:
         log.warning("poisoning message %s: %s", message.id, detail)
@@ -445,7 +473,19 @@ class _Failed:
     reason: str
 
 
-_Result = Outcome | _Failed
+@dataclass(frozen=True, slots=True)
+class _Moved:
+    """The next step was sent to the other lane: delete this message (counted as a
+    continuation)."""
+
+
+_Result = Outcome | _Failed | _Moved
+
+
+def _label(outcome: _Result) -> str:
+    return "continue" if isinstance(outcome, _Moved) else type(outcome).__name__.strip("_").lower()
+
+
 _CLEARED = {"level": 0, "solo": 0}
 """A lease that ended with an outcome clears the isolation bookkeeping."""
 

@@ -110,3 +110,25 @@ async def test_high_priority_waiters_go_first_and_retry_after_holds_only_backgro
     limiter._timer_fired()  # what the loop's timer would do a minute later
     await low
     assert order == ["high", "low"]
+
+
+async def test_background_waiters_get_one_place_in_five_while_user_facing_ones_wait() -> None:
+    clock = Clock()
+    limiter = AdaptiveLimiter(LimiterSettings(initial=1, minimum=1, maximum=1), clock=clock)
+    order: list[Priority] = []
+
+    async def call(level: Priority) -> None:
+        with running_as(level):
+            async with limiter.slot("read"):
+                order.append(level)
+                await asyncio.sleep(0)
+
+    first = limiter.slot("read")
+    await first.__aenter__()
+    tasks = [asyncio.create_task(call(Priority.LOW)) for _ in range(3)]
+    tasks += [asyncio.create_task(call(Priority.HIGH)) for _ in range(12)]
+    await asyncio.sleep(0)
+    await first.__aexit__(None, None, None)
+    await asyncio.gather(*tasks)
+    assert order[:10].count(Priority.LOW) == 2  # HIGH first, but LOW is never shut out
+    assert order[4] == order[9] == Priority.LOW

@@ -16,13 +16,23 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
 from aiohttp.test_utils import TestClient
 
-from tests.conftest import api_client, eventually, make_settings, program_env
+import timeline.queue as queue_module
+from tests.conftest import (
+    api_client,
+    eventually,
+    make_settings,
+    program_env,
+    running_worker,
+    unique,
+)
 from tests.test_guarantees import opened
 from timeline.azurite import Azurite
 from timeline.config import Settings
 from timeline.entities import Post
+from timeline.errors import StorageUnavailableError
 from timeline.keys import new_post_id, now_ticks
 from timeline.messages import (
     FanoutMessage,
@@ -34,7 +44,7 @@ from timeline.messages import (
     urgency,
 )
 from timeline.priority import Priority
-from timeline.queue import FanoutQueue
+from timeline.queue import FanoutQueue, Lane
 from timeline.storage import POSTS, SUBJECT_FOLLOWERS, Storage, chunked, submit_batch
 
 BACKFILLS = 5000
@@ -133,3 +143,35 @@ async def test_a_fresh_post_overtakes_a_backlog_of_backfills(
     print(f"\nbackfills still queued when the post arrived: {left}; slowest write {slowest:.2f}s")
     assert left > BACKFILLS // 2, "the post waited for the backlog"
     assert slowest < 3.0, "the API kept answering writes while the worker drained"
+
+
+class _DeleteFailsOnce(Lane):
+    """The queue answers 503 to the first delete, as a busy account may."""
+
+    failed = False
+
+    async def delete(self, message: Any) -> None:
+        if not _DeleteFailsOnce.failed:
+            _DeleteFailsOnce.failed = True
+            raise StorageUnavailableError("injected 503 on delete_message", retry_after=1)
+        await super().delete(message)
+
+
+async def test_a_step_moved_to_the_background_is_sent_once_when_the_delete_is_retried(
+    private_azurite: Azurite, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A delete's first pass moves its second pass to the background queue (send, then
+    delete the original); a delete that fails and is retried must not send it again."""
+    monkeypatch.setattr(queue_module, "Lane", _DeleteFailsOnce)
+    settings = make_settings(private_azurite.connection_string, tmp_path)
+    async with opened(settings) as storage:
+        queue = FanoutQueue(storage)
+        await queue.send(PostDeleted(author=unique("a"), post_id=new_post_id(now_ticks())))
+        async with running_worker(settings):
+
+            async def moved() -> bool:
+                return await queue.lanes[Priority.HIGH].depth() == 0
+
+            await eventually(moved, timeout_s=30, what="the first pass to be settled")
+        assert _DeleteFailsOnce.failed
+        assert await queue.lanes[Priority.LOW].depth() == 1  # the second pass, once

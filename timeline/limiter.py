@@ -28,6 +28,7 @@ the rest of the budget to the API.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import time
 from collections import deque
@@ -48,12 +49,15 @@ _BASE_WINDOW_S = 30.0
 """A kind's base latency is the least of the last one or two such windows, so it follows
 storage getting slower for good (a bigger table, a busier account) within a minute."""
 _RETRY_AFTER_CAP_S = 30.0
+_LOW_TURN = 5
+"""While both wait, one place in this many goes to background work."""
 
 
 @dataclass(frozen=True, slots=True)
 class LimiterSettings:
     initial: int = 16
-    minimum: int = 1
+    minimum: int = 2
+    """Enough for the client to build a request while storage serves the last one."""
     maximum: int = 256
     queue_low: float = 1.0
     """Below this many of our requests waiting inside storage, the limit may grow."""
@@ -79,6 +83,8 @@ class AdaptiveLimiter:
         self._base: dict[str, _BaseLatency] = {}
         self._round = _Round(ends=0.0)
         self._slow_start = True
+        self._granted = 0
+        """Places handed to ``HIGH`` waiters since the last went to a ``LOW`` one."""
         self._hold_low_until = 0.0
         self._timer: asyncio.TimerHandle | None = None
         rate = self.settings.requests_per_s
@@ -115,8 +121,9 @@ class AdaptiveLimiter:
         except asyncio.CancelledError:
             if waiter.done() and not waiter.cancelled():
                 self._finish()  # it was handed a place just as it was cancelled
-            else:
-                self._waiters[level].remove(waiter)
+            else:  # still waiting, or already passed over by ``_wake`` as cancelled
+                with contextlib.suppress(ValueError):
+                    self._waiters[level].remove(waiter)
             raise
 
     def _may_start(self, level: Priority) -> bool:
@@ -133,17 +140,28 @@ class AdaptiveLimiter:
         self._wake()
 
     def _wake(self) -> None:
-        """Hand free places to waiters, ``HIGH`` first."""
-        for level in Priority:
-            queue = self._waiters[level]
-            while queue and self._may_start(level):
-                waiter = queue.popleft()
-                if not waiter.done():
-                    self._start()
-                    waiter.set_result(None)
+        """Hand free places to waiters, ``HIGH`` first, but every ``_LOW_TURN``-th place to a
+        ``LOW`` waiter when there is one: background work slows down, never stops."""
+        while True:
+            level = self._next_level()
+            if level is None:
+                break
+            waiter = self._waiters[level].popleft()
+            if not waiter.done():
+                self._start()
+                self._granted = 0 if level == Priority.LOW else self._granted + 1
+                waiter.set_result(None)
         held = self._hold_low_until - self._clock()
         if self._waiters[Priority.LOW] and held > 0 and self._timer is None:
             self._timer = asyncio.get_running_loop().call_later(held, self._timer_fired)
+
+    def _next_level(self) -> Priority | None:
+        ready = [level for level in Priority if self._waiters[level] and self._may_start(level)]
+        if not ready:
+            return None
+        if Priority.LOW in ready and self._granted >= _LOW_TURN - 1:
+            return Priority.LOW
+        return ready[0]
 
     def _timer_fired(self) -> None:
         self._timer = None

@@ -7,6 +7,7 @@ messages stay in one shard."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 from dataclasses import dataclass
 from typing import Protocol
@@ -21,6 +22,8 @@ from timeline.metrics import MESSAGES_SENT
 from timeline.placement import hash64
 from timeline.priority import Priority
 from timeline.storage import LEGACY_SHARD, Storage
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,9 +69,7 @@ class Lane:
         except ResourceNotFoundError:
             if self.level == Priority.HIGH:
                 raise
-            async with self._storage.guard(limited=False):
-                with contextlib.suppress(ResourceExistsError):
-                    await self._queue.create_queue()
+            await self._create()
             await self._send(content, visible_in_s)
 
     async def _send(self, content: str, visible_in_s: int | None) -> None:
@@ -78,12 +79,35 @@ class Lane:
             )
 
     async def receive(self, count: int, visibility_timeout_s: int) -> list[QueueMessage]:
-        """Lease up to ``count`` (≤ 32) messages for ``visibility_timeout_s`` seconds."""
+        """Lease up to ``count`` (≤ 32) messages for ``visibility_timeout_s`` seconds; a
+        background queue found missing is created (and has nothing yet)."""
+        try:
+            async with self._storage.guard(limited=False):
+                pager = self._queue.receive_messages(
+                    messages_per_page=count,
+                    max_messages=count,
+                    visibility_timeout=visibility_timeout_s,
+                )
+                return [message async for message in pager]
+        except ResourceNotFoundError:
+            if self.level == Priority.HIGH:
+                raise
+            await self._create()
+            return []
+
+    async def _create(self) -> None:
+        """Create this (background) queue: a deployment from before it, not re-initialised."""
+        log.info("queue %s did not exist; creating it", self.name)
         async with self._storage.guard(limited=False):
-            pager = self._queue.receive_messages(
-                messages_per_page=count, max_messages=count, visibility_timeout=visibility_timeout_s
-            )
-            return [message async for message in pager]
+            with contextlib.suppress(ResourceExistsError):
+                await self._queue.create_queue()
+
+    def moves(self, replacement: FanoutMessage) -> Lane | None:
+        """The other lane of this shard, when ``replacement`` belongs there."""
+        target = urgency(replacement)
+        if target == self.level or self.shard == LEGACY_SHARD:
+            return None
+        return self.shard_queue.lane(target)
 
     async def extend(self, message: QueueMessage, visibility_timeout_s: int) -> QueueMessage:
         """Renew the lease; the returned message carries the new pop receipt."""
@@ -113,20 +137,10 @@ class Lane:
     async def rewrite(
         self, message: QueueMessage, replacement: FanoutMessage, visibility_timeout_s: float
     ) -> None:
-        """End the lease with ``replacement`` as the message, visible again after
-        ``visibility_timeout_s`` (rounded up to whole seconds, as the queue counts).
-
-        In place when it stays in this lane. When it moves to the other lane (a post's later
-        pages, a second pass: background work), it is sent there first and then deleted
-        here: a death in between leaves both, and the step runs twice (every step is
-        idempotent), which is the price of never losing it."""
+        """End the lease with ``replacement`` as the message, in place, visible again after
+        ``visibility_timeout_s`` (rounded up to whole seconds, as the queue counts). A
+        replacement that belongs in the other lane is moved by the worker (``moves``)."""
         delay = math.ceil(visibility_timeout_s)
-        target = urgency(replacement)
-        if target != self.level and self.shard != LEGACY_SHARD:
-            moved = replacement.model_copy(update={"released": 0})  # a new message's count
-            await self.shard_queue.lane(target).send_raw(encode(moved), visible_in_s=delay)
-            await self.delete(message)
-            return
         async with self._storage.guard(limited=False):
             await self._queue.update_message(
                 message, content=encode(replacement), visibility_timeout=delay
@@ -151,7 +165,12 @@ class Lane:
 
     async def peek(self, count: int = 32) -> list[QueueMessage]:
         async with self._storage.guard(limited=False):
-            return list(await self._queue.peek_messages(max_messages=count))
+            try:
+                return list(await self._queue.peek_messages(max_messages=count))
+            except ResourceNotFoundError:
+                if self.level == Priority.HIGH:
+                    raise
+                return []  # not created yet
 
     async def depth(self) -> int:
         """Approximate count of this lane's messages (leased and delayed ones included)."""

@@ -637,7 +637,10 @@ class Storage:
                 existing = {table.name async for table in service.list_tables()}
             wanted = [*TABLES, META_TABLE, *([PLACEMENT_TABLE] if index == 0 else [])]
             missing += [f"{name} (account {index})" for name in wanted if name not in existing]
+        background = {background_queue_name(k) for k in range(self.queue_shards)}
         for queue in self._all_queues():
+            if queue.queue_name in background:
+                continue  # created on first use by a deployment from before them
             async with self.guard():
                 try:
                     await queue.get_queue_properties()

@@ -49,6 +49,8 @@ _RATE_WINDOW_S = 5.0
 _FIRST_RATE = 100.0
 """Rows per second assumed before any were written (and the least ever assumed): admission
 never stops a lone page."""
+BACKGROUND_SHARE = 0.75
+"""Of the buffer, what ``LOW`` rows may fill."""
 _NOW = float("-inf")
 """The deadline of a partition that must go out at once (full, or flushing)."""
 
@@ -98,6 +100,8 @@ class _Pending:
     created_ticks: int | None
     deadline: float | None
     """Loop time after which this upsert may no longer be sent (None: a delete, always safe)."""
+    background: bool
+    """It holds a place of the buffer's ``LOW`` share too."""
     trackers: list[Tracker] = field(default_factory=list)
 
     def operation(self, partition: str) -> Operation:
@@ -131,6 +135,8 @@ class PartitionWriter:
         self._wakeup = asyncio.Event()
         self._slots = asyncio.Semaphore(max_in_flight)
         self._space = asyncio.Semaphore(max_buffered)
+        self._background_space = asyncio.Semaphore(max(1, int(max_buffered * BACKGROUND_SHARE)))
+        """``LOW`` rows may fill only part of the buffer: a fresh post's copies always fit."""
         self._sends: set[asyncio.Task[None]] = set()
         self._flusher: asyncio.Task[None] | None = None
         self._flushing = 0
@@ -272,8 +278,11 @@ class PartitionWriter:
         created_ticks: int | None,
         deadline: float | None,
     ) -> None:
-        await self._space.acquire()
         level = priority.current()
+        background = level == Priority.LOW
+        if background:
+            await self._background_space.acquire()
+        await self._space.acquire()
         rows = self._buffers.get(partition)
         if rows is None:
             rows = self._buffers[partition] = {}
@@ -284,10 +293,10 @@ class PartitionWriter:
             self._promote(partition, level)
         pending = rows.get(row)
         if pending is None:
-            pending = rows[row] = _Pending(row, properties, created_ticks, deadline)
+            pending = rows[row] = _Pending(row, properties, created_ticks, deadline, background)
             self._rows[self._lane_of[partition]] += 1
         else:  # the same row again (a redelivery): the latest operation wins, once
-            self._space.release()
+            self._release_space(background)
             pending.properties = properties
             pending.deadline = _later(pending.deadline, deadline) if properties else None
         pending.trackers.append(tracker)
@@ -297,6 +306,11 @@ class PartitionWriter:
             lane[partition] = _NOW
             lane.move_to_end(partition, last=False)
             self._wakeup.set()
+
+    def _release_space(self, background: bool) -> None:
+        self._space.release()
+        if background:
+            self._background_space.release()
 
     def _promote(self, partition: str, level: Priority) -> None:
         """Move a waiting partition (and its rows) to a more urgent lane."""
@@ -374,8 +388,8 @@ class PartitionWriter:
             raise
         finally:
             self._slots.release()
-            for _ in batch:
-                self._space.release()
+            for pending in batch:
+                self._release_space(pending.background)
             if error is None:
                 _record(sent)
                 self._committed.append((asyncio.get_running_loop().time(), len(sent)))

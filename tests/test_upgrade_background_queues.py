@@ -17,7 +17,7 @@ from timeline.azurite import Azurite
 from timeline.config import Settings
 from timeline.storage import Storage
 
-MISSING = "fanout-0-low does not exist"
+MISSING = "fanout-0-low did not exist"
 
 
 async def _before_issue_18(settings: Settings) -> None:
@@ -31,7 +31,7 @@ async def test_worker_survives_a_missing_low_queue(
 ) -> None:
     settings = make_settings(private_azurite.connection_string, tmp_path, worker_receivers=8)
     await _before_issue_18(settings)
-    caplog.set_level(logging.INFO, logger="fanout_worker.worker")
+    caplog.set_level(logging.INFO, logger="timeline.queue")
     worker = Worker(settings, settings.connection_string())
     task = asyncio.create_task(worker.async_run())
     try:
@@ -50,7 +50,7 @@ async def test_backfill_after_upgrade_without_low_queue_is_delivered(
 ) -> None:
     settings = make_settings(private_azurite.connection_string, tmp_path, worker_receivers=2)
     await _before_issue_18(settings)
-    caplog.set_level(logging.INFO, logger="fanout_worker.worker")
+    caplog.set_level(logging.INFO, logger="timeline.queue")
     async with api_client(settings) as client, running_worker(settings):
         api = Api(client)
         author, follower = unique("a"), unique("f")

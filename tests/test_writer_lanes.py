@@ -25,12 +25,16 @@ async def test_a_high_row_is_buffered_while_background_rows_fill_the_buffer(
     properties = {"author": "a", "text": "t"}
     async with PartitionWriter(storage, TIMELINES, linger_s=3600, max_buffered=BUFFERED) as writer:
         background, partitions = Tracker(), [unique("low") for _ in range(4)]
-        with running_as(Priority.LOW):  # backfills: 50 rows each into 4 partitions
-            for index in range(BUFFERED):
-                row = new_post_id(now_ticks() + index)
-                await writer.upsert(partitions[index % 4], row, properties, background,
-                                    deadline=deadline)  # fmt: skip
-        assert writer.buffered == BUFFERED
+
+        async def backfill_row(index: int) -> None:
+            row = new_post_id(now_ticks() + index)
+            await writer.upsert(partitions[index % 4], row, properties, background,
+                                deadline=deadline)  # fmt: skip
+
+        with running_as(Priority.LOW):  # backfills try to fill the whole buffer
+            rows = [asyncio.create_task(backfill_row(index)) for index in range(BUFFERED)]
+            await asyncio.sleep(0.1)
+        assert 0 < writer.buffered < BUFFERED  # background rows fill only their share
         fresh = Tracker()
         with running_as(Priority.HIGH):  # a fresh post's copy
             copy = writer.upsert(unique("high"), new_post_id(now_ticks()), properties, fresh,
@@ -38,3 +42,4 @@ async def test_a_high_row_is_buffered_while_background_rows_fill_the_buffer(
             done, _ = await asyncio.wait({asyncio.ensure_future(copy)}, timeout=2)
         assert done, "the HIGH copy waits for buffer space held by background rows"
         await writer.flush()
+        await asyncio.gather(*rows)
