@@ -43,6 +43,7 @@ class Sizes:
     backlog_subject_posts: int = 20
     backlog_writes: int = 200
     backlog_posts: int = 5
+    backlog_window_s: float = 60.0
     crashloop_seconds: float = 20.0
     follow_storm_follows: int = 1500
     follow_storm_point_writes: int = 200
@@ -57,5 +58,6 @@ QUICK = Sizes(
     large_author_followers=2000, hybrid_reads=20, regrade_followers=200, cap_items=64,
     cap_authors=4, cap_posts_per_author=20, cap_followers=4, stream_clients=4, stream_seconds=5,
     stream_events=5, backlog_follows=300, backlog_subject_posts=5, backlog_writes=40,
-    backlog_posts=2, crashloop_seconds=6, follow_storm_follows=200, follow_storm_point_writes=50,
+    backlog_posts=2, backlog_window_s=5, crashloop_seconds=6, follow_storm_follows=200,
+    follow_storm_point_writes=50,
 )  # fmt: skip
