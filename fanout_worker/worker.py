@@ -45,9 +45,9 @@ BACKGROUND_SHARE = 0.75
 """Of the places for messages in flight, what background work may hold: the rest is kept
 for user-facing work, which never waits for a backlog of backfills to finish."""
 MESSAGES_PER_REQUEST = 4
-"""Messages in flight per table request the limiter lets out: enough to keep it busy; more
-would only wait in the limiter while their leases cost renewals (and a death touches more
-of them)."""
+"""Background messages in flight per table request the limiter lets out: enough to keep it
+busy; more would only wait in the limiter while their leases cost renewals (and a death
+touches more of them)."""
 _SETTLE_ATTEMPTS = 4
 """Settle attempts once the worker is stopping; before that, a settle is retried as long as
 the lease holds (the lease is renewed meanwhile)."""
@@ -257,18 +257,20 @@ class Worker:
     def _room(self, level: Priority) -> int:
         if self._isolation.busy:  # suspects wait or run: lease nothing new meanwhile
             return 0
-        concurrency = self._concurrency()
-        room = concurrency - len(self._tasks) - sum(self._reserved)
+        room = self._settings.worker_concurrency - len(self._tasks) - sum(self._reserved)
         if level == Priority.HIGH:
             return room
-        share = max(1, int(concurrency * BACKGROUND_SHARE))
-        return min(room, share - len(self._background) - self._reserved[level])
+        return min(room, self._background_cap() - len(self._background) - self._reserved[level])
 
-    def _concurrency(self) -> int:
-        """Messages in flight: what storage serves now (the limiter), at least one receive's
-        worth, at most ``worker_concurrency``."""
+    def _background_cap(self) -> int:
+        """Background messages in flight: a few per table request storage serves now (the
+        limiter), at least one receive's worth, at most ``BACKGROUND_SHARE`` of all. A
+        backfill or a later page gains nothing from company (its rows go to partitions of
+        its own), so more would only wait, costing lease renewals; posts and deletes keep
+        the whole concurrency, since many in flight is what fills their batches."""
         served = MESSAGES_PER_REQUEST * int(self._limiter.limit)
-        return min(self._settings.worker_concurrency, max(MAX_RECEIVE, served))
+        share = int(self._settings.worker_concurrency * BACKGROUND_SHARE)
+        return max(1, min(share, max(MAX_RECEIVE, served)))
 
     async def _finished(self) -> None:
         async with self._capacity:

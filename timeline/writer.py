@@ -329,6 +329,7 @@ class PartitionWriter:
         while True:
             await self._slots.acquire()
             try:
+                await self._storage_has_room()
                 partition = await self._next_due()
             except BaseException:
                 self._slots.release()
@@ -338,6 +339,15 @@ class PartitionWriter:
             task = asyncio.create_task(self._send(partition, batch, level))
             self._sends.add(task)
             task.add_done_callback(self._sends.discard)
+
+    async def _storage_has_room(self) -> None:
+        """With an adaptive limiter, take a batch only while fewer are out than it lets
+        through: a batch is formed when it is taken, so one that waited in the limiter would
+        have stopped absorbing writes (batches grow while storage is busy, not while they
+        queue)."""
+        limiter = self._storage.options.limiter
+        while limiter is not None and len(self._sends) >= max(1, int(limiter.limit)):
+            await asyncio.wait(self._sends, return_when=asyncio.FIRST_COMPLETED)
 
     async def _next_due(self) -> str:
         """The partition to send next: the most urgent lane first; in a lane, full ones
