@@ -184,8 +184,13 @@ async def _timed_post(api: ApiProcess, author: dict[str, str], sample: _Sample) 
         return str(body["post_id"])
 
 
+VISIBLE_CAP_S = 60.0
+"""A fresh post not on its follower's timeline by then is reported as this (a lower bound):
+first in, first out, it would wait for the whole backlog (minutes)."""
+
+
 async def _until_visible(
-    api: ApiProcess, reader: dict[str, str], post_id: str, timeout_s: float = 600
+    api: ApiProcess, reader: dict[str, str], post_id: str, timeout_s: float = VISIBLE_CAP_S
 ) -> float:
     started = time.monotonic()
     url = f"{api.base}/users/{reader['id']}/timeline?limit=5"
@@ -198,7 +203,7 @@ async def _until_visible(
         if any(item["post_id"] == post_id for item in items):
             return time.monotonic() - started
         await asyncio.sleep(0.02)
-    raise TimeoutError(f"post {post_id} never reached its follower")
+    return timeout_s
 
 
 def _auth(user: dict[str, str]) -> dict[str, str]:

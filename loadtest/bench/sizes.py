@@ -42,7 +42,7 @@ class Sizes:
     backlog_follows: int = 5000
     backlog_subject_posts: int = 20
     backlog_writes: int = 200
-    backlog_posts: int = 5
+    backlog_posts: int = 3
     backlog_window_s: float = 60.0
     crashloop_seconds: float = 20.0
     follow_storm_follows: int = 1500
