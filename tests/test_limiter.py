@@ -52,16 +52,16 @@ async def test_a_store_that_serves_one_at_a_time_gets_a_few_requests_not_hundred
     clock = Clock()
     limiter = AdaptiveLimiter(LimiterSettings(initial=16, maximum=256), clock=clock)
     latencies = await _simulate(limiter, clock, servers=1, service_s=0.01, requests=5000)
-    assert 2 <= limiter.limit <= 6
+    assert 3 <= limiter.limit <= 8
     tail = latencies[-1000:]
-    assert max(tail) <= 6 * 0.01  # others wait behind a handful of requests, not 16
+    assert max(tail) <= 8 * 0.01  # others wait behind a handful of requests, not 16
 
 
 async def test_a_store_that_serves_in_parallel_gets_its_parallelism() -> None:
     clock = Clock()
     limiter = AdaptiveLimiter(LimiterSettings(initial=16, maximum=256), clock=clock)
     latencies = await _simulate(limiter, clock, servers=100, service_s=0.03, requests=20_000)
-    assert 90 <= limiter.limit <= 110
+    assert 90 <= limiter.limit <= 115
     assert sum(latencies[-2000:]) / 2000 < 2 * 0.03
 
 

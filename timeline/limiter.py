@@ -59,9 +59,9 @@ class LimiterSettings:
     minimum: int = 2
     """Enough for the client to build a request while storage serves the last one."""
     maximum: int = 256
-    queue_low: float = 1.0
+    queue_low: float = 3.0
     """Below this many of our requests waiting inside storage, the limit may grow."""
-    queue_high: float = 3.0
+    queue_high: float = 6.0
     """Above this many, it shrinks."""
     latency_target_s: float = 1.0
     """Above this average latency storage is congested, whatever the estimate says."""
