@@ -132,3 +132,21 @@ async def test_background_waiters_get_one_place_in_five_while_user_facing_ones_w
     await asyncio.gather(*tasks)
     assert order[:10].count(Priority.LOW) == 2  # HIGH first, but LOW is never shut out
     assert order[4] == order[9] == Priority.LOW
+
+
+async def test_background_held_back_by_retry_after_resumes_with_nothing_else_running() -> None:
+    """A throttled answer holds background calls back; one that arrives when nothing else
+    runs (no release will ever wake it) must still go once the hold has passed."""
+    limiter = AdaptiveLimiter(LimiterSettings(initial=4, maximum=4))
+    throttled = limiter.slot("read")
+    outcome = await throttled.__aenter__()
+    outcome.congested, outcome.retry_after = True, 0.05
+    await throttled.__aexit__(None, None, None)
+    assert limiter.in_flight == 0
+
+    async def background_call() -> None:
+        with running_as(Priority.LOW):
+            async with limiter.slot("read"):
+                pass
+
+    await asyncio.wait_for(background_call(), 5)

@@ -116,6 +116,7 @@ class AdaptiveLimiter:
             return
         waiter = asyncio.get_running_loop().create_future()
         self._waiters[level].append(waiter)
+        self._wake()  # arms the hold's timer when this is the first background waiter
         try:
             await waiter
         except asyncio.CancelledError:

@@ -133,6 +133,8 @@ class PartitionWriter:
         """Per priority, each waiting partition's send deadline, in sending order."""
         self._lane_of: dict[str, Priority] = {}
         self._wakeup = asyncio.Event()
+        self._urgent = asyncio.Event()
+        """Set when a ``HIGH`` row arrives."""
         self._slots = asyncio.Semaphore(max_in_flight)
         self._space = asyncio.Semaphore(max_buffered)
         self._background_space = asyncio.Semaphore(max(1, int(max_buffered * BACKGROUND_SHARE)))
@@ -282,7 +284,14 @@ class PartitionWriter:
         background = level == Priority.LOW
         if background:
             await self._background_space.acquire()
-        await self._space.acquire()
+        try:
+            await self._space.acquire()
+        except BaseException:
+            if background:
+                self._background_space.release()
+            raise
+        if not background:
+            self._urgent.set()
         rows = self._buffers.get(partition)
         if rows is None:
             rows = self._buffers[partition] = {}
@@ -346,8 +355,17 @@ class PartitionWriter:
         have stopped absorbing writes (batches grow while storage is busy, not while they
         queue)."""
         limiter = self._storage.options.limiter
-        while limiter is not None and len(self._sends) >= max(1, int(limiter.limit)):
-            await asyncio.wait(self._sends, return_when=asyncio.FIRST_COMPLETED)
+        while (
+            limiter is not None
+            and not self._lanes[Priority.HIGH]  # a fresh post's batch never waits here
+            and len(self._sends) >= max(1, int(limiter.limit))
+        ):
+            self._urgent.clear()
+            urgent = asyncio.ensure_future(self._urgent.wait())
+            try:
+                await asyncio.wait({*self._sends, urgent}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                urgent.cancel()
 
     async def _next_due(self) -> str:
         """The partition to send next: the most urgent lane first; in a lane, full ones
