@@ -65,7 +65,7 @@ async def count_of(storage: Storage, table: str, partition_key: str) -> int:
     rows: list[TableEntity] = []
     continuation: dict[str, str] | None = None
     while True:  # real Azure may return a short page with a continuation
-        async with storage.guard():
+        async with storage.guard(kind="count"):
             page = await query_page(
                 storage.reader(table, partition_key),
                 f"PartitionKey eq @pk and {COUNT_RANGE}",
