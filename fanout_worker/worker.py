@@ -461,7 +461,7 @@ class Worker:
                 for queue in shards:
                     for lane in queue.lanes:
                         QUEUE_DEPTH.labels(lane.name).set(await lane.depth())
-                    _, poison = await queue.depth()
+                    poison = await queue.poison_depth()
                     QUEUE_DEPTH.labels(poison_queue_name(queue.shard)).set(poison)
             except Exception:  # a sampler must never die
                 log.warning("could not sample queue depths", exc_info=True)

@@ -240,9 +240,12 @@ class FanoutQueue:
         """Approximate message counts of the work queues (every lane) and the poison
         queue."""
         work = sum([await lane.depth() for lane in self.lanes])
+        return work, await self.poison_depth()
+
+    async def poison_depth(self) -> int:
         async with self.storage.guard(limited=False):
             poison = await self._poison.get_queue_properties()
-        return work, poison.approximate_message_count or 0
+        return poison.approximate_message_count or 0
 
 
 class FanoutQueues:
