@@ -15,14 +15,14 @@ from api.routes import OPERATIONS
 from api.stream import STREAMS_KEY, Streams
 from api.web import add_web_client
 from timeline.config import Settings
-from timeline.home import HomeTimeline
-from timeline.queue import FanoutQueues
-from timeline.ratelimit import RateLimits
-from timeline.repositories import Repositories
-from timeline.secret import wait_for_auth_secret
-from timeline.service import TimelineService
-from timeline.storage import Storage
-from timeline.tokens import TokenSigner
+from timeline.model.tokens import TokenSigner
+from timeline.reads.home import HomeTimeline
+from timeline.service.operations import TimelineService
+from timeline.storage.accounts import Storage
+from timeline.storage.queue import FanoutQueues
+from timeline.tables.ratelimits import RateLimits
+from timeline.tables.repositories import Repositories
+from timeline.tables.secret import wait_for_auth_secret
 
 API_VERSION = "1.0.0"
 

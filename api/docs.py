@@ -14,8 +14,8 @@ from pathlib import Path
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from timeline.azurite import find_node_modules
 from timeline.errors import ConfigurationError, NotFoundError
+from timeline.storage.azurite import find_node_modules
 
 log = logging.getLogger(__name__)
 

@@ -7,8 +7,8 @@ from typing import Any
 from aiohttp import web
 
 from timeline.config import Settings
-from timeline.service import TimelineService
-from timeline.storage import Storage
+from timeline.service.operations import TimelineService
+from timeline.storage.accounts import Storage
 
 SETTINGS_KEY = web.AppKey("settings", Settings)
 STORAGE_KEY = web.AppKey("storage", Storage)

@@ -10,8 +10,13 @@ from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
 from api.schemas import ErrorBody, PostRequest
-from timeline.keys import IDEMPOTENCY_KEY_PATTERN, POST_ID_PATTERN, USER_ID_PATTERN, text_pattern
-from timeline.tokens import CONTINUATION_PATTERN, MAX_CONTINUATION_CHARS
+from timeline.model.keys import (
+    IDEMPOTENCY_KEY_PATTERN,
+    POST_ID_PATTERN,
+    USER_ID_PATTERN,
+    text_pattern,
+)
+from timeline.model.tokens import CONTINUATION_PATTERN, MAX_CONTINUATION_CHARS
 
 Handler = Any
 PATH_PARAMETERS = {

@@ -21,7 +21,7 @@ from timeline.errors import (
     StorageUnavailableError,
     UnsupportedMediaTypeError,
 )
-from timeline.service import PageOut, TimelineService
+from timeline.service.operations import PageOut, TimelineService
 
 M = TypeVar("M", bound=BaseModel)
 

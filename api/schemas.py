@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from timeline.keys import POST_ID_PATTERN, USER_ID_PATTERN, text_pattern
-from timeline.service import MAX_DISPLAY_NAME_CHARS
+from timeline.model.keys import POST_ID_PATTERN, USER_ID_PATTERN, text_pattern
+from timeline.service.operations import MAX_DISPLAY_NAME_CHARS
 
 
 class _Body(BaseModel):

@@ -2,7 +2,7 @@
 
 Each event is one timeline entry (``event: post``, ``data:`` the post as JSON) with its
 position as the ``id:``, so a client that reconnects sends ``Last-Event-ID`` and resumes
-where it left off (``timeline.live`` says why it may see a few entries again). A comment
+where it left off (``timeline.reads.live`` says why it may see a few entries again). A comment
 line goes out when nothing else has for the heartbeat interval, so proxies keep the
 connection and a dead client is noticed. A process serves at most ``TIMELINE_MAX_STREAMS``
 streams (503 beyond), and ``TIMELINE_MAX_STREAMS_PER_USER`` of one user (429 beyond), so
@@ -21,10 +21,10 @@ from collections.abc import Iterator
 import orjson
 from aiohttp import web
 
-from timeline.entities import Post
 from timeline.errors import OverloadedError, RateLimitedError
-from timeline.live import StreamTiming
-from timeline.service import TimelineService
+from timeline.model.entities import Post
+from timeline.reads.live import StreamTiming
+from timeline.service.operations import TimelineService
 
 RETRY_MS = 2000
 """What a client waits before it reconnects (the SSE ``retry:`` field)."""

@@ -1,1 +1,1 @@
-"""The fan-out daemon: a thin queue-consuming shell over ``timeline.fanout``."""
+"""The fan-out daemon: a thin queue-consuming shell over ``timeline.delivery.processor``."""

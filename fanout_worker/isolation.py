@@ -20,7 +20,7 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
-from timeline.messages import FanoutMessage
+from timeline.model.messages import FanoutMessage
 
 GROUP_SIZES = (16, 4, 1)
 """How many suspects run together at levels 1, 2 and 3 (alone)."""

@@ -10,9 +10,9 @@ from collections.abc import Callable
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge
 
-from timeline.limiter import AdaptiveLimiter
 from timeline.metrics import FANOUT, STORAGE_LIMIT, STORAGE_WAITING
-from timeline.priority import Priority
+from timeline.model.priority import Priority
+from timeline.storage.limiter import AdaptiveLimiter
 
 MESSAGES = Counter(
     "fanout_messages_total", "Fan-out messages handled", ["type", "outcome"], registry=FANOUT

@@ -14,8 +14,8 @@ from azure.storage.queue import QueueMessage
 
 from fanout_worker.isolation import Isolation, Suspicion, marked, triage
 from fanout_worker.metrics import IN_FLIGHT, MESSAGES, POISONED, QUEUE_DEPTH, watch_limiter
-from timeline import priority
 from timeline.config import Settings
+from timeline.delivery.processor import Continue, Defer, Done, FanoutProcessor, Outcome
 from timeline.errors import (
     ConfigurationError,
     MalformedMessageError,
@@ -23,19 +23,19 @@ from timeline.errors import (
     StorageUnavailableError,
     TimelineError,
 )
-from timeline.fanout import Continue, Defer, Done, FanoutProcessor, Outcome
-from timeline.messages import FanoutMessage, decode, encode, urgency
-from timeline.priority import Priority
-from timeline.queue import FanoutQueue, FanoutQueues, Lane
+from timeline.model import priority
+from timeline.model.messages import FanoutMessage, decode, encode, urgency
+from timeline.model.priority import Priority
 from timeline.retry import MAX_EXPONENT, backoff_delay
-from timeline.storage import (
+from timeline.storage.accounts import (
     LEGACY_SHARD,
     TIMELINES,
     Storage,
     poison_queue_name,
     split_connection_strings,
 )
-from timeline.writer import PartitionWriter
+from timeline.storage.queue import FanoutQueue, FanoutQueues, Lane
+from timeline.storage.writer import PartitionWriter
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ class Worker:
     message runs at its ``urgency``: the writer and the storage limiter serve ``HIGH``
     first. Timeline writes of all messages meet in one ``PartitionWriter``, which coalesces
     them per partition into EGT batches; every table call waits for a place in the adaptive
-    limiter (``timeline.limiter``).
+    limiter (``timeline.storage.limiter``).
 
     Every lease ends in one of four ways, decided in ``_settle``: done (deleted), continued
     (rewritten in place: the next page, or a delayed second pass), deferred (state not there

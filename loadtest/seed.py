@@ -24,13 +24,11 @@ from typing import Any
 from tqdm import tqdm
 
 from loadtest.bench.harness import write_rows
-from timeline.audience import MERGE_COUNT_ROW, MERGE_PREFIX, MERGED, MODE_ROW
 from timeline.config import Settings
-from timeline.counters import COUNT_ROW
-from timeline.entities import Post, User
-from timeline.keys import new_post_id, now_ticks
-from timeline.secret import auth_secret
-from timeline.storage import (
+from timeline.model.entities import Post, User
+from timeline.model.keys import new_post_id, now_ticks
+from timeline.model.tokens import TokenSigner
+from timeline.storage.accounts import (
     POSTS,
     SUBJECT_FOLLOWERS,
     SUBJECT_FOLLOWING,
@@ -38,7 +36,9 @@ from timeline.storage import (
     USERS,
     Storage,
 )
-from timeline.tokens import TokenSigner
+from timeline.storage.counters import COUNT_ROW
+from timeline.tables.audience import MERGE_COUNT_ROW, MERGE_PREFIX, MERGED, MODE_ROW
+from timeline.tables.secret import auth_secret
 
 
 @dataclass(frozen=True)

@@ -43,16 +43,16 @@ from typing import Any
 import aiohttp
 
 from tests.conftest import TEST_SECRET, eventually, program_env
-from timeline.audience import COPIED, MERGED
-from timeline.azurite import Azurite, free_ports
-from timeline.counters import count_of
-from timeline.entities import Post
 from timeline.errors import StorageUnavailableError
-from timeline.home import HomeTimeline, Position
-from timeline.placement import hash64
-from timeline.queue import FanoutQueues
-from timeline.repositories import Repositories
-from timeline.storage import POSTS, SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING, TABLES, Storage
+from timeline.model.entities import Post
+from timeline.reads.home import HomeTimeline, Position
+from timeline.storage.accounts import POSTS, SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING, TABLES, Storage
+from timeline.storage.azurite import Azurite, free_ports
+from timeline.storage.counters import count_of
+from timeline.storage.placement import hash64
+from timeline.storage.queue import FanoutQueues
+from timeline.tables.audience import COPIED, MERGED
+from timeline.tables.repositories import Repositories
 
 STORAGE_TIMEOUT_S = 2.0
 WRITE_DEADLINE_S = 2.0
@@ -160,7 +160,7 @@ class Cluster:
     async def start(self) -> None:
         for server in self.azurites:
             await asyncio.to_thread(server.start)
-        init = await self._spawn("timeline.cli", "init.log", "init", accounts=self.initial)
+        init = await self._spawn("timeline.tools.cli", "init.log", "init", accounts=self.initial)
         assert await init.wait() == 0, (self.workdir / "init.log").read_text()
         self.api = await self._spawn("api", "api.log")
         self.workers = [await self._spawn_worker() for _ in range(self._worker_count)]
@@ -195,13 +195,17 @@ class Cluster:
     async def rebalance(self, rng: random.Random, report: Report) -> None:
         """Add the accounts past ``initial``: one rebalance SIGKILLed midway, then one to
         the end (it resumes from the placement row)."""
-        first = await self._spawn("timeline.cli", "rebalance.log", "rebalance", "--steps", "2")
+        first = await self._spawn(
+            "timeline.tools.cli", "rebalance.log", "rebalance", "--steps", "2"
+        )
         await asyncio.sleep(rng.uniform(1.0, 2 * (PLACEMENT_LEASE_S + STORAGE_TIMEOUT_S)))
         if first.returncode is None:
             report.kills += 1
             first.kill()
         await first.wait()
-        second = await self._spawn("timeline.cli", "rebalance.log", "rebalance", "--steps", "2")
+        second = await self._spawn(
+            "timeline.tools.cli", "rebalance.log", "rebalance", "--steps", "2"
+        )
         code = await second.wait()
         assert code == 0, (self.workdir / "rebalance.log").read_text()
         report.rebalanced = True

@@ -17,11 +17,11 @@ from aiohttp.test_utils import TestClient, TestServer
 from api.app import create_app
 from fanout_worker.metrics import MESSAGES
 from fanout_worker.worker import Worker
-from timeline.azurite import Azurite
 from timeline.config import Settings
-from timeline.queue import FanoutQueue
-from timeline.repositories import Repositories
-from timeline.storage import Storage, StorageOptions
+from timeline.storage.accounts import Storage, StorageOptions
+from timeline.storage.azurite import Azurite
+from timeline.storage.queue import FanoutQueue
+from timeline.tables.repositories import Repositories
 
 TEST_SECRET = "test-secret-not-for-production"
 

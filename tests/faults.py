@@ -13,7 +13,7 @@ from typing import Any, cast
 from azure.core.exceptions import ServiceRequestError
 from azure.data.tables.aio import TableClient
 
-from timeline.storage import Storage, StorageOptions
+from timeline.storage.accounts import Storage, StorageOptions
 
 WRITES = frozenset(
     {"create_entity", "upsert_entity", "update_entity", "delete_entity", "submit_transaction"}

@@ -7,8 +7,8 @@ from __future__ import annotations
 import os
 
 from fanout_worker.main import main
-from timeline.fanout import FanoutProcessor, Outcome
-from timeline.messages import FanoutMessage
+from timeline.delivery.processor import FanoutProcessor, Outcome
+from timeline.model.messages import FanoutMessage
 
 
 def _install_pill(author: str) -> None:

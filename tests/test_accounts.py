@@ -23,13 +23,13 @@ from tests.conftest import (
     storage_on,
 )
 from tests.helpers import Api
-from timeline.azurite import Azurite
 from timeline.config import Settings
 from timeline.errors import ConfigurationError
-from timeline.placement import Placement, hash64, jump_hash
-from timeline.queue import FanoutQueues
-from timeline.rebalance import RebalanceError, Rebalancer
-from timeline.storage import TABLES, TIMELINES, USERS, Storage
+from timeline.storage.accounts import TABLES, TIMELINES, USERS, Storage
+from timeline.storage.azurite import Azurite
+from timeline.storage.placement import Placement, hash64, jump_hash
+from timeline.storage.queue import FanoutQueues
+from timeline.storage.rebalance import RebalanceError, Rebalancer
 
 
 def _strings(servers: list[Azurite]) -> str:
@@ -192,7 +192,7 @@ async def test_a_mismatched_account_list_refuses_to_start(
     env = program_env(
         storage_connection_strings=_strings([second, first]), data_dir=tmp_path, auth_secret="x"
     )
-    for program in (["timeline.cli", "stats"], ["api"], ["fanout_worker"]):
+    for program in (["timeline.tools.cli", "stats"], ["api"], ["fanout_worker"]):
         done = await asyncio.to_thread(
             subprocess.run,
             [sys.executable, "-m", *program],

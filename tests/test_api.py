@@ -12,8 +12,8 @@ from api import schemas
 from tests.conftest import TEST_SECRET, api_client, make_settings, unique
 from tests.helpers import Api, bearer, body_of, error_of
 from timeline.config import Settings
-from timeline.repositories import Repositories
-from timeline.tokens import TokenSigner
+from timeline.model.tokens import TokenSigner
+from timeline.tables.repositories import Repositories
 
 Client = TestClient[Any, Any]
 
@@ -380,7 +380,7 @@ async def test_unknown_route_and_method_are_json_errors(client: Client) -> None:
 
 
 async def test_storage_outage_is_503_with_retry_after(tmp_path: Any) -> None:
-    from timeline.azurite import connection_string, free_ports
+    from timeline.storage.azurite import connection_string, free_ports
 
     dead = connection_string((free_ports(3)[0], free_ports(3)[1], free_ports(3)[2]))
     settings = make_settings(dead, tmp_path, storage_timeout_s=2.0)

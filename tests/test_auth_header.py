@@ -10,7 +10,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from timeline.errors import AuthenticationError
-from timeline.tokens import TokenSigner
+from timeline.model.tokens import TokenSigner
 
 HOSTILE_VALUES = [
     b"Bearer \xff.1.x",

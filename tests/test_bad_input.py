@@ -11,7 +11,7 @@ from aiohttp.test_utils import TestClient
 
 from tests.conftest import TEST_SECRET, unique
 from tests.helpers import Api, bearer, error_of
-from timeline.tokens import TokenSigner
+from timeline.model.tokens import TokenSigner
 
 Client = TestClient[Any, Any]
 INJECTION = "x' or PartitionKey ne '"

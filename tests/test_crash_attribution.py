@@ -17,10 +17,10 @@ import orjson
 
 from tests.conftest import TEST_SECRET, eventually, make_settings, program_env, unique
 from tests.test_guarantees import opened
-from timeline.azurite import Azurite
-from timeline.keys import new_post_id, now_ticks
-from timeline.messages import Followed, PostCreated
-from timeline.queue import FanoutQueue
+from timeline.model.keys import new_post_id, now_ticks
+from timeline.model.messages import Followed, PostCreated
+from timeline.storage.azurite import Azurite
+from timeline.storage.queue import FanoutQueue
 
 INNOCENTS = 40
 VISIBILITY_S = 2

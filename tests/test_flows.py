@@ -11,14 +11,14 @@ from aiohttp.test_utils import TestClient
 from fanout_worker.worker import Worker
 from tests.conftest import eventually, messages_done, unique
 from tests.helpers import Api, bearer
-from timeline.entities import Post
-from timeline.fanout import FanoutProcessor
-from timeline.keys import new_post_id, now_ticks
-from timeline.messages import PostCreated, encode
-from timeline.queue import FanoutQueue
-from timeline.repositories import Repositories
-from timeline.storage import TIMELINES, Storage
-from timeline.writer import PartitionWriter
+from timeline.delivery.processor import FanoutProcessor
+from timeline.model.entities import Post
+from timeline.model.keys import new_post_id, now_ticks
+from timeline.model.messages import PostCreated, encode
+from timeline.storage.accounts import TIMELINES, Storage
+from timeline.storage.queue import FanoutQueue
+from timeline.storage.writer import PartitionWriter
+from timeline.tables.repositories import Repositories
 
 Client = TestClient[Any, Any]
 pytestmark = pytest.mark.usefixtures("worker")

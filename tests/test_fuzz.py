@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, settings
 from api.app import openapi_document
 from tests.conftest import TEST_SECRET, program_env, unique
 from tests.helpers import bearer
-from timeline.azurite import Azurite, free_ports
+from timeline.storage.azurite import Azurite, free_ports
 
 EXAMPLES_PER_OPERATION = 40
 PAGE_SIZE = 250
@@ -65,7 +65,7 @@ def live_api(azurite: Azurite, tmp_path_factory: pytest.TempPathFactory) -> Iter
         max_post_chars=MAX_POST_CHARS,
     )
     command = [sys.executable, "-m"]
-    subprocess.run([*command, "timeline.cli", "init"], env=env, check=True, timeout=60)  # noqa: S603
+    subprocess.run([*command, "timeline.tools.cli", "init"], env=env, check=True, timeout=60)  # noqa: S603
     api = subprocess.Popen([*command, "api"], env=env, stderr=subprocess.DEVNULL)  # noqa: S603
     base_url = f"http://127.0.0.1:{port}"
     try:

@@ -26,28 +26,28 @@ from tests.conftest import (
 )
 from tests.faults import FaultyStorage
 from tests.helpers import Api, bearer
-from timeline.azurite import Azurite
 from timeline.config import Settings
-from timeline.entities import Post, User
+from timeline.delivery.processor import DONE, FanoutProcessor
 from timeline.errors import StorageUnavailableError
-from timeline.fanout import DONE, FanoutProcessor
-from timeline.home import HomeTimeline
-from timeline.keys import new_post_id, now_ticks
-from timeline.messages import FanoutMessage, Followed, PostCreated, PostDeleted, Unfollowed
 from timeline.metrics import MESSAGES_SENT
-from timeline.queue import FanoutQueue
-from timeline.ratelimit import RateLimits
-from timeline.repositories import Repositories
-from timeline.service import TimelineService
-from timeline.storage import (
+from timeline.model.entities import Post, User
+from timeline.model.keys import new_post_id, now_ticks
+from timeline.model.messages import FanoutMessage, Followed, PostCreated, PostDeleted, Unfollowed
+from timeline.model.tokens import TokenSigner
+from timeline.reads.home import HomeTimeline
+from timeline.service.operations import TimelineService
+from timeline.storage.accounts import (
     SUBJECT_FOLLOWERS,
     SUBJECT_FOLLOWING,
     TIMELINES,
     Storage,
     StorageOptions,
 )
-from timeline.tokens import TokenSigner
-from timeline.writer import PartitionWriter
+from timeline.storage.azurite import Azurite
+from timeline.storage.queue import FanoutQueue
+from timeline.storage.writer import PartitionWriter
+from timeline.tables.ratelimits import RateLimits
+from timeline.tables.repositories import Repositories
 
 Client = TestClient[Any, Any]
 

@@ -16,15 +16,15 @@ from aiohttp.test_utils import TestClient
 
 from tests.conftest import TEST_SECRET, api_client, make_settings, unique
 from tests.helpers import Api, bearer
-from timeline import counters
-from timeline.azurite import Azurite
-from timeline.counters import COUNT_ROW, count_of
-from timeline.entities import Post, User
-from timeline.keys import new_post_id, now_ticks
 from timeline.metrics import COUNTER_CONFLICTS
-from timeline.repositories import Repositories
-from timeline.storage import POSTS, SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING, Storage
-from timeline.tokens import TokenSigner
+from timeline.model.entities import Post, User
+from timeline.model.keys import new_post_id, now_ticks
+from timeline.model.tokens import TokenSigner
+from timeline.storage import counters
+from timeline.storage.accounts import POSTS, SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING, Storage
+from timeline.storage.azurite import Azurite
+from timeline.storage.counters import COUNT_ROW, count_of
+from timeline.tables.repositories import Repositories
 
 Client = TestClient[Any, Any]
 CLIENTS = 64

@@ -15,14 +15,14 @@ import pytest
 
 from tests.conftest import api_client, eventually, make_settings, running_worker, unique
 from tests.helpers import Api, bearer
-from timeline.audience import COPIED, GROWING, MERGED, AuthorMode
-from timeline.azurite import Azurite
-from timeline.fanout import Hybrid, queue_due_regrades
-from timeline.keys import post_row_key
-from timeline.messages import Regrade
-from timeline.queue import FanoutQueues
-from timeline.repositories import Repositories
-from timeline.storage import Storage
+from timeline.delivery.processor import Hybrid, queue_due_regrades
+from timeline.model.keys import post_row_key
+from timeline.model.messages import Regrade
+from timeline.storage.accounts import Storage
+from timeline.storage.azurite import Azurite
+from timeline.storage.queue import FanoutQueues
+from timeline.tables.audience import COPIED, GROWING, MERGED, AuthorMode
+from timeline.tables.repositories import Repositories
 
 THRESHOLD = 4
 """An author with 4 followers is large here; back to copies below 2."""

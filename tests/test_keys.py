@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from timeline.errors import InvalidInputError
-from timeline.keys import (
+from timeline.model.keys import (
     MAX_TICKS,
     clean_text,
     format_time,

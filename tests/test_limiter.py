@@ -11,8 +11,8 @@ import heapq
 import itertools
 from contextlib import AbstractAsyncContextManager
 
-from timeline.limiter import AdaptiveLimiter, LimiterSettings, Outcome
-from timeline.priority import Priority, running_as
+from timeline.model.priority import Priority, running_as
+from timeline.storage.limiter import AdaptiveLimiter, LimiterSettings, Outcome
 
 
 class Clock:

@@ -29,13 +29,13 @@ from tests.conftest import (
     unique,
 )
 from tests.helpers import Api, bearer, error_of
-from timeline.audience import MERGED
-from timeline.azurite import Azurite, free_ports
-from timeline.entities import Post
-from timeline.keys import new_post_id, now_ticks
-from timeline.repositories import Repositories
-from timeline.storage import Storage
-from timeline.tokens import TokenSigner
+from timeline.model.entities import Post
+from timeline.model.keys import new_post_id, now_ticks
+from timeline.model.tokens import TokenSigner
+from timeline.storage.accounts import Storage
+from timeline.storage.azurite import Azurite, free_ports
+from timeline.tables.audience import MERGED
+from timeline.tables.repositories import Repositories
 
 THRESHOLD = 3
 LOOKBACK_S = 300
@@ -348,7 +348,7 @@ async def test_a_stopping_api_ends_its_streams(azurite: Azurite, tmp_path: Path)
         registrations_per_minute=0,
     )
     command = (sys.executable, "-m")
-    init = await asyncio.create_subprocess_exec(*command, "timeline.cli", "init", env=env)
+    init = await asyncio.create_subprocess_exec(*command, "timeline.tools.cli", "init", env=env)
     assert await init.wait() == 0
     api = await asyncio.create_subprocess_exec(*command, "api", env=env)
     base = f"http://127.0.0.1:{port}"

@@ -23,10 +23,10 @@ from pydantic import ValidationError
 
 from api.app import create_app
 from tests.conftest import TEST_SECRET, eventually, program_env
-from timeline.azurite import Azurite, free_ports
 from timeline.config import Settings
 from timeline.logs import LogFormat, log_handler
-from timeline.storage import Storage
+from timeline.storage.accounts import Storage
+from timeline.storage.azurite import Azurite, free_ports
 
 Client = TestClient[Any, Any]
 GENERATED = re.compile(r"[0-9a-f]{32}")

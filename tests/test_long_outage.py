@@ -15,16 +15,16 @@ from typing import Any
 import pytest
 
 import fanout_worker.worker as worker_module
-import timeline.queue as queue_module
+import timeline.storage.queue as queue_module
 from tests.conftest import eventually, make_settings, running_worker, unique
 from tests.test_guarantees import opened
-from timeline.azurite import Azurite
+from timeline.delivery.processor import Defer, FanoutProcessor, Outcome
 from timeline.errors import StorageUnavailableError
-from timeline.fanout import Defer, FanoutProcessor, Outcome
-from timeline.keys import now_ticks
-from timeline.messages import FanoutMessage, Followed
-from timeline.queue import FanoutQueue, Lane
+from timeline.model.keys import now_ticks
+from timeline.model.messages import FanoutMessage, Followed
 from timeline.retry import RetryPolicy, backoff_delay
+from timeline.storage.azurite import Azurite
+from timeline.storage.queue import FanoutQueue, Lane
 
 
 def test_backoff_at_attempt_ten_thousand_is_capped() -> None:

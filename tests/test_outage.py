@@ -23,7 +23,7 @@ import pytest
 
 from tests.conftest import eventually, program_env, unique
 from tests.helpers import Api, bearer, error_of
-from timeline.azurite import Azurite, free_ports
+from timeline.storage.azurite import Azurite, free_ports
 
 STORAGE_TIMEOUT_S = 2.0
 """Every storage call gives up after this long, so no request may hang much longer."""
@@ -106,7 +106,7 @@ async def stack(tmp_path: Path) -> AsyncIterator[Stack]:
         worker_shutdown_grace_s=3,
     )
     logs = [tmp_path / "init.log", tmp_path / "api.log", tmp_path / "worker.log"]
-    init = await _spawn("timeline.cli", env, logs[0], "init")
+    init = await _spawn("timeline.tools.cli", env, logs[0], "init")
     assert await init.wait() == 0, logs[0].read_text()
     api = await _spawn("api", env, logs[1])
     worker = await _spawn("fanout_worker", env, logs[2])

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
-import timeline.queue as queue_module
+import timeline.storage.queue as queue_module
 from tests.conftest import (
     api_client,
     eventually,
@@ -29,12 +29,11 @@ from tests.conftest import (
     unique,
 )
 from tests.test_guarantees import opened
-from timeline.azurite import Azurite
 from timeline.config import Settings
-from timeline.entities import Post
 from timeline.errors import StorageUnavailableError
-from timeline.keys import new_post_id, now_ticks
-from timeline.messages import (
+from timeline.model.entities import Post
+from timeline.model.keys import new_post_id, now_ticks
+from timeline.model.messages import (
     FanoutMessage,
     Followed,
     PostCreated,
@@ -43,9 +42,10 @@ from timeline.messages import (
     Unfollowed,
     urgency,
 )
-from timeline.priority import Priority
-from timeline.queue import FanoutQueue, Lane
-from timeline.storage import POSTS, SUBJECT_FOLLOWERS, Storage, chunked, submit_batch
+from timeline.model.priority import Priority
+from timeline.storage.accounts import POSTS, SUBJECT_FOLLOWERS, Storage, chunked, submit_batch
+from timeline.storage.azurite import Azurite
+from timeline.storage.queue import FanoutQueue, Lane
 
 BACKFILLS = 5000
 CURSOR = {"PartitionKey": "a", "RowKey": "b"}

@@ -12,13 +12,13 @@ from collections.abc import Awaitable
 from datetime import UTC, datetime
 
 from tests.conftest import eventually, unique
-from timeline.entities import Post, User
-from timeline.fanout import FanoutProcessor
-from timeline.keys import new_post_id, now_ticks
-from timeline.messages import Followed, PostCreated, PostDeleted
-from timeline.repositories import Repositories
-from timeline.storage import TIMELINES, Storage
-from timeline.writer import PartitionWriter
+from timeline.delivery.processor import FanoutProcessor
+from timeline.model.entities import Post, User
+from timeline.model.keys import new_post_id, now_ticks
+from timeline.model.messages import Followed, PostCreated, PostDeleted
+from timeline.storage.accounts import TIMELINES, Storage
+from timeline.storage.writer import PartitionWriter
+from timeline.tables.repositories import Repositories
 
 
 async def _author_and_follower(repos: Repositories, posts: int = 1) -> tuple[str, str, list[Post]]:

@@ -13,11 +13,11 @@ from azure.data.tables.aio import TableClient
 from tests.conftest import api_client, make_settings, unique
 from tests.faults import FaultyStorage
 from tests.helpers import Api, bearer, error_of
-from timeline.azurite import Azurite
 from timeline.config import Settings
 from timeline.errors import RateLimitedError, StorageUnavailableError
-from timeline.ratelimit import RateLimits, TableWindowStorage
-from timeline.storage import RATE_LIMITS, Storage
+from timeline.storage.accounts import RATE_LIMITS, Storage
+from timeline.storage.azurite import Azurite
+from timeline.tables.ratelimits import RateLimits, TableWindowStorage
 
 
 async def test_a_rate_limit_holds_across_two_api_processes(

@@ -14,14 +14,14 @@ from datetime import UTC, datetime
 
 from tests.conftest import unique
 from tests.test_guarantees import _ids, _posts, _users
-from timeline.entities import Post
+from timeline.delivery.processor import Continue, Done, FanoutProcessor, Timing
 from timeline.errors import StorageUnavailableError
-from timeline.fanout import Continue, Done, FanoutProcessor, Timing
-from timeline.keys import now_ticks
-from timeline.messages import Followed, Unfollowed
-from timeline.repositories import Repositories, request_id
-from timeline.storage import TIMELINES, Storage
-from timeline.writer import PartitionWriter
+from timeline.model.entities import Post
+from timeline.model.keys import now_ticks
+from timeline.model.messages import Followed, Unfollowed
+from timeline.storage.accounts import TIMELINES, Storage
+from timeline.storage.writer import PartitionWriter
+from timeline.tables.repositories import Repositories, request_id
 
 TIMING = Timing(write_deadline_s=1.0, sweep_delay_s=2.5, arrival_window_s=0.5)
 

@@ -24,12 +24,12 @@ from azure.data.tables.aio import TableClient
 from tests.conftest import eventually
 from tests.test_guarantees import _ids, _pair
 from timeline.config import Settings
-from timeline.fanout import Continue, FanoutProcessor, Timing
-from timeline.keys import new_post_id, now_ticks, post_row_key
-from timeline.messages import PostCreated, PostDeleted
-from timeline.repositories import Repositories
-from timeline.storage import TIMELINES, Storage, StorageOptions
-from timeline.writer import PartitionWriter, Tracker
+from timeline.delivery.processor import Continue, FanoutProcessor, Timing
+from timeline.model.keys import new_post_id, now_ticks, post_row_key
+from timeline.model.messages import PostCreated, PostDeleted
+from timeline.storage.accounts import TIMELINES, Storage, StorageOptions
+from timeline.storage.writer import PartitionWriter, Tracker
+from timeline.tables.repositories import Repositories
 
 TIMING = Timing(write_deadline_s=1.0, sweep_delay_s=2.5, arrival_window_s=3.0)
 RTT_S = 0.5

@@ -12,12 +12,12 @@ import asyncio
 
 from tests.conftest import unique
 from tests.test_guarantees import _ids, _posts, _service, _users
-from timeline.fanout import Continue, Done, FanoutProcessor, Timing
-from timeline.messages import FanoutMessage, PostCreated
-from timeline.queue import FanoutQueue
-from timeline.repositories import Repositories
-from timeline.storage import TIMELINES, Storage
-from timeline.writer import PartitionWriter
+from timeline.delivery.processor import Continue, Done, FanoutProcessor, Timing
+from timeline.model.messages import FanoutMessage, PostCreated
+from timeline.storage.accounts import TIMELINES, Storage
+from timeline.storage.queue import FanoutQueue
+from timeline.storage.writer import PartitionWriter
+from timeline.tables.repositories import Repositories
 
 TIMING = Timing(write_deadline_s=1.0, sweep_delay_s=2.5, arrival_window_s=0.3)
 

@@ -27,12 +27,12 @@ import contextlib
 
 from tests.conftest import eventually
 from tests.test_guarantees import _follow, _ids, _pair, _unfollow
-from timeline.fanout import Continue, Done, FanoutProcessor, Timing
-from timeline.keys import now_ticks
-from timeline.messages import Followed, PostCreated, PostDeleted, Unfollowed
-from timeline.repositories import Repositories
-from timeline.storage import TIMELINES, Storage
-from timeline.writer import PartitionWriter
+from timeline.delivery.processor import Continue, Done, FanoutProcessor, Timing
+from timeline.model.keys import now_ticks
+from timeline.model.messages import Followed, PostCreated, PostDeleted, Unfollowed
+from timeline.storage.accounts import TIMELINES, Storage
+from timeline.storage.writer import PartitionWriter
+from timeline.tables.repositories import Repositories
 
 TIMING = Timing(write_deadline_s=1.0, sweep_delay_s=2.5, arrival_window_s=0.5)
 

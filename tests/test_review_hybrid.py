@@ -9,15 +9,15 @@ from datetime import UTC, datetime
 
 from tests.conftest import eventually, unique
 from tests.test_guarantees import _follow, _unfollow
-from timeline.audience import COPIED, MERGED
-from timeline.entities import Post, User
-from timeline.fanout import Continue, Defer, FanoutProcessor, Hybrid, Outcome, Timing
-from timeline.home import HomeTimeline, Position
-from timeline.keys import new_post_id, now_ticks
-from timeline.messages import Followed, PostCreated, PostDeleted, Regrade, Unfollowed
-from timeline.repositories import Repositories
-from timeline.storage import TIMELINES, Storage
-from timeline.writer import PartitionWriter
+from timeline.delivery.processor import Continue, Defer, FanoutProcessor, Hybrid, Outcome, Timing
+from timeline.model.entities import Post, User
+from timeline.model.keys import new_post_id, now_ticks
+from timeline.model.messages import Followed, PostCreated, PostDeleted, Regrade, Unfollowed
+from timeline.reads.home import HomeTimeline, Position
+from timeline.storage.accounts import TIMELINES, Storage
+from timeline.storage.writer import PartitionWriter
+from timeline.tables.audience import COPIED, MERGED
+from timeline.tables.repositories import Repositories
 
 THRESHOLD = 4
 HYBRID = Hybrid(threshold=THRESHOLD, max_merged=2, queue=None)
@@ -336,8 +336,8 @@ async def test_merge_counter_drifts_below_the_rows_on_unfollow_refollow(
 async def test_a_pre_hybrid_continuation_still_pages(storage: Storage, repos: Repositories) -> None:
     """A home timeline continuation minted before this change (a storage continuation
     plus ``n``) is claimed to keep working; check it with the emulator's own format."""
-    from timeline.service import _home_position
-    from timeline.storage import query_page
+    from timeline.service.operations import _home_position
+    from timeline.storage.accounts import query_page
 
     reader, small = await _users(repos, "reader", "small")
     posts = [await _post(repos, small, now_ticks() - i * 1000) for i in range(3)]

@@ -16,10 +16,10 @@ from tests.conftest import eventually, running_worker, unique
 from tests.test_guarantees import _ids, _pair, _posts, _service, _users
 from timeline.config import Settings
 from timeline.errors import StorageUnavailableError
-from timeline.messages import FanoutMessage
-from timeline.queue import FanoutQueue
-from timeline.repositories import Repositories
-from timeline.storage import Storage
+from timeline.model.messages import FanoutMessage
+from timeline.storage.accounts import Storage
+from timeline.storage.queue import FanoutQueue
+from timeline.tables.repositories import Repositories
 
 STALL_S = 8.0  # > arrival window (3 s in the test settings) + the deferral backoff
 

@@ -17,14 +17,14 @@ from typing import Any
 import pytest
 
 import fanout_worker.worker as worker_module
-import timeline.queue as queue_module
+import timeline.storage.queue as queue_module
 from tests.conftest import eventually, make_settings, running_worker, unique
 from tests.test_guarantees import opened
-from timeline.azurite import Azurite
-from timeline.fanout import FanoutProcessor, Outcome
-from timeline.keys import now_ticks
-from timeline.messages import FanoutMessage, Followed
-from timeline.queue import FanoutQueue, Lane
+from timeline.delivery.processor import FanoutProcessor, Outcome
+from timeline.model.keys import now_ticks
+from timeline.model.messages import FanoutMessage, Followed
+from timeline.storage.azurite import Azurite
+from timeline.storage.queue import FanoutQueue, Lane
 
 HANDLED: list[float] = []
 SLOW_ONCE: list[int] = []

@@ -13,14 +13,14 @@ from typing import Any
 
 import pytest
 
-import timeline.queue as queue_module
+import timeline.storage.queue as queue_module
 from tests.conftest import eventually, make_settings, running_worker, unique
 from tests.test_guarantees import opened
-from timeline.azurite import Azurite
 from timeline.errors import StorageUnavailableError
-from timeline.keys import now_ticks
-from timeline.messages import Followed
-from timeline.queue import FanoutQueue, Lane
+from timeline.model.keys import now_ticks
+from timeline.model.messages import Followed
+from timeline.storage.azurite import Azurite
+from timeline.storage.queue import FanoutQueue, Lane
 
 FAILS = [3]
 

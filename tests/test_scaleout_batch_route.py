@@ -22,11 +22,11 @@ from typing import Any, cast
 from azure.data.tables.aio import TableClient
 
 from tests.conftest import storage_on
-from timeline.azurite import Azurite
 from timeline.errors import StorageUnavailableError
-from timeline.placement import Placement, hash64
-from timeline.rebalance import Rebalancer
-from timeline.storage import TIMELINES, Operation, Storage, submit_batch
+from timeline.storage.accounts import TIMELINES, Operation, Storage, submit_batch
+from timeline.storage.azurite import Azurite
+from timeline.storage.placement import Placement, hash64
+from timeline.storage.rebalance import Rebalancer
 
 LEASE_S, TIMEOUT_S, MARGIN_S = 1.5, 1.0, 0.1
 """Every process here runs with this lease and timeout, so each fence is 2.6 s."""

@@ -26,11 +26,11 @@ from azure.data.tables.aio import TableClient
 
 from tests.conftest import make_settings, storage_on
 from tests.faults import UnreachableTable
-from timeline.azurite import Azurite
 from timeline.errors import StorageUnavailableError
-from timeline.placement import PLACEMENT_TABLE, Placement, hash64
-from timeline.rebalance import Rebalancer
-from timeline.storage import USERS, Storage
+from timeline.storage.accounts import USERS, Storage
+from timeline.storage.azurite import Azurite
+from timeline.storage.placement import PLACEMENT_TABLE, Placement, hash64
+from timeline.storage.rebalance import Rebalancer
 
 TIMEOUT_S, ADMIN_LEASE_S, SERVICE_LEASE_S, MARGIN_S = 1.0, 1.0, 8.0, 0.5
 

@@ -27,11 +27,11 @@ from azure.data.tables.aio import TableClient
 
 from tests.conftest import storage_on
 from tests.faults import UnreachableTable
-from timeline.azurite import Azurite
 from timeline.errors import StorageUnavailableError
-from timeline.placement import PLACEMENT_TABLE, Placement, hash64, slot_of
-from timeline.rebalance import RebalanceError, Rebalancer
-from timeline.storage import SUBJECT_FOLLOWERS, Storage
+from timeline.storage.accounts import SUBJECT_FOLLOWERS, Storage
+from timeline.storage.azurite import Azurite
+from timeline.storage.placement import PLACEMENT_TABLE, Placement, hash64, slot_of
+from timeline.storage.rebalance import RebalanceError, Rebalancer
 
 LEASE_S, TIMEOUT_S, MARGIN_S = 3.0, 1.0, 0.5
 """Every process here runs with this lease and timeout, so each fence is 4.5 s."""

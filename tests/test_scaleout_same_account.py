@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import pytest
 
-from timeline.azurite import Azurite
 from timeline.errors import ConfigurationError
-from timeline.rebalance import Rebalancer
-from timeline.storage import USERS, Storage, StorageOptions
+from timeline.storage.accounts import USERS, Storage, StorageOptions
+from timeline.storage.azurite import Azurite
+from timeline.storage.rebalance import Rebalancer
 
 
 def _same_account_other_string(connection_string: str) -> str:

@@ -21,13 +21,13 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import api_client, eventually, make_settings, running_worker
-from timeline.azurite import Azurite
-from timeline.keys import new_post_id, now_ticks
-from timeline.messages import PostDeleted, encode
-from timeline.queue import FanoutQueue
-from timeline.rebalance import Rebalancer
-from timeline.storage import LEGACY_SHARD, USERS, Storage
-from timeline.tokens import TokenSigner
+from timeline.model.keys import new_post_id, now_ticks
+from timeline.model.messages import PostDeleted, encode
+from timeline.model.tokens import TokenSigner
+from timeline.storage.accounts import LEGACY_SHARD, USERS, Storage
+from timeline.storage.azurite import Azurite
+from timeline.storage.queue import FanoutQueue
+from timeline.storage.rebalance import Rebalancer
 
 
 async def test_messages_left_in_the_old_fanout_queue_are_processed(

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import make_settings, running_worker
-from timeline.azurite import Azurite
-from timeline.queue import FanoutQueue
-from timeline.storage import Storage, StorageOptions
+from timeline.storage.accounts import Storage, StorageOptions
+from timeline.storage.azurite import Azurite
+from timeline.storage.queue import FanoutQueue
 
 
 @pytest.mark.parametrize("blip", [False, True], ids=["control", "blip"])

@@ -17,9 +17,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import eventually, program_env
-from timeline.azurite import PORTS_FILE, free_ports
 from timeline.config import CONNECTION_FILE
-from timeline.stack import port_taken
+from timeline.storage.azurite import PORTS_FILE, free_ports
+from timeline.tools.stack import port_taken
 
 
 class StackProcess:
@@ -36,11 +36,13 @@ class StackProcess:
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        self.process = subprocess.Popen([sys.executable, "-m", "timeline.cli", "run"], env=self.env)
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "timeline.tools.cli", "run"], env=self.env
+        )
 
     def cli(self, *args: str) -> str:
         done = subprocess.run(  # noqa: S603
-            [sys.executable, "-m", "timeline.cli", *args],
+            [sys.executable, "-m", "timeline.tools.cli", *args],
             env=self.env, capture_output=True, text=True, timeout=60, check=True,
         )  # fmt: skip
         return done.stdout
@@ -155,7 +157,12 @@ async def test_stack_running_means_the_api_answers(tmp_path: Path) -> None:
     port, *azurite_ports = free_ports(4)
     stack = StackProcess(tmp_path / "data", port, tuple(azurite_ports))
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "timeline.cli", "run", env=stack.env, stderr=asyncio.subprocess.PIPE
+        sys.executable,
+        "-m",
+        "timeline.tools.cli",
+        "run",
+        env=stack.env,
+        stderr=asyncio.subprocess.PIPE,
     )
     assert process.stderr is not None
     try:
@@ -274,7 +281,12 @@ async def _start_until_ready(
     """``timeline run`` with its log piped: the process, its ``stack running`` line, and the
     task that keeps reading the log after it (the children share the pipe)."""
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "timeline.cli", "run", env=stack.env, stderr=asyncio.subprocess.PIPE
+        sys.executable,
+        "-m",
+        "timeline.tools.cli",
+        "run",
+        env=stack.env,
+        stderr=asyncio.subprocess.PIPE,
     )
     assert process.stderr is not None
     try:

@@ -17,12 +17,12 @@ from tests.conftest import (
     unique,
 )
 from tests.helpers import Api, bearer, error_of
-from timeline.azurite import Azurite
-from timeline.fanout import TRIM_SLACK_SHARE, FanoutProcessor
-from timeline.keys import new_post_id, now_ticks
+from timeline.delivery.processor import TRIM_SLACK_SHARE, FanoutProcessor
 from timeline.metrics import TRIM_REQUESTS
-from timeline.storage import Storage
-from timeline.tokens import TokenSigner
+from timeline.model.keys import new_post_id, now_ticks
+from timeline.model.tokens import TokenSigner
+from timeline.storage.accounts import Storage
+from timeline.storage.azurite import Azurite
 
 CAP = 10
 
@@ -45,7 +45,7 @@ async def capped(
 
 
 async def _stored_rows(storage: Storage, owner: str) -> int:
-    from timeline.repositories import Repositories
+    from timeline.tables.repositories import Repositories
 
     rows = 0
     continuation = None
@@ -93,8 +93,8 @@ async def test_a_stream_of_posts_keeps_the_newest_cap_entries(capped: Any) -> No
 async def test_a_page_never_crosses_the_cap_before_the_trim(capped: Any) -> None:
     """More entries stored than the cap (a trim is due later): reads still stop at it."""
     api, storage = capped
-    from timeline.entities import Post
-    from timeline.repositories import Repositories
+    from timeline.model.entities import Post
+    from timeline.tables.repositories import Repositories
 
     reader = unique("reader")
     token = await api.register(reader)

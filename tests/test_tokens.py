@@ -6,7 +6,7 @@ from collections.abc import Callable
 import pytest
 
 from timeline.errors import AuthenticationError, InvalidInputError
-from timeline.tokens import TokenSigner
+from timeline.model.tokens import TokenSigner
 
 SIGNER = TokenSigner(b"k1", token_ttl_s=3600)
 

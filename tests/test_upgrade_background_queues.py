@@ -13,9 +13,9 @@ import pytest
 from fanout_worker.worker import Worker
 from tests.conftest import api_client, eventually, make_settings, running_worker, unique
 from tests.helpers import Api
-from timeline.azurite import Azurite
 from timeline.config import Settings
-from timeline.storage import Storage
+from timeline.storage.accounts import Storage
+from timeline.storage.azurite import Azurite
 
 MISSING = "fanout-0-low did not exist"
 
@@ -31,7 +31,7 @@ async def test_worker_survives_a_missing_low_queue(
 ) -> None:
     settings = make_settings(private_azurite.connection_string, tmp_path, worker_receivers=8)
     await _before_issue_18(settings)
-    caplog.set_level(logging.INFO, logger="timeline.queue")
+    caplog.set_level(logging.INFO, logger="timeline.storage.queue")
     worker = Worker(settings, settings.connection_string())
     task = asyncio.create_task(worker.async_run())
     try:
@@ -50,7 +50,7 @@ async def test_backfill_after_upgrade_without_low_queue_is_delivered(
 ) -> None:
     settings = make_settings(private_azurite.connection_string, tmp_path, worker_receivers=2)
     await _before_issue_18(settings)
-    caplog.set_level(logging.INFO, logger="timeline.queue")
+    caplog.set_level(logging.INFO, logger="timeline.storage.queue")
     async with api_client(settings) as client, running_worker(settings):
         api = Api(client)
         author, follower = unique("a"), unique("f")

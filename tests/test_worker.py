@@ -12,16 +12,16 @@ from pathlib import Path
 
 from fanout_worker.worker import Worker
 from tests.conftest import eventually, make_settings, program_env, running_worker, unique
-from timeline.azurite import Azurite
 from timeline.config import Settings
-from timeline.entities import Post, User
-from timeline.fanout import Continue, FanoutProcessor
-from timeline.keys import new_post_id, now_ticks
-from timeline.messages import PostCreated, PostDeleted
-from timeline.queue import FanoutQueue
-from timeline.repositories import Repositories
-from timeline.storage import SUBJECT_FOLLOWERS, TIMELINES, Storage, chunked
-from timeline.writer import PartitionWriter
+from timeline.delivery.processor import Continue, FanoutProcessor
+from timeline.model.entities import Post, User
+from timeline.model.keys import new_post_id, now_ticks
+from timeline.model.messages import PostCreated, PostDeleted
+from timeline.storage.accounts import SUBJECT_FOLLOWERS, TIMELINES, Storage, chunked
+from timeline.storage.azurite import Azurite
+from timeline.storage.queue import FanoutQueue
+from timeline.storage.writer import PartitionWriter
+from timeline.tables.repositories import Repositories
 
 SLOW_WRITES = {"worker_write_deadline_s": 60.0, "worker_sweep_delay_s": 70.0}
 """For tests that push thousands of writes through one or a few request slots on a busy

@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import make_settings, unique
-from timeline.azurite import Azurite
-from timeline.entities import Post
 from timeline.errors import DeadlineExceededError
-from timeline.keys import new_post_id, now_ticks
 from timeline.metrics import WRITE_RETRIES
-from timeline.repositories import Repositories
-from timeline.storage import TIMELINES, Storage
-from timeline.writer import PartitionWriter, Tracker
+from timeline.model.entities import Post
+from timeline.model.keys import new_post_id, now_ticks
+from timeline.storage.accounts import TIMELINES, Storage
+from timeline.storage.azurite import Azurite
+from timeline.storage.writer import PartitionWriter, Tracker
+from timeline.tables.repositories import Repositories
 
 
 def _posts(count: int) -> list[Post]:

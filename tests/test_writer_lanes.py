@@ -10,10 +10,10 @@ from __future__ import annotations
 import asyncio
 
 from tests.conftest import unique
-from timeline.keys import new_post_id, now_ticks
-from timeline.priority import Priority, running_as
-from timeline.storage import TIMELINES, Storage
-from timeline.writer import PartitionWriter, Tracker
+from timeline.model.keys import new_post_id, now_ticks
+from timeline.model.priority import Priority, running_as
+from timeline.storage.accounts import TIMELINES, Storage
+from timeline.storage.writer import PartitionWriter, Tracker
 
 BUFFERED = 200
 

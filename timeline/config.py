@@ -7,14 +7,14 @@ from pathlib import Path
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from timeline.delivery.processor import Hybrid, Timing
 from timeline.errors import ConfigurationError
-from timeline.fanout import Hybrid, Timing
-from timeline.limiter import AdaptiveLimiter, LimiterSettings
-from timeline.live import StreamTiming
 from timeline.logs import LogFormat
-from timeline.queue import MessageSender
+from timeline.reads.live import StreamTiming
 from timeline.retry import RetryPolicy
-from timeline.storage import StorageOptions
+from timeline.storage.accounts import StorageOptions
+from timeline.storage.limiter import AdaptiveLimiter, LimiterSettings
+from timeline.storage.queue import MessageSender
 
 CONNECTION_FILE = "storage-connection-string"
 """Written by the running embedded stack so admin commands find its Azurites (one per line)."""

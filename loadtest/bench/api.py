@@ -31,10 +31,10 @@ from loadtest.bench.harness import (
     write_rows,
 )
 from loadtest.bench.sizes import Sizes
-from timeline.azurite import Azurite, free_ports
-from timeline.keys import now_ticks
-from timeline.storage import TIMELINES
-from timeline.tokens import TokenSigner
+from timeline.model.keys import now_ticks
+from timeline.model.tokens import TokenSigner
+from timeline.storage.accounts import TIMELINES
+from timeline.storage.azurite import Azurite, free_ports
 
 SECRET = "bench-api-secret"  # noqa: S105 - signs the bench's own tokens, for this run only
 PAGE = 250

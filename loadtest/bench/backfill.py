@@ -16,11 +16,11 @@ from loadtest.bench.harness import (
     write_rows,
 )
 from loadtest.bench.sizes import Sizes
-from timeline.entities import Post
-from timeline.keys import new_post_id, now_ticks
-from timeline.messages import Followed
-from timeline.queue import FanoutQueues
-from timeline.storage import POSTS, SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING
+from timeline.model.entities import Post
+from timeline.model.keys import new_post_id, now_ticks
+from timeline.model.messages import Followed
+from timeline.storage.accounts import POSTS, SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING
+from timeline.storage.queue import FanoutQueues
 
 BACKFILL_POSTS = 250
 """The newest posts a follow copies into the follower's timeline."""

@@ -32,12 +32,12 @@ from loadtest.bench.harness import (
     write_rows,
 )
 from loadtest.bench.sizes import Sizes
-from timeline.azurite import Azurite
-from timeline.entities import Post
-from timeline.keys import new_post_id, now_ticks
-from timeline.messages import Followed
-from timeline.queue import FanoutQueues
-from timeline.storage import POSTS, SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING, Storage
+from timeline.model.entities import Post
+from timeline.model.keys import new_post_id, now_ticks
+from timeline.model.messages import Followed
+from timeline.storage.accounts import POSTS, SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING, Storage
+from timeline.storage.azurite import Azurite
+from timeline.storage.queue import FanoutQueues
 
 UNAVAILABLE = "timeline_storage_unavailable_total"
 WRITERS = 4

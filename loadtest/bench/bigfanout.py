@@ -22,9 +22,9 @@ from loadtest.bench.harness import (
     write_rows,
 )
 from loadtest.bench.sizes import Sizes
-from timeline.entities import Post
-from timeline.keys import new_post_id, now_ticks
-from timeline.storage import SUBJECT_FOLLOWERS, TIMELINES
+from timeline.model.entities import Post
+from timeline.model.keys import new_post_id, now_ticks
+from timeline.storage.accounts import SUBJECT_FOLLOWERS, TIMELINES
 
 
 async def bigfanout(sizes: Sizes) -> dict[str, Any]:

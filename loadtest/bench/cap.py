@@ -15,9 +15,9 @@ from loadtest.bench.harness import (
     write_rows,
 )
 from loadtest.bench.sizes import Sizes
-from timeline.entities import Post
-from timeline.keys import new_post_id, now_ticks
-from timeline.storage import SUBJECT_FOLLOWERS, TIMELINES, Storage
+from timeline.model.entities import Post
+from timeline.model.keys import new_post_id, now_ticks
+from timeline.storage.accounts import SUBJECT_FOLLOWERS, TIMELINES, Storage
 
 TRIM_REQUESTS = "fanout_trim_requests_total"
 POSTS_DONE = "fanout_messages_total{outcome=done,type=post}"

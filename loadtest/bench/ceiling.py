@@ -10,8 +10,8 @@ from tqdm import tqdm
 
 from loadtest.bench.harness import bounded, fresh_storage, timeline_entity
 from loadtest.bench.sizes import Sizes
-from timeline.keys import now_ticks
-from timeline.storage import TIMELINES, Storage
+from timeline.model.keys import now_ticks
+from timeline.storage.accounts import TIMELINES, Storage
 
 
 async def single_upsert_rate(storage: Storage, count: int, label: str) -> float:

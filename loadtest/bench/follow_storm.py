@@ -15,10 +15,10 @@ from tqdm import tqdm
 from loadtest.bench.api import REQUESTS, SECRET, api_process
 from loadtest.bench.harness import cpu_seconds, delta, fresh_storage, quantile
 from loadtest.bench.sizes import Sizes
-from timeline.entities import User
-from timeline.repositories import UsersRepository
-from timeline.storage import USERS, Storage
-from timeline.tokens import TokenSigner
+from timeline.model.entities import User
+from timeline.model.tokens import TokenSigner
+from timeline.storage.accounts import USERS, Storage
+from timeline.tables.repositories import UsersRepository
 
 CLIENTS = 64
 STAR = "star"

@@ -25,12 +25,19 @@ import psutil
 from prometheus_client.parser import text_string_to_metric_families
 from tqdm import tqdm
 
-from timeline.azurite import Azurite, free_ports
-from timeline.entities import Post
-from timeline.keys import new_post_id, now_ticks
-from timeline.messages import PostCreated, encode
-from timeline.queue import FanoutQueues
-from timeline.storage import POSTS, Operation, Storage, StorageOptions, chunked, submit_batch
+from timeline.model.entities import Post
+from timeline.model.keys import new_post_id, now_ticks
+from timeline.model.messages import PostCreated, encode
+from timeline.storage.accounts import (
+    POSTS,
+    Operation,
+    Storage,
+    StorageOptions,
+    chunked,
+    submit_batch,
+)
+from timeline.storage.azurite import Azurite, free_ports
+from timeline.storage.queue import FanoutQueues
 
 TEXT = "x" * 120
 """Timeline-shaped entities: a short post text, like the worker writes."""

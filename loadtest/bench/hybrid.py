@@ -26,14 +26,20 @@ from loadtest.bench.harness import (
     write_rows,
 )
 from loadtest.bench.sizes import Sizes
-from timeline.audience import MERGED, AudienceRepository, AuthorMode
-from timeline.counters import COUNT_ROW
-from timeline.entities import Post
-from timeline.keys import new_post_id, now_ticks
-from timeline.messages import Regrade
-from timeline.queue import FanoutQueues
-from timeline.storage import POSTS, SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING, TIMELINES, Storage
-from timeline.tokens import TokenSigner
+from timeline.model.entities import Post
+from timeline.model.keys import new_post_id, now_ticks
+from timeline.model.messages import Regrade
+from timeline.model.tokens import TokenSigner
+from timeline.storage.accounts import (
+    POSTS,
+    SUBJECT_FOLLOWERS,
+    SUBJECT_FOLLOWING,
+    TIMELINES,
+    Storage,
+)
+from timeline.storage.counters import COUNT_ROW
+from timeline.storage.queue import FanoutQueues
+from timeline.tables.audience import MERGED, AudienceRepository, AuthorMode
 
 SAMPLED = 100
 MERGED_AUTHORS = 5

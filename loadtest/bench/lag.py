@@ -10,7 +10,7 @@ from loadtest.bench.harness import (
     wait_for,
 )
 from loadtest.bench.sizes import Sizes
-from timeline.storage import Storage
+from timeline.storage.accounts import Storage
 
 LAG = "fanout_delivery_lag_seconds"
 

@@ -30,9 +30,9 @@ from loadtest.bench.harness import (
     workers,
 )
 from loadtest.bench.sizes import Sizes
-from timeline.azurite import Azurite
-from timeline.queue import FanoutQueues
-from timeline.storage import Storage
+from timeline.storage.accounts import Storage
+from timeline.storage.azurite import Azurite
+from timeline.storage.queue import FanoutQueues
 
 CONFIGURATIONS = {"1_account": (1, 1), "2_accounts": (2, 1), "2_workers": (1, 2)}
 """Name: (accounts, worker processes)."""

@@ -18,11 +18,11 @@ from loadtest.bench.api import REQUESTS, SECRET, ApiProcess, api_process
 from loadtest.bench.harness import TEXT, delta, fresh_storage, quantile
 from loadtest.bench.hybrid import MERGED_AUTHORS, _seed_reads
 from loadtest.bench.sizes import Sizes
-from timeline.audience import AudienceRepository
-from timeline.entities import Post
-from timeline.keys import new_post_id, now_ticks
-from timeline.repositories import TimelinesRepository
-from timeline.tokens import TokenSigner
+from timeline.model.entities import Post
+from timeline.model.keys import new_post_id, now_ticks
+from timeline.model.tokens import TokenSigner
+from timeline.tables.audience import AudienceRepository
+from timeline.tables.repositories import TimelinesRepository
 
 POLL_S = 2.0
 """The default ``TIMELINE_STREAM_POLL_S``, set explicitly so the figure names its cause."""

@@ -4,10 +4,10 @@ It reads the same first pages as Locust's users, two ways, one request at a time
 
 - **raw**: the storage queries the API makes for that page, straight through
   azure-data-tables (``query_entities(...).by_page()``, no service code), on clients that
-  ``timeline.storage.Storage`` builds with the API's own options (same SDK, same aiohttp
+  ``timeline.storage.accounts.Storage`` builds with the API's own options (same SDK, same aiohttp
   transport, pool and retry policy). A plain reader's page is one query: the head of its
-  ``timelines`` partition (``timeline.home``'s first-page query: the merge rows and the
-  newest 250). A merged reader's page is what ``timeline.home`` does once it knows the
+  ``timelines`` partition (``timeline.reads.home``'s first-page query: the merge rows and the
+  newest 250). A merged reader's page is what ``timeline.reads.home`` does once it knows the
   reader's merge list: that head query, one ``posts`` query per merged author and the
   ``subjectFollowing`` check, all at once; the round's time is the slowest of them.
 - **api**: ``GET /users/{user}/timeline`` through HTTP (aiohttp), the body read in full,
@@ -39,17 +39,17 @@ from typing import Any
 import aiohttp
 from azure.data.tables.aio import TableClient
 
-from timeline.audience import FIRST_POST_KEY, merge_row_author
 from timeline.config import Settings
-from timeline.entities import POST_SELECT
-from timeline.home import MIN_AUTHOR_ROWS
-from timeline.repositories import META
-from timeline.storage import POSTS, SUBJECT_FOLLOWING, TIMELINES, Storage
+from timeline.model.entities import POST_SELECT
+from timeline.reads.home import MIN_AUTHOR_ROWS
+from timeline.storage.accounts import POSTS, SUBJECT_FOLLOWING, TIMELINES, Storage
+from timeline.tables.audience import FIRST_POST_KEY, merge_row_author
+from timeline.tables.repositories import META
 
 HEAD = "PartitionKey eq @pk and RowKey lt @meta"
-"""``timeline.home``'s first-page query of the reader's partition (merge rows and posts)."""
+"""``timeline.reads.home``'s first-page query of the reader's partition (merge rows and posts)."""
 AFTER = "PartitionKey eq @pk and RowKey gt @after and RowKey lt @meta"
-"""``timeline.home``'s query of a merged author's ``posts`` partition."""
+"""``timeline.reads.home``'s query of a merged author's ``posts`` partition."""
 KEYS_PER_FILTER = 14
 """``FollowsRepository.following_among``: one query per 14 subjects."""
 

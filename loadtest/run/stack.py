@@ -21,7 +21,7 @@ from pathlib import Path
 import aiohttp
 import psutil
 
-from timeline.azurite import Azurite
+from timeline.storage.azurite import Azurite
 
 
 @contextlib.asynccontextmanager
@@ -42,7 +42,7 @@ async def storage(env: dict[str, str], *, disk: bool) -> AsyncIterator[dict[str,
 @contextlib.asynccontextmanager
 async def stack(env: dict[str, str], base: str) -> AsyncIterator[subprocess.Popen[bytes]]:
     process = subprocess.Popen(  # noqa: ASYNC220 - starts our own stack, once
-        [sys.executable, "-m", "timeline.cli", "run"], env=env, stderr=subprocess.DEVNULL
+        [sys.executable, "-m", "timeline.tools.cli", "run"], env=env, stderr=subprocess.DEVNULL
     )
     try:
         async with aiohttp.ClientSession() as session:

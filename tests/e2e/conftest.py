@@ -28,7 +28,7 @@ from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
 
 from tests.conftest import program_env
-from timeline.azurite import free_ports
+from timeline.storage.azurite import free_ports
 
 ROOT = Path(__file__).resolve().parents[2]
 OUTPUT = Path(os.environ.get("E2E_OUTPUT_DIR", ROOT / "build" / "e2e"))
@@ -132,7 +132,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, output_dir: Path) -> Iterato
     base = f"http://127.0.0.1:{port}"
     with (output_dir / "stack.log").open("wb") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "timeline.cli", "run"], env=env, stdout=log, stderr=log
+            [sys.executable, "-m", "timeline.tools.cli", "run"], env=env, stdout=log, stderr=log
         )
         try:
             _wait_ready(base, process)

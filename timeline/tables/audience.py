@@ -30,10 +30,9 @@ from azure.core import MatchConditions
 from azure.core.exceptions import ResourceExistsError, ResourceModifiedError, ResourceNotFoundError
 from azure.data.tables import TableEntity, TableTransactionError, UpdateMode
 
-from timeline.counters import COUNT_BOUNDS, COUNT_RANGE, by_partition, total
-from timeline.entities import Page
 from timeline.errors import StorageUnavailableError
-from timeline.storage import (
+from timeline.model.entities import Page
+from timeline.storage.accounts import (
     SUBJECT_FOLLOWERS,
     TIMELINES,
     Storage,
@@ -42,6 +41,7 @@ from timeline.storage import (
     query_page,
     transact,
 )
+from timeline.storage.counters import COUNT_BOUNDS, COUNT_RANGE, by_partition, total
 
 COPIED, GROWING, MERGED, SHRINKING = "copied", "growing", "merged", "shrinking"
 MODE_ROW = "~mode"

@@ -27,10 +27,10 @@ import asyncio
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from timeline.audience import FIRST_POST_KEY, merge_row_author
-from timeline.entities import POST_SELECT, Post
-from timeline.repositories import META, FollowsRepository
-from timeline.storage import POSTS, TIMELINES, Storage, query_page
+from timeline.model.entities import POST_SELECT, Post
+from timeline.storage.accounts import POSTS, TIMELINES, Storage, query_page
+from timeline.tables.audience import FIRST_POST_KEY, merge_row_author
+from timeline.tables.repositories import META, FollowsRepository
 
 _HEAD = "PartitionKey eq @pk and RowKey lt @until"
 _AFTER = "PartitionKey eq @pk and RowKey gt @after and RowKey lt @until"

@@ -38,8 +38,8 @@ from dataclasses import dataclass
 
 from aiolimiter import AsyncLimiter
 
-from timeline import priority
-from timeline.priority import Priority
+from timeline.model import priority
+from timeline.model.priority import Priority
 
 _BACKOFF = 0.5
 """The limit's share kept after a timeout or a throttled request."""

@@ -26,10 +26,10 @@ from http.client import HTTPException
 from pathlib import Path
 from types import FrameType
 
-from timeline.azurite import Azurite, fill_ports, remembered_ports
 from timeline.config import CONNECTION_FILE, Settings
 from timeline.errors import ConfigurationError
-from timeline.storage import Storage
+from timeline.storage.accounts import Storage
+from timeline.storage.azurite import Azurite, fill_ports, remembered_ports
 
 log = logging.getLogger(__name__)
 

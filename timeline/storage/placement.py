@@ -13,7 +13,7 @@ the row and waited ``lease`` plus one storage call, no process routes by the old
 
 A rebalance works in steps of hash *slots* (``hash64 % SLOTS``). For a slot being moved:
 ``frozen`` means its moving partitions take reads (from the old home) but no writes;
-``moved`` means they live on the new home. See ``timeline/rebalance.py``.
+``moved`` means they live on the new home. See ``timeline/storage/rebalance.py``.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ While every request slot is busy, waiting partitions keep absorbing writes, so b
 exactly when storage is the bottleneck and stay small (low lag) when it is not.
 
 Partitions wait in two lanes by the priority of the work that wrote them
-(``timeline.priority``): a partition holding a ``HIGH`` row is sent before any ``LOW`` one,
+(``timeline.model.priority``): a partition holding a ``HIGH`` row is sent before any ``LOW`` one,
 and ``HIGH`` work is admitted by the ``HIGH`` backlog alone, so a fresh post never waits
 behind a deep backlog of backfills.
 """
@@ -21,9 +21,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from timeline import priority
 from timeline.errors import DeadlineExceededError, StorageUnavailableError
-from timeline.keys import now_ticks
 from timeline.metrics import (
     BATCH_SIZE,
     DELIVERIES,
@@ -33,9 +31,11 @@ from timeline.metrics import (
     WRITE_RETRIES,
     WRITES_EXPIRED,
 )
-from timeline.priority import Priority
+from timeline.model import priority
+from timeline.model.keys import now_ticks
+from timeline.model.priority import Priority
 from timeline.retry import backoff_delay, retry_after_of
-from timeline.storage import (
+from timeline.storage.accounts import (
     MAX_BATCH_OPERATIONS,
     Operation,
     Storage,

@@ -46,7 +46,7 @@ from limits.aio.strategies import FixedWindowRateLimiter
 
 from timeline.errors import RateLimitedError, StorageUnavailableError
 from timeline.retry import backoff_delay
-from timeline.storage import RATE_LIMITS, Storage
+from timeline.storage.accounts import RATE_LIMITS, Storage
 
 _ROW = "window"
 _ATTEMPTS = 20

@@ -65,7 +65,7 @@ def fill_ports(
 def find_node_modules(start: Path | None = None, package: str = "azurite") -> Path:
     """The ``node_modules`` holding ``package``: from the working directory up, then beside
     the code."""
-    candidates = [start or Path.cwd(), Path(__file__).resolve().parent.parent]
+    candidates = [start or Path.cwd(), Path(__file__).resolve().parents[2]]
     for base in candidates:
         for folder in (base, *base.parents):
             if (folder / "node_modules" / package).is_dir():

@@ -21,10 +21,9 @@ import uuid
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 
-from timeline.audience import COPIED, GROWING, MERGED, SHRINKING, AuthorMode
-from timeline.entities import Page, Post
-from timeline.keys import now_ticks, post_id_ticks, post_row_key
-from timeline.messages import (
+from timeline.model.entities import Page, Post
+from timeline.model.keys import now_ticks, post_id_ticks, post_row_key
+from timeline.model.messages import (
     FanoutMessage,
     Followed,
     PostCreated,
@@ -32,11 +31,12 @@ from timeline.messages import (
     Regrade,
     Unfollowed,
 )
-from timeline.placement import hash64
-from timeline.queue import MessageSender
-from timeline.repositories import Repositories, request_id
-from timeline.storage import Storage
-from timeline.writer import PartitionWriter, Tracker
+from timeline.storage.accounts import Storage
+from timeline.storage.placement import hash64
+from timeline.storage.queue import MessageSender
+from timeline.storage.writer import PartitionWriter, Tracker
+from timeline.tables.audience import COPIED, GROWING, MERGED, SHRINKING, AuthorMode
+from timeline.tables.repositories import Repositories, request_id
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ _ARRIVAL_POLLS = (0.05, 0.1, 0.2)
 
 @dataclass(frozen=True, slots=True)
 class Hybrid:
-    """When authors are merged at read time instead of copied (``timeline.audience``)."""
+    """When authors are merged at read time instead of copied (``timeline.tables.audience``)."""
 
     threshold: int = 0
     """Followers from which an author is merged; below half of it, copied again (0: never

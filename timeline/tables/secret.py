@@ -11,7 +11,7 @@ from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
 
 from timeline.errors import StorageUnavailableError
 from timeline.retry import backoff_delay
-from timeline.storage import Storage
+from timeline.storage.accounts import Storage
 
 log = logging.getLogger(__name__)
 

@@ -29,12 +29,12 @@ from azure.data.tables import TableServiceClient as SyncTableServiceClient
 from azure.data.tables.aio import TableClient, TableServiceClient
 from azure.storage.queue.aio import QueueClient
 
-from timeline.entities import Page
 from timeline.errors import ConfigurationError, StorageUnavailableError
-from timeline.limiter import AdaptiveLimiter, Outcome
 from timeline.metrics import STORAGE_REQUESTS, STORAGE_UNAVAILABLE
-from timeline.placement import PLACEMENT_KEYS, PLACEMENT_TABLE, Placement, hash64
+from timeline.model.entities import Page
 from timeline.retry import retry_after_of
+from timeline.storage.limiter import AdaptiveLimiter, Outcome
+from timeline.storage.placement import PLACEMENT_KEYS, PLACEMENT_TABLE, Placement, hash64
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ SUBJECT_FOLLOWERS = "subjectFollowers"
 SUBJECT_FOLLOWING = "subjectFollowing"
 RATE_LIMITS = "rateLimits"
 TABLES = (USERS, POSTS, TIMELINES, SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING, RATE_LIMITS)
-"""Tables whose partitions are spread over the accounts by ``timeline.placement``."""
+"""Tables whose partitions are spread over the accounts by ``timeline.storage.placement``."""
 META_TABLE = "timelineMeta"
 """Service-wide rows (the auth secret) on the placement home, beside ``placement``; on every
 account, the row naming the placement home it belongs to."""
@@ -117,7 +117,7 @@ class StorageOptions:
     """Open connections for table calls; queue calls have a pool of their own, so lease
     renewals never wait behind a backlog of timeline writes."""
     placement_lease_s: float = 15.0
-    """How long a read of the placement may be routed by (see ``timeline.placement``)."""
+    """How long a read of the placement may be routed by (see ``timeline.storage.placement``)."""
     queue_shards: int | None = None
     """Queue shards of a new placement (default: one per account); must match a stored one."""
     limiter: AdaptiveLimiter | None = None
@@ -138,7 +138,7 @@ class Storage:
 
     ``table(name, partition_key)`` (for writes) and ``reader(name, partition_key)`` are the
     single points that map a partition to an account, by the placement this process last
-    read from storage; see ``timeline.placement`` for why routing stops when that read is
+    read from storage; see ``timeline.storage.placement`` for why routing stops when that read is
     older than its lease.
     """
 

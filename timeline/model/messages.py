@@ -8,8 +8,8 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, TypeAdapter, ValidationError
 
 from timeline.errors import MalformedMessageError
-from timeline.keys import POST_ID_PATTERN, USER_ID_PATTERN
-from timeline.priority import Priority
+from timeline.model.keys import POST_ID_PATTERN, USER_ID_PATTERN
+from timeline.model.priority import Priority
 
 UserId = Annotated[str, StringConstraints(pattern=USER_ID_PATTERN)]
 PostId = Annotated[str, StringConstraints(pattern=POST_ID_PATTERN)]
@@ -54,7 +54,7 @@ class PostCreated(_Message):
     cursor: Cursor | None = None
     merged: bool = False
     """Set by the first page when the author is merged at read time: the cursor then walks
-    the author's overflow readers, not its followers (``timeline.audience``)."""
+    the author's overflow readers, not its followers (``timeline.tables.audience``)."""
 
 
 class PostDeleted(_Message):

@@ -9,16 +9,16 @@ import sys
 from collections.abc import Awaitable, Callable
 
 from timeline.config import Settings
+from timeline.delivery.processor import queue_due_regrades
 from timeline.errors import TimelineError
-from timeline.fanout import queue_due_regrades
 from timeline.logs import configure_logging
-from timeline.queue import FanoutQueues
-from timeline.rebalance import Rebalancer
-from timeline.repositories import Repositories, UsersRepository
-from timeline.secret import auth_secret
-from timeline.stack import Stack, init_storage
-from timeline.storage import TABLES, Storage, query_page
-from timeline.tokens import TokenSigner
+from timeline.model.tokens import TokenSigner
+from timeline.storage.accounts import TABLES, Storage, query_page
+from timeline.storage.queue import FanoutQueues
+from timeline.storage.rebalance import Rebalancer
+from timeline.tables.repositories import Repositories, UsersRepository
+from timeline.tables.secret import auth_secret
+from timeline.tools.stack import Stack, init_storage
 
 
 async def _with_storage(settings: Settings, action: Callable[[Storage], Awaitable[None]]) -> None:

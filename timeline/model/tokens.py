@@ -12,7 +12,7 @@ import time
 import orjson
 
 from timeline.errors import AuthenticationError, InvalidInputError
-from timeline.keys import USER_ID_PATTERN, validate_user_id
+from timeline.model.keys import USER_ID_PATTERN, validate_user_id
 
 MAX_CONTINUATION_CHARS = 4096
 CONTINUATION_PATTERN = r"^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$"
@@ -22,7 +22,7 @@ _CONTINUATION_KEYS = frozenset(
 )
 """A storage continuation's keys, and a home timeline's: ``n`` entries served so far, ``a``
 the last row key served, ``m`` the merged authors, ``u`` the row key a newer-than read stops
-at (``timeline.service``)."""
+at (``timeline.service.operations``)."""
 POSITION_KEY = re.compile(r"[0-9]{19}_[0-9a-f]{26}\Z")
 """A position is a post's row key: ``{reversed_ticks:019d}_{post_id}``."""
 _BEARER = re.compile(USER_ID_PATTERN.removesuffix("$") + r"\.[0-9]{1,19}\.[A-Za-z0-9_-]{43}\Z")

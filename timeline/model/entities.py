@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
-from timeline.keys import (
+from timeline.model.keys import (
     format_time,
     post_id_from_row_key,
     post_id_ticks,

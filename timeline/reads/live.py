@@ -23,11 +23,11 @@ import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from timeline.entities import Post
 from timeline.errors import RetryableError
-from timeline.home import HomeTimeline, Position
-from timeline.keys import MAX_TICKS
-from timeline.repositories import META
+from timeline.model.entities import Post
+from timeline.model.keys import MAX_TICKS
+from timeline.reads.home import HomeTimeline, Position
+from timeline.tables.repositories import META
 
 log = logging.getLogger(__name__)
 PAGE = 250

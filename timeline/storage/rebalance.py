@@ -41,8 +41,8 @@ from azure.data.tables.aio import TableClient
 from tqdm import tqdm
 
 from timeline.errors import ConfigurationError, TimelineError
-from timeline.placement import SLOTS, Placement, hash64, slot_of
-from timeline.storage import TABLES, Storage, chunked, query_page
+from timeline.storage.accounts import TABLES, Storage, chunked, query_page
+from timeline.storage.placement import SLOTS, Placement, hash64, slot_of
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ Entity Group Transaction in that home's partition, so counters are exact after a
 - ``subjectFollowing`` is an index derived from it (the follower's partition, with the
   follower's count), kept in step by ``FollowsRepository.sync_index``.
 
-A count is spread over several counter rows summed on read (``timeline.counters``), so the
+A count is spread over several counter rows summed on read (``timeline.storage.counters``), so the
 writers of one hot partition do not queue on one row's ETag.
 
 Rows whose key starts with ``~`` are metadata; user ids and post row keys never do, and every
@@ -30,13 +30,11 @@ from azure.core import MatchConditions
 from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
 from azure.data.tables import TableEntity, TableTransactionError, UpdateMode
 
-from timeline.audience import FIRST_POST_KEY, AudienceRepository
-from timeline.counters import count_of, transact_counted
-from timeline.entities import POST_SELECT, PROFILE_ROW_KEY, Edge, Page, Post, User
 from timeline.errors import ConflictError, StorageUnavailableError
-from timeline.keys import post_row_key
 from timeline.metrics import TRIM_REQUESTS
-from timeline.storage import (
+from timeline.model.entities import POST_SELECT, PROFILE_ROW_KEY, Edge, Page, Post, User
+from timeline.model.keys import post_row_key
+from timeline.storage.accounts import (
     POSTS,
     SUBJECT_FOLLOWERS,
     SUBJECT_FOLLOWING,
@@ -52,6 +50,8 @@ from timeline.storage import (
     submit_batch,
     transact,
 )
+from timeline.storage.counters import count_of, transact_counted
+from timeline.tables.audience import FIRST_POST_KEY, AudienceRepository
 
 log = logging.getLogger(__name__)
 
@@ -60,10 +60,10 @@ META = "~"
 PARTITION = "PartitionKey eq @pk"
 LISTING = "PartitionKey eq @pk and RowKey lt @meta"
 POST_LISTING = "PartitionKey eq @pk and RowKey ge @first and RowKey lt @meta"
-"""A timeline's posts: its head rows (merge rows, ``timeline.audience``) sort before them."""
+"""A timeline's posts: its head rows (merge rows, ``timeline.tables.audience``) sort before them."""
 _ATTEMPTS = 20
 """Rounds on a fact row changed under us (one follower pair or one post: rare, never hot)
-before it is reported as a retryable 503; counter contention is ``timeline.counters``'."""
+before it is reported as a retryable 503; counter contention is ``timeline.storage.counters``'."""
 _KEYS_PER_FILTER = 14
 """Azure Table Storage allows at most 15 comparisons in one filter (one is the partition)."""
 

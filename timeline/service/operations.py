@@ -8,15 +8,13 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from timeline.audience import FIRST_POST_KEY
-from timeline.entities import Edge, Page, Post, User
 from timeline.errors import (
     InvalidInputError,
     NotFoundError,
     PermissionDeniedError,
 )
-from timeline.home import HomeTimeline, Position
-from timeline.keys import (
+from timeline.model.entities import Edge, Page, Post, User
+from timeline.model.keys import (
     USER_ID_PATTERN,
     clean_text,
     new_post_id,
@@ -25,12 +23,14 @@ from timeline.keys import (
     validate_post_id,
     validate_user_id,
 )
-from timeline.live import TimelineWatch
-from timeline.messages import Followed, PostCreated, PostDeleted, Unfollowed
-from timeline.queue import MessageSender
-from timeline.ratelimit import RateLimits
-from timeline.repositories import META, Repositories, request_id
-from timeline.tokens import POSITION_KEY, TokenSigner
+from timeline.model.messages import Followed, PostCreated, PostDeleted, Unfollowed
+from timeline.model.tokens import POSITION_KEY, TokenSigner
+from timeline.reads.home import HomeTimeline, Position
+from timeline.reads.live import TimelineWatch
+from timeline.storage.queue import MessageSender
+from timeline.tables.audience import FIRST_POST_KEY
+from timeline.tables.ratelimits import RateLimits
+from timeline.tables.repositories import META, Repositories, request_id
 
 T = TypeVar("T")
 _USER_ID = re.compile(USER_ID_PATTERN.replace("$", r"\Z"))
@@ -177,7 +177,7 @@ class TimelineService:
         continuation: str | None,
         since: str | None = None,
     ) -> PageOut:
-        """The owner's timeline merged with the large authors it follows (``timeline.home``);
+        """The owner's timeline merged with the large authors it follows (``timeline.reads.home``);
         the continuation counts what was served, so no page reads past the cap. With
         ``since``, only what is newer than that position, paged down to it."""
         _require_self(actor, owner)

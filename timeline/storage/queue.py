@@ -1,5 +1,5 @@
 """The fan-out work queue shards. Shard ``k`` has two work queues, ``fanout-<k>`` for
-user-facing work and ``fanout-<k>-low`` for background work (``timeline.priority``), and one
+user-facing work and ``fanout-<k>-low`` for background work (``timeline.model.priority``), and one
 dead-letter queue, ``fanout-<k>-poison``. A message goes to the shard of the user whose
 partition it starts from (the author of a post, the follower of a follow), so one user's
 messages stay in one shard."""
@@ -17,11 +17,11 @@ from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
 from azure.storage.queue import QueueMessage
 
 from timeline.errors import MalformedMessageError
-from timeline.messages import FanoutMessage, Followed, Unfollowed, decode, encode, urgency
 from timeline.metrics import MESSAGES_SENT
-from timeline.placement import hash64
-from timeline.priority import Priority
-from timeline.storage import LEGACY_SHARD, Storage
+from timeline.model.messages import FanoutMessage, Followed, Unfollowed, decode, encode, urgency
+from timeline.model.priority import Priority
+from timeline.storage.accounts import LEGACY_SHARD, Storage
+from timeline.storage.placement import hash64
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,1 @@
+"""Value types: identifiers and row keys, tokens, records, queue messages, priorities."""

@@ -1,0 +1,1 @@
+"""Reads: home timeline pages and live streams."""

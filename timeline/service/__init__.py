@@ -1,0 +1,1 @@
+"""The API's operations: validation, authorization, storage and queueing behind each route."""

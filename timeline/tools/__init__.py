@@ -1,0 +1,1 @@
+"""Operations tooling: ``make run``'s stack and the admin command line."""
