@@ -38,7 +38,7 @@ lint: setup
 
 # Hunt for broken guarantees: SEEDS seeds of each chaos variant, CHAOS_DURATION_S each.
 chaos: setup
-	CHAOS_SEEDS=$(SEEDS) CHAOS_DURATION_S=$(CHAOS_DURATION_S) $(BIN)/pytest -s tests/test_chaos.py
+	CHAOS_SEEDS=$(SEEDS) CHAOS_DURATION_S=$(CHAOS_DURATION_S) $(BIN)/pytest -s tests/system/test_chaos.py
 
 bench: setup
 	$(BIN)/python -m loadtest.bench

@@ -411,7 +411,7 @@ def test_a_followed_authors_existing_posts_appear_without_a_reload(
     stack: str, browsers: Callable[[str], webdriver.Chrome]
 ) -> None:
     """A follow's backfill lands below the newest post shown, older than the stream's
-    look-back: the page still shows it in its place (review finding)."""
+    look-back: the page still shows it in its place."""
     author = unique("author")
     status, body = request_json("POST", f"{stack}/users", {"user_id": author})
     assert status == 201

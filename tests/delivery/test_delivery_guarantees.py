@@ -1,6 +1,6 @@
-"""Issue 9: each way the delivery guarantees used to break, as a test on real storage.
+"""Each way the delivery guarantees used to break, as a test on real storage.
 
-Each test names the numbered item it proves fixed; each failed on the code before the fix.
+Each test failed on the code before its fix.
 """
 
 from __future__ import annotations
@@ -114,10 +114,10 @@ def _service(storage: Storage, queue: FanoutQueue | None = None) -> TimelineServ
     )
 
 
-# --- 1: the tracker (tests/test_writer.py::test_tracker_waits_for_writes_added_after_...) ---
+# --- the tracker (tests/storage/test_partition_writer.py::test_tracker_waits_for_writes_...)
 
 
-# --- 2: a crash between a delivery's write and its re-check --------------------------------
+# --- a crash between a delivery's write and its re-check
 
 
 async def _crash_after_write(storage: Storage, held: PartitionWriter, post: Post) -> None:
@@ -203,10 +203,10 @@ async def test_copy_landing_after_unfollow_and_crash_is_swept(
     assert await _ids(repos, author) == [post.post_id]
 
 
-# --- 3: continuations (tests/test_worker.py::test_huge_fan_out_is_split_...) ---------------
+# --- continuations (tests/worker/test_worker_loop.py::test_huge_fan_out_is_split_...)
 
 
-# --- 4: storage trouble is not a failure ---------------------------------------------------
+# --- storage trouble is not a failure
 
 
 class _TablesDown(FaultyStorage):
@@ -249,7 +249,7 @@ async def test_storage_trouble_never_poisons(
         assert (await queue.depth())[1] == 0
 
 
-# --- 5: ghosts ---------------------------------------------------------------------------
+# --- ghosts
 
 
 class _SendThenFail(FanoutQueue):
@@ -342,7 +342,7 @@ async def test_register_retried_with_its_key_gets_a_token(client: Client) -> Non
     assert other.status == 409
 
 
-# --- 6: a purge never wipes a re-follow's backfill -----------------------------------------
+# --- a purge never wipes a re-follow's backfill
 
 
 async def test_purge_keeps_a_refollows_backfill(
@@ -369,7 +369,7 @@ async def test_purge_keeps_a_refollows_backfill(
     assert sorted(await _ids(repos, reader)) == sorted(post.post_id for post in posts)
 
 
-# --- 7: one truth for a follow, exact counters ---------------------------------------------
+# --- one truth for a follow, exact counters
 
 
 @pytest.mark.parametrize("failing", [SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING])
@@ -410,7 +410,7 @@ async def _assert_follow(
     assert (follower_user.following, subject_user.followers) == (int(following), int(following))
 
 
-# --- 8: no message without a change; every write is rate limited ---------------------------
+# --- no message without a change; every write is rate limited
 
 
 async def test_repeated_follow_and_unfollow_queue_one_message_each(client: Client) -> None:
@@ -451,7 +451,7 @@ async def test_every_write_is_rate_limited(settings: Settings) -> None:
             assert (await response.json())["error"]["code"] == "rate_limited"
 
 
-# --- 9: the smaller ones -------------------------------------------------------------------
+# --- the smaller ones
 
 
 async def test_work_messages_never_expire(private_azurite: Azurite, tmp_path: Path) -> None:
@@ -576,7 +576,7 @@ async def test_a_voided_post_id_is_not_a_surviving_post(repos: Repositories) -> 
     assert (await repos.posts.page(author, 10, None)).items == []
 
 
-# --- a backfill that waited for the writer reads the follow again ---------------------------
+# --- a backfill that waited for the writer reads the follow again
 
 
 async def test_a_backfill_held_by_admission_reads_the_follow_again(storage: Storage) -> None:

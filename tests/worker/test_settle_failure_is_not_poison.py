@@ -1,6 +1,4 @@
-"""Issue 9 review (failed before the fix).
-
-leases whose outcome could not be written because the *queue* was briefly
+"""Leases whose outcome could not be written because the *queue* was briefly
 unavailable (503 ServerBusy / timeout on update_message or delete_message) are counted as
 worker crashes; at worker_max_crashes the message is poisoned as 'crashed' though no process
 died: 'nothing poisoned by transient storage trouble' does not hold for queue trouble.
@@ -15,7 +13,7 @@ import pytest
 
 import timeline.storage.queue as queue_module
 from tests.conftest import eventually, make_settings, running_worker, unique
-from tests.test_guarantees import opened
+from tests.delivery.test_delivery_guarantees import opened
 from timeline.errors import StorageUnavailableError
 from timeline.model.keys import now_ticks
 from timeline.model.messages import Followed

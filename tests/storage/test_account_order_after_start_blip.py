@@ -1,4 +1,4 @@
-"""Regression (review 3, finding 3): a misordered account list after a blip at start.
+"""A misordered account list after a blip at start.
 
 The bug: ``Storage.open`` ran the placement read and the membership check inside
 ``suppress(StorageUnavailableError)`` and never checked membership again. When the first

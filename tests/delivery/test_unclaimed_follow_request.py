@@ -1,6 +1,4 @@
-"""Issue 9 second review (failed before the fix).
-
-a follow/unfollow request whose own message finished WITHOUT claiming it.
+"""A follow/unfollow request whose own message finished WITHOUT claiming it.
 
 The worker claims a request only when it finds the request's effect missing. If the effect is
 already there because of ANOTHER request (a client retry, a second tab), the message is done
@@ -13,7 +11,7 @@ import asyncio
 from datetime import UTC, datetime
 
 from tests.conftest import unique
-from tests.test_guarantees import _ids, _posts, _users
+from tests.delivery.test_delivery_guarantees import _ids, _posts, _users
 from timeline.delivery.processor import Continue, Done, FanoutProcessor, Timing
 from timeline.errors import StorageUnavailableError
 from timeline.model.entities import Post

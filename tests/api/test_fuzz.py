@@ -127,7 +127,8 @@ def test_authenticated_requests_get_documented_answers(
     case: schemathesis.Case[Any], live_api: LiveApi
 ) -> None:
     """The same with a valid token acting as the user in the path: reaches the handlers.
-    Not the live stream, whose answer never ends (``tests/test_live.py`` covers it)."""
+    Not the live stream, whose answer never ends (``tests/reads/test_since_and_stream.py``
+    covers it)."""
     if case.path_parameters and "user_id" in case.path_parameters:
         case.path_parameters["user_id"] = live_api.user_id
     _call_and_validate(case, live_api, modified=True, headers=bearer(live_api.token))

@@ -28,7 +28,7 @@ from tests.conftest import (
     running_worker,
     unique,
 )
-from tests.test_guarantees import opened
+from tests.delivery.test_delivery_guarantees import opened
 from timeline.config import Settings
 from timeline.errors import StorageUnavailableError
 from timeline.model.entities import Post

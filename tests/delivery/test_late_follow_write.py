@@ -1,4 +1,4 @@
-"""Issue 9 review: an API follow or unfollow whose write comes after the arrival window.
+"""An API follow or unfollow whose write comes after the arrival window.
 
 The API sends Followed/Unfollowed, then stalls (slow storage, a paused process, a request
 that storage executes late) for longer than the arrival window. The worker gives the request
@@ -13,7 +13,7 @@ import asyncio
 import pytest
 
 from tests.conftest import eventually, running_worker, unique
-from tests.test_guarantees import _ids, _pair, _posts, _service, _users
+from tests.delivery.test_delivery_guarantees import _ids, _pair, _posts, _service, _users
 from timeline.config import Settings
 from timeline.errors import StorageUnavailableError
 from timeline.model.messages import FanoutMessage

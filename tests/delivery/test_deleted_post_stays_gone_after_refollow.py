@@ -1,6 +1,4 @@
-"""Issue 9 review (failed before the fix).
-
-a deleted post stays for good in a re-follower's timeline.
+"""A deleted post must not stay for good in a re-follower's timeline.
 
 Each sweep defers to the other: the delete's sweep skips R because R does not follow A at
 that moment ("the unfollow's passes remove it"), and the unfollow's sweep skips its purge
@@ -26,7 +24,7 @@ import asyncio
 import contextlib
 
 from tests.conftest import eventually
-from tests.test_guarantees import _follow, _ids, _pair, _unfollow
+from tests.delivery.test_delivery_guarantees import _follow, _ids, _pair, _unfollow
 from timeline.delivery.processor import Continue, Done, FanoutProcessor, Timing
 from timeline.model.keys import now_ticks
 from timeline.model.messages import Followed, PostCreated, PostDeleted, Unfollowed

@@ -1,4 +1,4 @@
-"""Regression (review 3, finding 5): the rebalance fence must outlast the *services'* lease.
+"""The rebalance fence must outlast the *services'* lease.
 
 The bug: ``timeline rebalance`` fenced by its own settings (its own
 ``TIMELINE_PLACEMENT_LEASE_S`` + ``TIMELINE_STORAGE_TIMEOUT_S`` + 30, or

@@ -300,7 +300,7 @@ async def test_a_stream_ends_when_its_token_expires(live: Live) -> None:
 async def test_a_stream_resumed_from_long_ago_sends_at_most_a_capped_timeline(
     private_azurite: Azurite, tmp_path: Path
 ) -> None:
-    """However old the position, one poll reads and sends at most the cap (review finding:
+    """However old the position, one poll reads and sends at most the cap (once,
     a resumed stream read the whole history of every merged author)."""
     settings = make_settings(
         private_azurite.connection_string,

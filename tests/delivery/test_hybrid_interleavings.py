@@ -1,5 +1,5 @@
-"""Review of the hybrid fan-out change: interleavings forced on real storage, each of which
-broke an invariant before its fix (a fresh-context review found them)."""
+"""Hybrid fan-out interleavings forced on real storage, each of which broke an invariant
+before its fix."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import uuid
 from datetime import UTC, datetime
 
 from tests.conftest import eventually, unique
-from tests.test_guarantees import _follow, _unfollow
+from tests.delivery.test_delivery_guarantees import _follow, _unfollow
 from timeline.delivery.processor import Continue, Defer, FanoutProcessor, Hybrid, Outcome, Timing
 from timeline.model.entities import Post, User
 from timeline.model.keys import new_post_id, now_ticks
@@ -367,7 +367,7 @@ async def test_a_pre_hybrid_continuation_still_pages(storage: Storage, repos: Re
 async def test_stale_down_page_that_stalls_before_its_etag_reads_drops_a_new_merge_row(
     storage: Storage, repos: Repositories
 ) -> None:
-    """(A second review.) Like the stale page above, but worker 1 stalls
+    """Like the stale page above, but worker 1 stalls
     after the page's mode check and before ``_unmerge`` reads the etags (here: in the
     follower page query; in production: any pause of the process that also stops the lease
     renewal). It then reads the etag of the *new* move up's merge row, ``_copy_newest``
@@ -417,7 +417,7 @@ async def test_stale_down_page_that_stalls_before_its_etag_reads_drops_a_new_mer
 async def test_a_stale_page_of_a_move_up_takes_its_rows_back(
     storage: Storage, repos: Repositories
 ) -> None:
-    """(The second review's suspicion.) Worker 1 runs a page of a move up and stalls while
+    """Worker 1 runs a page of a move up and stalls while
     writing merge rows; worker 2 finishes the move, the author falls back and worker 2
     moves it down to ``copied``. Worker 1 then writes its merge row: it must take it back,
     or the reader keeps a merge row of an author that is not merged (a query and a merge

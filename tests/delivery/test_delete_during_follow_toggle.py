@@ -1,4 +1,4 @@
-"""Issue 9 review, no crash at all: a reader toggling a follow while a delete is processed.
+"""No crash at all: a reader toggling a follow while a delete is processed.
 
 The delete's passes skip a reader who does not follow at that moment; the unfollow's passes
 then find the reader following again. Every step is the API's or the worker's own code run to
@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 
 from tests.conftest import unique
-from tests.test_guarantees import _ids, _posts, _service, _users
+from tests.delivery.test_delivery_guarantees import _ids, _posts, _service, _users
 from timeline.delivery.processor import Continue, Done, FanoutProcessor, Timing
 from timeline.model.messages import FanoutMessage, PostCreated
 from timeline.storage.accounts import TIMELINES, Storage

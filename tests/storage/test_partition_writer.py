@@ -165,7 +165,7 @@ async def test_batches_are_retried_across_a_storage_outage(
 async def test_tracker_waits_for_writes_added_after_early_ones_committed(
     storage: Storage, repos: Repositories
 ) -> None:
-    """Issue 9.1: with a small buffer the producer blocks while the first 100 rows commit;
+    """With a small buffer the producer blocks while the first 100 rows commit;
     the tracker must not resolve then, only once every row added before ``wait`` landed."""
     owner = unique()
     posts = _posts(250)

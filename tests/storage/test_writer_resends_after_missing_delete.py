@@ -1,6 +1,4 @@
-"""Issue 9 review (failed before the fix).
-
-submit_batch's "drop the missing delete and resend" loop makes one writer
+"""``submit_batch``'s "drop the missing delete and resend" loop makes one writer
 attempt take k+1 round trips, so an upsert that passed the deadline check can land long after
 deadline + T. The README's bound "a copy justified by a read at r lands before r + D + T" is
 false, and a delete's second pass (S > D + T) can run before the copy lands.
@@ -22,7 +20,7 @@ from typing import Any, ClassVar, cast
 from azure.data.tables.aio import TableClient
 
 from tests.conftest import eventually
-from tests.test_guarantees import _ids, _pair
+from tests.delivery.test_delivery_guarantees import _ids, _pair
 from timeline.config import Settings
 from timeline.delivery.processor import Continue, FanoutProcessor, Timing
 from timeline.model.keys import new_post_id, now_ticks, post_row_key

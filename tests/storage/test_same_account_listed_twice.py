@@ -1,4 +1,4 @@
-"""Regression (review 3, finding 1): one storage account listed twice under two spellings.
+"""One storage account listed twice under two spellings.
 
 The bug: an operator "adds an account" but pastes the first account's connection string
 again in another form (its secondary key, the fields in another order, or for Azurite

@@ -1,4 +1,4 @@
-"""Regression (review 3, finding 6): a worker started while storage does not answer.
+"""A worker started while storage does not answer.
 
 The bug: ``Storage.open`` swallowed a failed placement read and kept ``Placement.initial``
 (one shard per *configured* account, or ``TIMELINE_QUEUE_SHARDS``), and the worker built

@@ -84,8 +84,7 @@ async def test_without_swagger_ui_installed_docs_is_a_404_saying_why(tmp_path: P
 
 
 async def test_odd_asset_names_are_404s_not_500s(client: Client) -> None:
-    """A name too long for the file system reached aiohttp's static handler as an OSError
-    (review finding)."""
+    """A name too long for the file system reached aiohttp's static handler as an OSError."""
     for name in ("a" * 300, "a%0aforged", "%00", "swagger-ui.css%2f..", "." * 255):
         for method in ("GET", "HEAD"):
             response = await client.request(method, f"/docs/assets/{name}")

@@ -1,4 +1,4 @@
-"""Regression (review 3, finding 8): ``submit_batch`` must route every request it sends.
+"""``submit_batch`` must route every request it sends.
 
 The fence argument needs every request to be sent within one storage call (``T``) of the
 moment it was routed. ``submit_batch`` called ``storage.table()`` once, then looped: an EGT

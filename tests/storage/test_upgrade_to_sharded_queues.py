@@ -1,4 +1,4 @@
-"""Regressions (review 3, findings 4 and 7): upgrading a deployment from before scale-out.
+"""Upgrading a deployment from before scale-out.
 
 1. The work queue was ``fanout`` (with ``fanout-poison``); it is now ``fanout-<k>``. Nothing
    read the old queue, so what it held at the upgrade was never processed -- including

@@ -1,6 +1,4 @@
-"""Issue 9 review (failed before the fix).
-
-_Lease.__aexit__ cancels a renewal whose update_message already executed on
+"""``_Lease.__aexit__`` cancels a renewal whose update_message already executed on
 the server. The server's pop receipt changed, the client never learnt it, so the outcome
 (delete / rewrite) is sent with a stale pop receipt: a 404 that is not StorageUnavailableError
 escapes _process ("message task failed"); the work is redone after the lease expires and the
@@ -19,7 +17,7 @@ import pytest
 import fanout_worker.worker as worker_module
 import timeline.storage.queue as queue_module
 from tests.conftest import eventually, make_settings, running_worker, unique
-from tests.test_guarantees import opened
+from tests.delivery.test_delivery_guarantees import opened
 from timeline.delivery.processor import FanoutProcessor, Outcome
 from timeline.model.keys import now_ticks
 from timeline.model.messages import FanoutMessage, Followed

@@ -1,4 +1,4 @@
-"""Regression (review 3, finding 2): a rerun of a rebalance killed in its last flip fence.
+"""A rerun of a rebalance killed in its last flip fence.
 
 The bug: the killed range was flipped (``moved``, still ``frozen``) just before the kill,
 so the rerun skipped it and went straight to deleting the moved partitions from their old

@@ -1,0 +1,1 @@
+"""Tests of the REST API and the web client."""

@@ -1,0 +1,1 @@
+"""Tests of value types."""

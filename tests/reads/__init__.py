@@ -1,0 +1,1 @@
+"""Tests of home pages and live streams."""

@@ -1,0 +1,1 @@
+"""Tests of storage plumbing: accounts, placement, queues, the writer, the limiter, rebalance."""

@@ -1,0 +1,1 @@
+"""Tests of several processes together: flows, outages, chaos."""

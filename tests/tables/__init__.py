@@ -1,0 +1,1 @@
+"""Tests of repositories and the counters they keep."""

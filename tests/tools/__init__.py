@@ -1,0 +1,1 @@
+"""Tests of ``make run`` and the admin CLI."""
