@@ -27,13 +27,8 @@ from timeline.model import priority
 from timeline.model.messages import FanoutMessage, decode, encode, urgency
 from timeline.model.priority import Priority
 from timeline.retry import MAX_EXPONENT, backoff_delay
-from timeline.storage.accounts import (
-    LEGACY_SHARD,
-    TIMELINES,
-    Storage,
-    poison_queue_name,
-    split_connection_strings,
-)
+from timeline.storage.accounts import Storage, split_connection_strings
+from timeline.storage.names import LEGACY_SHARD, TIMELINES, poison_queue_name
 from timeline.storage.queue import FanoutQueue, FanoutQueues, Lane
 from timeline.storage.writer import PartitionWriter
 

@@ -46,9 +46,10 @@ from tests.conftest import TEST_SECRET, eventually, program_env
 from timeline.errors import StorageUnavailableError
 from timeline.model.entities import Post
 from timeline.reads.home import HomeTimeline, Position
-from timeline.storage.accounts import POSTS, SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING, TABLES, Storage
+from timeline.storage.accounts import Storage
 from timeline.storage.azurite import Azurite, free_ports
 from timeline.storage.counters import count_of
+from timeline.storage.names import POSTS, SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING, TABLES
 from timeline.storage.placement import hash64
 from timeline.storage.queue import FanoutQueues
 from timeline.tables.audience import COPIED, MERGED

@@ -8,7 +8,8 @@ from typing import Any
 from loadtest.bench.harness import fresh_storage
 from loadtest.bench.sizes import Sizes
 from loadtest.seed import Graph, seed
-from timeline.storage.accounts import TABLES, Storage
+from timeline.storage.accounts import Storage
+from timeline.storage.names import TABLES
 from timeline.storage.placement import Placement, hash64
 
 ACCOUNTS = 3

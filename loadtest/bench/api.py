@@ -33,8 +33,8 @@ from loadtest.bench.harness import (
 from loadtest.bench.sizes import Sizes
 from timeline.model.keys import now_ticks
 from timeline.model.tokens import TokenSigner
-from timeline.storage.accounts import TIMELINES
 from timeline.storage.azurite import Azurite, free_ports
+from timeline.storage.names import TIMELINES
 
 SECRET = "bench-api-secret"  # noqa: S105 - signs the bench's own tokens, for this run only
 PAGE = 250

@@ -19,7 +19,7 @@ from loadtest.bench.sizes import Sizes
 from timeline.model.entities import Post
 from timeline.model.keys import new_post_id, now_ticks
 from timeline.model.messages import Followed
-from timeline.storage.accounts import POSTS, SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING
+from timeline.storage.names import POSTS, SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING
 from timeline.storage.queue import FanoutQueues
 
 BACKFILL_POSTS = 250

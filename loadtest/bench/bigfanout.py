@@ -24,7 +24,7 @@ from loadtest.bench.harness import (
 from loadtest.bench.sizes import Sizes
 from timeline.model.entities import Post
 from timeline.model.keys import new_post_id, now_ticks
-from timeline.storage.accounts import SUBJECT_FOLLOWERS, TIMELINES
+from timeline.storage.names import SUBJECT_FOLLOWERS, TIMELINES
 
 
 async def bigfanout(sizes: Sizes) -> dict[str, Any]:

@@ -29,7 +29,8 @@ from loadtest.bench.harness import (
 from loadtest.bench.sizes import Sizes
 from timeline.model.entities import Post
 from timeline.model.keys import new_post_id, now_ticks
-from timeline.storage.accounts import SUBJECT_FOLLOWERS, Storage
+from timeline.storage.accounts import Storage
+from timeline.storage.names import SUBJECT_FOLLOWERS
 
 
 @dataclass(frozen=True)

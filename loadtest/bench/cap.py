@@ -17,7 +17,8 @@ from loadtest.bench.harness import (
 from loadtest.bench.sizes import Sizes
 from timeline.model.entities import Post
 from timeline.model.keys import new_post_id, now_ticks
-from timeline.storage.accounts import SUBJECT_FOLLOWERS, TIMELINES, Storage
+from timeline.storage.accounts import Storage
+from timeline.storage.names import SUBJECT_FOLLOWERS, TIMELINES
 
 TRIM_REQUESTS = "fanout_trim_requests_total"
 POSTS_DONE = "fanout_messages_total{outcome=done,type=post}"

@@ -11,7 +11,8 @@ from tqdm import tqdm
 from loadtest.bench.harness import bounded, fresh_storage, timeline_entity
 from loadtest.bench.sizes import Sizes
 from timeline.model.keys import now_ticks
-from timeline.storage.accounts import TIMELINES, Storage
+from timeline.storage.accounts import Storage
+from timeline.storage.names import TIMELINES
 
 
 async def single_upsert_rate(storage: Storage, count: int, label: str) -> float:

@@ -17,7 +17,8 @@ from loadtest.bench.harness import cpu_seconds, delta, fresh_storage, quantile
 from loadtest.bench.sizes import Sizes
 from timeline.model.entities import User
 from timeline.model.tokens import TokenSigner
-from timeline.storage.accounts import USERS, Storage
+from timeline.storage.accounts import Storage
+from timeline.storage.names import USERS
 from timeline.tables.repositories import UsersRepository
 
 CLIENTS = 64

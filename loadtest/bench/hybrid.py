@@ -30,14 +30,9 @@ from timeline.model.entities import Post
 from timeline.model.keys import new_post_id, now_ticks
 from timeline.model.messages import Regrade
 from timeline.model.tokens import TokenSigner
-from timeline.storage.accounts import (
-    POSTS,
-    SUBJECT_FOLLOWERS,
-    SUBJECT_FOLLOWING,
-    TIMELINES,
-    Storage,
-)
+from timeline.storage.accounts import Storage
 from timeline.storage.counters import COUNT_ROW
+from timeline.storage.names import POSTS, SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING, TIMELINES
 from timeline.storage.queue import FanoutQueues
 from timeline.tables.audience import MERGED, AudienceRepository, AuthorMode
 

@@ -18,7 +18,7 @@ from loadtest.bench.harness import (
 )
 from loadtest.bench.lag import lag
 from loadtest.bench.sizes import Sizes
-from timeline.storage.accounts import SUBJECT_FOLLOWERS
+from timeline.storage.names import SUBJECT_FOLLOWERS
 
 
 async def live(sizes: Sizes, ceiling: float) -> dict[str, float]:

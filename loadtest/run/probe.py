@@ -42,7 +42,8 @@ from azure.data.tables.aio import TableClient
 from timeline.config import Settings
 from timeline.model.entities import POST_SELECT
 from timeline.reads.home import MIN_AUTHOR_ROWS
-from timeline.storage.accounts import POSTS, SUBJECT_FOLLOWING, TIMELINES, Storage
+from timeline.storage.accounts import Storage
+from timeline.storage.names import POSTS, SUBJECT_FOLLOWING, TIMELINES
 from timeline.tables.audience import FIRST_POST_KEY, merge_row_author
 from timeline.tables.repositories import META
 

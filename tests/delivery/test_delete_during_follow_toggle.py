@@ -14,7 +14,8 @@ from tests.conftest import unique
 from tests.delivery.test_delivery_guarantees import _ids, _posts, _service, _users
 from timeline.delivery.processor import Continue, Done, FanoutProcessor, Timing
 from timeline.model.messages import FanoutMessage, PostCreated
-from timeline.storage.accounts import TIMELINES, Storage
+from timeline.storage.accounts import Storage
+from timeline.storage.names import TIMELINES
 from timeline.storage.queue import FanoutQueue
 from timeline.storage.writer import PartitionWriter
 from timeline.tables.repositories import Repositories

@@ -28,7 +28,8 @@ from tests.delivery.test_delivery_guarantees import _follow, _ids, _pair, _unfol
 from timeline.delivery.processor import Continue, Done, FanoutProcessor, Timing
 from timeline.model.keys import now_ticks
 from timeline.model.messages import Followed, PostCreated, PostDeleted, Unfollowed
-from timeline.storage.accounts import TIMELINES, Storage
+from timeline.storage.accounts import Storage
+from timeline.storage.names import TIMELINES
 from timeline.storage.writer import PartitionWriter
 from timeline.tables.repositories import Repositories
 

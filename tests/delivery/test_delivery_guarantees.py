@@ -36,14 +36,9 @@ from timeline.model.messages import FanoutMessage, Followed, PostCreated, PostDe
 from timeline.model.tokens import TokenSigner
 from timeline.reads.home import HomeTimeline
 from timeline.service.operations import TimelineService
-from timeline.storage.accounts import (
-    SUBJECT_FOLLOWERS,
-    SUBJECT_FOLLOWING,
-    TIMELINES,
-    Storage,
-    StorageOptions,
-)
+from timeline.storage.accounts import Storage, StorageOptions
 from timeline.storage.azurite import Azurite
+from timeline.storage.names import SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING, TIMELINES
 from timeline.storage.queue import FanoutQueue
 from timeline.storage.writer import PartitionWriter
 from timeline.tables.ratelimits import RateLimits

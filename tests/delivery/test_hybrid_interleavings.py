@@ -14,7 +14,8 @@ from timeline.model.entities import Post, User
 from timeline.model.keys import new_post_id, now_ticks
 from timeline.model.messages import Followed, PostCreated, PostDeleted, Regrade, Unfollowed
 from timeline.reads.home import HomeTimeline, Position
-from timeline.storage.accounts import TIMELINES, Storage
+from timeline.storage.accounts import Storage
+from timeline.storage.names import TIMELINES
 from timeline.storage.writer import PartitionWriter
 from timeline.tables.audience import COPIED, MERGED
 from timeline.tables.repositories import Repositories
@@ -337,7 +338,7 @@ async def test_a_pre_hybrid_continuation_still_pages(storage: Storage, repos: Re
     """A home timeline continuation minted before this change (a storage continuation
     plus ``n``) is claimed to keep working; check it with the emulator's own format."""
     from timeline.service.operations import _home_position
-    from timeline.storage.accounts import query_page
+    from timeline.storage.calls import query_page
 
     reader, small = await _users(repos, "reader", "small")
     posts = [await _post(repos, small, now_ticks() - i * 1000) for i in range(3)]

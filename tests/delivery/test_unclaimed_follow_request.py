@@ -17,7 +17,8 @@ from timeline.errors import StorageUnavailableError
 from timeline.model.entities import Post
 from timeline.model.keys import now_ticks
 from timeline.model.messages import Followed, Unfollowed
-from timeline.storage.accounts import TIMELINES, Storage
+from timeline.storage.accounts import Storage
+from timeline.storage.names import TIMELINES
 from timeline.storage.writer import PartitionWriter
 from timeline.tables.repositories import Repositories, request_id
 

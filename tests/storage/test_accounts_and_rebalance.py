@@ -25,8 +25,9 @@ from tests.conftest import (
 from tests.helpers import Api
 from timeline.config import Settings
 from timeline.errors import ConfigurationError
-from timeline.storage.accounts import TABLES, TIMELINES, USERS, Storage
+from timeline.storage.accounts import Storage
 from timeline.storage.azurite import Azurite
+from timeline.storage.names import TABLES, TIMELINES, USERS
 from timeline.storage.placement import Placement, hash64, jump_hash
 from timeline.storage.queue import FanoutQueues
 from timeline.storage.rebalance import RebalanceError, Rebalancer

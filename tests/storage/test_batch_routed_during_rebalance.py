@@ -23,8 +23,10 @@ from azure.data.tables.aio import TableClient
 
 from tests.conftest import storage_on
 from timeline.errors import StorageUnavailableError
-from timeline.storage.accounts import TIMELINES, Operation, Storage, submit_batch
+from timeline.storage.accounts import Storage
 from timeline.storage.azurite import Azurite
+from timeline.storage.calls import Operation, submit_batch
+from timeline.storage.names import TIMELINES
 from timeline.storage.placement import Placement, hash64
 from timeline.storage.rebalance import Rebalancer
 

@@ -13,8 +13,9 @@ from timeline.errors import DeadlineExceededError
 from timeline.metrics import WRITE_RETRIES
 from timeline.model.entities import Post
 from timeline.model.keys import new_post_id, now_ticks
-from timeline.storage.accounts import TIMELINES, Storage
+from timeline.storage.accounts import Storage
 from timeline.storage.azurite import Azurite
+from timeline.storage.names import TIMELINES
 from timeline.storage.writer import PartitionWriter, Tracker
 from timeline.tables.repositories import Repositories
 

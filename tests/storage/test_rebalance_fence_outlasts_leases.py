@@ -27,8 +27,9 @@ from azure.data.tables.aio import TableClient
 from tests.conftest import make_settings, storage_on
 from tests.faults import UnreachableTable
 from timeline.errors import StorageUnavailableError
-from timeline.storage.accounts import USERS, Storage
+from timeline.storage.accounts import Storage
 from timeline.storage.azurite import Azurite
+from timeline.storage.names import USERS
 from timeline.storage.placement import PLACEMENT_TABLE, Placement, hash64
 from timeline.storage.rebalance import Rebalancer
 

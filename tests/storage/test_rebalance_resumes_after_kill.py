@@ -28,8 +28,9 @@ from azure.data.tables.aio import TableClient
 from tests.conftest import storage_on
 from tests.faults import UnreachableTable
 from timeline.errors import StorageUnavailableError
-from timeline.storage.accounts import SUBJECT_FOLLOWERS, Storage
+from timeline.storage.accounts import Storage
 from timeline.storage.azurite import Azurite
+from timeline.storage.names import SUBJECT_FOLLOWERS
 from timeline.storage.placement import PLACEMENT_TABLE, Placement, hash64, slot_of
 from timeline.storage.rebalance import RebalanceError, Rebalancer
 

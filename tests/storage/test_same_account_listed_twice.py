@@ -16,8 +16,9 @@ from __future__ import annotations
 import pytest
 
 from timeline.errors import ConfigurationError
-from timeline.storage.accounts import USERS, Storage, StorageOptions
+from timeline.storage.accounts import Storage, StorageOptions
 from timeline.storage.azurite import Azurite
+from timeline.storage.names import USERS
 from timeline.storage.rebalance import Rebalancer
 
 

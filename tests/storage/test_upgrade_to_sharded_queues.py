@@ -24,8 +24,9 @@ from tests.conftest import api_client, eventually, make_settings, running_worker
 from timeline.model.keys import new_post_id, now_ticks
 from timeline.model.messages import PostDeleted, encode
 from timeline.model.tokens import TokenSigner
-from timeline.storage.accounts import LEGACY_SHARD, USERS, Storage
+from timeline.storage.accounts import Storage
 from timeline.storage.azurite import Azurite
+from timeline.storage.names import LEGACY_SHARD, USERS
 from timeline.storage.queue import FanoutQueue
 from timeline.storage.rebalance import Rebalancer
 

@@ -12,7 +12,8 @@ import asyncio
 from tests.conftest import unique
 from timeline.model.keys import new_post_id, now_ticks
 from timeline.model.priority import Priority, running_as
-from timeline.storage.accounts import TIMELINES, Storage
+from timeline.storage.accounts import Storage
+from timeline.storage.names import TIMELINES
 from timeline.storage.writer import PartitionWriter, Tracker
 
 BUFFERED = 200

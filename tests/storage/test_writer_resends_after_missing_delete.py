@@ -25,7 +25,8 @@ from timeline.config import Settings
 from timeline.delivery.processor import Continue, FanoutProcessor, Timing
 from timeline.model.keys import new_post_id, now_ticks, post_row_key
 from timeline.model.messages import PostCreated, PostDeleted
-from timeline.storage.accounts import TIMELINES, Storage, StorageOptions
+from timeline.storage.accounts import Storage, StorageOptions
+from timeline.storage.names import TIMELINES
 from timeline.storage.writer import PartitionWriter, Tracker
 from timeline.tables.repositories import Repositories
 

@@ -21,9 +21,10 @@ from timeline.model.entities import Post, User
 from timeline.model.keys import new_post_id, now_ticks
 from timeline.model.tokens import TokenSigner
 from timeline.storage import counters
-from timeline.storage.accounts import POSTS, SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING, Storage
+from timeline.storage.accounts import Storage
 from timeline.storage.azurite import Azurite
 from timeline.storage.counters import COUNT_ROW, count_of
+from timeline.storage.names import POSTS, SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING
 from timeline.tables.repositories import Repositories
 
 Client = TestClient[Any, Any]

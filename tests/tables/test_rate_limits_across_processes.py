@@ -15,8 +15,9 @@ from tests.faults import FaultyStorage
 from tests.helpers import Api, bearer, error_of
 from timeline.config import Settings
 from timeline.errors import RateLimitedError, StorageUnavailableError
-from timeline.storage.accounts import RATE_LIMITS, Storage
+from timeline.storage.accounts import Storage
 from timeline.storage.azurite import Azurite
+from timeline.storage.names import RATE_LIMITS
 from timeline.tables.ratelimits import RateLimits, TableWindowStorage
 
 

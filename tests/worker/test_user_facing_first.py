@@ -43,8 +43,10 @@ from timeline.model.messages import (
     urgency,
 )
 from timeline.model.priority import Priority
-from timeline.storage.accounts import POSTS, SUBJECT_FOLLOWERS, Storage, chunked, submit_batch
+from timeline.storage.accounts import Storage
 from timeline.storage.azurite import Azurite
+from timeline.storage.calls import chunked, submit_batch
+from timeline.storage.names import POSTS, SUBJECT_FOLLOWERS
 from timeline.storage.queue import FanoutQueue, Lane
 
 BACKFILLS = 5000

@@ -17,8 +17,10 @@ from timeline.delivery.processor import Continue, FanoutProcessor
 from timeline.model.entities import Post, User
 from timeline.model.keys import new_post_id, now_ticks
 from timeline.model.messages import PostCreated, PostDeleted
-from timeline.storage.accounts import SUBJECT_FOLLOWERS, TIMELINES, Storage, chunked
+from timeline.storage.accounts import Storage
 from timeline.storage.azurite import Azurite
+from timeline.storage.calls import chunked
+from timeline.storage.names import SUBJECT_FOLLOWERS, TIMELINES
 from timeline.storage.queue import FanoutQueue
 from timeline.storage.writer import PartitionWriter
 from timeline.tables.repositories import Repositories

@@ -28,7 +28,9 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from timeline.model.entities import POST_SELECT, Post
-from timeline.storage.accounts import POSTS, TIMELINES, Storage, query_page
+from timeline.storage.accounts import Storage
+from timeline.storage.calls import query_page
+from timeline.storage.names import POSTS, TIMELINES
 from timeline.tables.audience import FIRST_POST_KEY, merge_row_author
 from timeline.tables.repositories import META, FollowsRepository
 

@@ -7,7 +7,7 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager, suppress
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -24,39 +24,34 @@ from azure.core.exceptions import (
     ServiceResponseError,
 )
 from azure.core.pipeline.transport import AioHttpTransport
-from azure.data.tables import TableEntity, TableTransactionError, UpdateMode
+from azure.data.tables import TableEntity, UpdateMode
 from azure.data.tables import TableServiceClient as SyncTableServiceClient
 from azure.data.tables.aio import TableClient, TableServiceClient
 from azure.storage.queue.aio import QueueClient
 
 from timeline.errors import ConfigurationError, StorageUnavailableError
 from timeline.metrics import STORAGE_REQUESTS, STORAGE_UNAVAILABLE
-from timeline.model.entities import Page
 from timeline.retry import retry_after_of
+from timeline.storage.calls import query_page
 from timeline.storage.limiter import AdaptiveLimiter, Outcome
+from timeline.storage.names import (
+    LEGACY_SHARD,
+    META_TABLE,
+    TABLES,
+    background_queue_name,
+    poison_queue_name,
+    work_queue_name,
+)
 from timeline.storage.placement import PLACEMENT_KEYS, PLACEMENT_TABLE, Placement, hash64
 
 log = logging.getLogger(__name__)
 
-USERS = "users"
-POSTS = "posts"
-TIMELINES = "timelines"
-SUBJECT_FOLLOWERS = "subjectFollowers"
-SUBJECT_FOLLOWING = "subjectFollowing"
-RATE_LIMITS = "rateLimits"
-TABLES = (USERS, POSTS, TIMELINES, SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING, RATE_LIMITS)
-"""Tables whose partitions are spread over the accounts by ``timeline.storage.placement``."""
-META_TABLE = "timelineMeta"
-"""Service-wide rows (the auth secret) on the placement home, beside ``placement``; on every
-account, the row naming the placement home it belongs to."""
 MEMBER_KEYS = ("member", "placement")
 TIMING_KEYS = ("placement", "timing")
 """Beside the placement row: the longest lease and storage timeout of any process."""
 CONTROL = "~control"
 """Each account's ``timelineMeta`` client on the control connection pool."""
 
-MAX_BATCH_OPERATIONS = 100
-"""Entity Group Transactions take at most 100 operations (Azurite breaks above that)."""
 
 _RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 _UNAVAILABLE_ERRORS = (
@@ -70,22 +65,6 @@ _UNAVAILABLE_ERRORS = (
 
 _HOLDING: ContextVar[bool] = ContextVar("holding_a_limiter_place", default=False)
 """Set while a call holds a place in the limiter, so a nested call cannot deadlock on it."""
-
-LEGACY_SHARD = -1
-"""The ``fanout`` queue (and ``fanout-poison``) of a deployment from before queue shards."""
-
-
-def work_queue_name(shard: int) -> str:
-    return "fanout" if shard == LEGACY_SHARD else f"fanout-{shard}"
-
-
-def poison_queue_name(shard: int) -> str:
-    return "fanout-poison" if shard == LEGACY_SHARD else f"fanout-{shard}-poison"
-
-
-def background_queue_name(shard: int) -> str:
-    """The shard's queue of background work (``fanout-<k>`` holds the user-facing work)."""
-    return f"fanout-{shard}-low"
 
 
 def split_connection_strings(text: str | Sequence[str]) -> tuple[str, ...]:
@@ -654,119 +633,3 @@ class Storage:
         return TableServiceClient.from_connection_string(
             connection_string, retry_total=0, **self._transport_kwargs()
         )
-
-
-async def query_page(
-    client: TableClient,
-    query_filter: str,
-    parameters: dict[str, Any],
-    *,
-    select: list[str] | None,
-    limit: int,
-    continuation: dict[str, str] | None,
-) -> Page[TableEntity]:
-    """Exactly one storage query: up to ``limit`` entities and the storage continuation."""
-    entities: Any = client.query_entities(
-        query_filter, parameters=parameters, select=select, results_per_page=limit
-    )
-    pager = entities.by_page(continuation_token=continuation)  # the SDK's token is a dict
-    try:
-        page = await pager.__anext__()
-    except StopAsyncIteration:
-        return Page([], None)
-    items = [entity async for entity in page]
-    return Page(items, pager.continuation_token or None)
-
-
-Operation = tuple[str, dict[str, Any]]
-"""``("upsert", entity)`` or ``("delete", keys)``: idempotent, so safe to retry."""
-
-
-async def submit_batch(
-    storage: Storage, table: str, partition_key: str, operations: list[Operation]
-) -> None:
-    """Write ≤ 100 idempotent operations on one partition: a plain call for one, else an EGT.
-
-    Deleting an already-missing row is not an error: inside a batch it fails the whole
-    transaction, so that operation is dropped and the rest resent.
-    """
-    batch = list(operations)
-    while batch:
-        async with storage.guard(kind=size_kind("write", len(batch))):
-            client = storage.table(table, partition_key)  # routed again for every request
-            try:
-                await _send(client, batch)
-                return
-            except TableTransactionError as error:
-                index = error.index
-                if error.status_code != 404 or index is None or batch[index][0] != "delete":
-                    raise
-                del batch[index]
-
-
-async def submit_fresh(
-    storage: Storage,
-    table: str,
-    partition_key: str,
-    fresh: Callable[[], list[Operation]],
-    rows: int = MAX_BATCH_OPERATIONS,
-) -> None:
-    """One request of idempotent upserts on one partition, whose operations are taken from
-    ``fresh`` only once the request holds its place to go out (after any wait in the
-    limiter): a write that must leave by a deadline is checked against it at the last
-    moment. Nothing is sent when ``fresh`` gives nothing. ``rows``: about how many it gives
-    (the request's size, for the limiter)."""
-    async with storage.guard(kind=size_kind("write", rows)):
-        operations = fresh()
-        if operations:
-            await _send(storage.table(table, partition_key), operations)
-
-
-async def _send(client: TableClient, operations: list[Operation]) -> None:
-    if len(operations) == 1:
-        kind, entity = operations[0]
-        if kind == "delete":
-            await client.delete_entity(entity["PartitionKey"], entity["RowKey"])
-        else:
-            await client.upsert_entity(entity, mode=UpdateMode.REPLACE)
-        return
-    await client.submit_transaction([_transaction_operation(op) for op in operations])
-
-
-def size_kind(verb: str, rows: int) -> str:
-    """A request's kind for the limiter: its verb and its size to a power of ten."""
-    return f"{verb}-{10 ** math.ceil(math.log10(max(1, rows)))}"
-
-
-def _transaction_operation(operation: Operation) -> tuple[Any, ...]:
-    kind, entity = operation
-    return (kind, entity, {"mode": UpdateMode.REPLACE}) if kind == "upsert" else (kind, entity)
-
-
-def chunked(items: Iterable[Any], size: int = MAX_BATCH_OPERATIONS) -> Iterable[list[Any]]:
-    chunk: list[Any] = []
-    for item in items:
-        chunk.append(item)
-        if len(chunk) == size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
-
-
-TransactionOperation = tuple[Any, ...]
-"""An SDK transaction operation: ``(kind, entity)`` or ``(kind, entity, options)``."""
-
-
-async def transact(
-    storage: Storage, table: str, partition_key: str, operations: list[TransactionOperation]
-) -> None:
-    """One Entity Group Transaction, all or nothing; raises ``TableTransactionError`` with the
-    failing operation's index (conflicts and failed conditions are the caller's to judge)."""
-    async with storage.guard(kind=size_kind("write", len(operations))):
-        await storage.table(table, partition_key).submit_transaction(operations)
-
-
-def failed_index(error: TableTransactionError, *statuses: int) -> int | None:
-    """The index of the operation that failed the transaction with one of ``statuses``."""
-    return error.index if error.status_code in statuses else None

@@ -33,13 +33,8 @@ from azure.data.tables import TableEntity, TableTransactionError, UpdateMode
 from timeline.errors import StorageUnavailableError
 from timeline.metrics import COUNTER_CONFLICTS
 from timeline.retry import backoff_delay
-from timeline.storage.accounts import (
-    Storage,
-    TransactionOperation,
-    failed_index,
-    query_page,
-    transact,
-)
+from timeline.storage.accounts import Storage
+from timeline.storage.calls import TransactionOperation, failed_index, query_page, transact
 
 COUNT_ROW = "~count"
 """The legacy single counter row; still summed, never written."""

@@ -20,7 +20,8 @@ from timeline.errors import MalformedMessageError
 from timeline.metrics import MESSAGES_SENT
 from timeline.model.messages import FanoutMessage, Followed, Unfollowed, decode, encode, urgency
 from timeline.model.priority import Priority
-from timeline.storage.accounts import LEGACY_SHARD, Storage
+from timeline.storage.accounts import Storage
+from timeline.storage.names import LEGACY_SHARD
 from timeline.storage.placement import hash64
 
 log = logging.getLogger(__name__)

@@ -41,7 +41,9 @@ from azure.data.tables.aio import TableClient
 from tqdm import tqdm
 
 from timeline.errors import ConfigurationError, TimelineError
-from timeline.storage.accounts import TABLES, Storage, chunked, query_page
+from timeline.storage.accounts import Storage
+from timeline.storage.calls import chunked, query_page
+from timeline.storage.names import TABLES
 from timeline.storage.placement import SLOTS, Placement, hash64, slot_of
 
 log = logging.getLogger(__name__)

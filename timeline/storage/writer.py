@@ -35,13 +35,8 @@ from timeline.model import priority
 from timeline.model.keys import now_ticks
 from timeline.model.priority import Priority
 from timeline.retry import backoff_delay, retry_after_of
-from timeline.storage.accounts import (
-    MAX_BATCH_OPERATIONS,
-    Operation,
-    Storage,
-    submit_batch,
-    submit_fresh,
-)
+from timeline.storage.accounts import Storage
+from timeline.storage.calls import MAX_BATCH_OPERATIONS, Operation, submit_batch, submit_fresh
 
 log = logging.getLogger(__name__)
 

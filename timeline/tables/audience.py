@@ -32,16 +32,10 @@ from azure.data.tables import TableEntity, TableTransactionError, UpdateMode
 
 from timeline.errors import StorageUnavailableError
 from timeline.model.entities import Page
-from timeline.storage.accounts import (
-    SUBJECT_FOLLOWERS,
-    TIMELINES,
-    Storage,
-    TransactionOperation,
-    failed_index,
-    query_page,
-    transact,
-)
+from timeline.storage.accounts import Storage
+from timeline.storage.calls import TransactionOperation, failed_index, query_page, transact
 from timeline.storage.counters import COUNT_BOUNDS, COUNT_RANGE, by_partition, total
+from timeline.storage.names import SUBJECT_FOLLOWERS, TIMELINES
 
 COPIED, GROWING, MERGED, SHRINKING = "copied", "growing", "merged", "shrinking"
 MODE_ROW = "~mode"

@@ -46,7 +46,8 @@ from limits.aio.strategies import FixedWindowRateLimiter
 
 from timeline.errors import RateLimitedError, StorageUnavailableError
 from timeline.retry import backoff_delay
-from timeline.storage.accounts import RATE_LIMITS, Storage
+from timeline.storage.accounts import Storage
+from timeline.storage.names import RATE_LIMITS
 
 _ROW = "window"
 _ATTEMPTS = 20

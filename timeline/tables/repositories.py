@@ -34,14 +34,9 @@ from timeline.errors import ConflictError, StorageUnavailableError
 from timeline.metrics import TRIM_REQUESTS
 from timeline.model.entities import POST_SELECT, PROFILE_ROW_KEY, Edge, Page, Post, User
 from timeline.model.keys import post_row_key
-from timeline.storage.accounts import (
-    POSTS,
-    SUBJECT_FOLLOWERS,
-    SUBJECT_FOLLOWING,
-    TIMELINES,
-    USERS,
+from timeline.storage.accounts import Storage
+from timeline.storage.calls import (
     Operation,
-    Storage,
     TransactionOperation,
     chunked,
     failed_index,
@@ -51,6 +46,7 @@ from timeline.storage.accounts import (
     transact,
 )
 from timeline.storage.counters import count_of, transact_counted
+from timeline.storage.names import POSTS, SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING, TIMELINES, USERS
 from timeline.tables.audience import FIRST_POST_KEY, AudienceRepository
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,9 @@ from timeline.delivery.processor import queue_due_regrades
 from timeline.errors import TimelineError
 from timeline.logs import configure_logging
 from timeline.model.tokens import TokenSigner
-from timeline.storage.accounts import TABLES, Storage, query_page
+from timeline.storage.accounts import Storage
+from timeline.storage.calls import query_page
+from timeline.storage.names import TABLES
 from timeline.storage.queue import FanoutQueues
 from timeline.storage.rebalance import Rebalancer
 from timeline.tables.repositories import Repositories, UsersRepository

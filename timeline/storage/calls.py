@@ -1,0 +1,137 @@
+"""One storage call each: a page of a query, a batch of idempotent writes, a transaction.
+
+Each holds its place in the limiter through ``Storage.guard`` and is routed to the
+partition's account at the moment it is sent."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from azure.data.tables import TableEntity, TableTransactionError, UpdateMode
+from azure.data.tables.aio import TableClient
+
+from timeline.model.entities import Page
+
+if TYPE_CHECKING:
+    from timeline.storage.accounts import Storage
+
+MAX_BATCH_OPERATIONS = 100
+"""Entity Group Transactions take at most 100 operations (Azurite breaks above that)."""
+
+
+async def query_page(
+    client: TableClient,
+    query_filter: str,
+    parameters: dict[str, Any],
+    *,
+    select: list[str] | None,
+    limit: int,
+    continuation: dict[str, str] | None,
+) -> Page[TableEntity]:
+    """Exactly one storage query: up to ``limit`` entities and the storage continuation."""
+    entities: Any = client.query_entities(
+        query_filter, parameters=parameters, select=select, results_per_page=limit
+    )
+    pager = entities.by_page(continuation_token=continuation)  # the SDK's token is a dict
+    try:
+        page = await pager.__anext__()
+    except StopAsyncIteration:
+        return Page([], None)
+    items = [entity async for entity in page]
+    return Page(items, pager.continuation_token or None)
+
+
+Operation = tuple[str, dict[str, Any]]
+"""``("upsert", entity)`` or ``("delete", keys)``: idempotent, so safe to retry."""
+
+
+async def submit_batch(
+    storage: Storage, table: str, partition_key: str, operations: list[Operation]
+) -> None:
+    """Write ≤ 100 idempotent operations on one partition: a plain call for one, else an EGT.
+
+    Deleting an already-missing row is not an error: inside a batch it fails the whole
+    transaction, so that operation is dropped and the rest resent.
+    """
+    batch = list(operations)
+    while batch:
+        async with storage.guard(kind=size_kind("write", len(batch))):
+            client = storage.table(table, partition_key)  # routed again for every request
+            try:
+                await _send(client, batch)
+                return
+            except TableTransactionError as error:
+                index = error.index
+                if error.status_code != 404 or index is None or batch[index][0] != "delete":
+                    raise
+                del batch[index]
+
+
+async def submit_fresh(
+    storage: Storage,
+    table: str,
+    partition_key: str,
+    fresh: Callable[[], list[Operation]],
+    rows: int = MAX_BATCH_OPERATIONS,
+) -> None:
+    """One request of idempotent upserts on one partition, whose operations are taken from
+    ``fresh`` only once the request holds its place to go out (after any wait in the
+    limiter): a write that must leave by a deadline is checked against it at the last
+    moment. Nothing is sent when ``fresh`` gives nothing. ``rows``: about how many it gives
+    (the request's size, for the limiter)."""
+    async with storage.guard(kind=size_kind("write", rows)):
+        operations = fresh()
+        if operations:
+            await _send(storage.table(table, partition_key), operations)
+
+
+async def _send(client: TableClient, operations: list[Operation]) -> None:
+    if len(operations) == 1:
+        kind, entity = operations[0]
+        if kind == "delete":
+            await client.delete_entity(entity["PartitionKey"], entity["RowKey"])
+        else:
+            await client.upsert_entity(entity, mode=UpdateMode.REPLACE)
+        return
+    await client.submit_transaction([_transaction_operation(op) for op in operations])
+
+
+def size_kind(verb: str, rows: int) -> str:
+    """A request's kind for the limiter: its verb and its size to a power of ten."""
+    return f"{verb}-{10 ** math.ceil(math.log10(max(1, rows)))}"
+
+
+def _transaction_operation(operation: Operation) -> tuple[Any, ...]:
+    kind, entity = operation
+    return (kind, entity, {"mode": UpdateMode.REPLACE}) if kind == "upsert" else (kind, entity)
+
+
+def chunked(items: Iterable[Any], size: int = MAX_BATCH_OPERATIONS) -> Iterable[list[Any]]:
+    chunk: list[Any] = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+TransactionOperation = tuple[Any, ...]
+"""An SDK transaction operation: ``(kind, entity)`` or ``(kind, entity, options)``."""
+
+
+async def transact(
+    storage: Storage, table: str, partition_key: str, operations: list[TransactionOperation]
+) -> None:
+    """One Entity Group Transaction, all or nothing; raises ``TableTransactionError`` with the
+    failing operation's index (conflicts and failed conditions are the caller's to judge)."""
+    async with storage.guard(kind=size_kind("write", len(operations))):
+        await storage.table(table, partition_key).submit_transaction(operations)
+
+
+def failed_index(error: TableTransactionError, *statuses: int) -> int | None:
+    """The index of the operation that failed the transaction with one of ``statuses``."""
+    return error.index if error.status_code in statuses else None

@@ -1,0 +1,31 @@
+"""The names of the tables and queues, in one place."""
+
+from __future__ import annotations
+
+USERS = "users"
+POSTS = "posts"
+TIMELINES = "timelines"
+SUBJECT_FOLLOWERS = "subjectFollowers"
+SUBJECT_FOLLOWING = "subjectFollowing"
+RATE_LIMITS = "rateLimits"
+TABLES = (USERS, POSTS, TIMELINES, SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING, RATE_LIMITS)
+"""Tables whose partitions are spread over the accounts by ``timeline.storage.placement``."""
+META_TABLE = "timelineMeta"
+"""Service-wide rows (the auth secret) on the placement home, beside ``placement``; on every
+account, the row naming the placement home it belongs to."""
+
+LEGACY_SHARD = -1
+"""The ``fanout`` queue (and ``fanout-poison``) of a deployment from before queue shards."""
+
+
+def work_queue_name(shard: int) -> str:
+    return "fanout" if shard == LEGACY_SHARD else f"fanout-{shard}"
+
+
+def poison_queue_name(shard: int) -> str:
+    return "fanout-poison" if shard == LEGACY_SHARD else f"fanout-{shard}-poison"
+
+
+def background_queue_name(shard: int) -> str:
+    """The shard's queue of background work (``fanout-<k>`` holds the user-facing work)."""
+    return f"fanout-{shard}-low"
