@@ -19,17 +19,8 @@ from typing import Any
 import aiohttp
 from tqdm import tqdm
 
-from loadtest.bench.harness import (
-    bounded,
-    cpu_seconds,
-    delta,
-    fresh_storage,
-    profiled,
-    scrape,
-    scrubbed_env,
-    timeline_entity,
-    write_rows,
-)
+from loadtest.bench.harness import bounded, fresh_storage, scrubbed_env, timeline_entity, write_rows
+from loadtest.bench.measure import cpu_seconds, delta, profiled, scrape
 from loadtest.bench.sizes import Sizes
 from timeline.model.keys import now_ticks
 from timeline.model.tokens import TokenSigner

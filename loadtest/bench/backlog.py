@@ -22,15 +22,14 @@ from loadtest.bench.harness import (
     TEXT,
     WorkerProcess,
     bounded,
-    delta,
     follower_rows,
     fresh_storage,
-    quantile,
     total,
     wait_for,
     worker,
     write_rows,
 )
+from loadtest.bench.measure import delta, quantile
 from loadtest.bench.sizes import Sizes
 from timeline.model.entities import Post
 from timeline.model.keys import new_post_id, now_ticks

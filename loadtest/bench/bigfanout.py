@@ -17,10 +17,10 @@ from loadtest.bench.harness import (
     follower_rows,
     fresh_storage,
     publish,
-    rate,
     worker,
     write_rows,
 )
+from loadtest.bench.measure import rate
 from loadtest.bench.sizes import Sizes
 from timeline.model.entities import Post
 from timeline.model.keys import new_post_id, now_ticks

@@ -18,7 +18,6 @@ from loadtest.bench.harness import (
     DELIVERIES,
     TEXT,
     bounded,
-    delta,
     follower_rows,
     fresh_storage,
     publish,
@@ -26,6 +25,7 @@ from loadtest.bench.harness import (
     worker,
     write_rows,
 )
+from loadtest.bench.measure import delta
 from loadtest.bench.sizes import Sizes
 from timeline.model.entities import Post
 from timeline.model.keys import new_post_id, now_ticks

@@ -13,7 +13,8 @@ from azure.data.tables import UpdateMode
 from tqdm import tqdm
 
 from loadtest.bench.api import REQUESTS, SECRET, api_process
-from loadtest.bench.harness import cpu_seconds, delta, fresh_storage, quantile
+from loadtest.bench.harness import fresh_storage
+from loadtest.bench.measure import cpu_seconds, delta, quantile
 from loadtest.bench.sizes import Sizes
 from timeline.model.entities import User
 from timeline.model.tokens import TokenSigner

@@ -16,15 +16,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from loadtest.bench.api import SECRET, api_process
-from loadtest.bench.harness import (
-    TEXT,
-    bounded,
-    follower_rows,
-    fresh_storage,
-    quantile,
-    worker,
-    write_rows,
-)
+from loadtest.bench.harness import TEXT, bounded, follower_rows, fresh_storage, worker, write_rows
+from loadtest.bench.measure import quantile
 from loadtest.bench.sizes import Sizes
 from timeline.model.entities import Post
 from timeline.model.keys import new_post_id, now_ticks

@@ -2,13 +2,8 @@
 
 from __future__ import annotations
 
-from loadtest.bench.harness import (
-    DELIVERIES,
-    WorkerProcess,
-    histogram_quantile,
-    steady_posts,
-    wait_for,
-)
+from loadtest.bench.harness import DELIVERIES, WorkerProcess, steady_posts, wait_for
+from loadtest.bench.measure import histogram_quantile
 from loadtest.bench.sizes import Sizes
 from timeline.storage.accounts import Storage
 

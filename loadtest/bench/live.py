@@ -8,7 +8,6 @@ import time
 from loadtest.bench.ceiling import adjacent_ceiling
 from loadtest.bench.harness import (
     DELIVERIES,
-    delta,
     follower_rows,
     fresh_storage,
     steady_posts,
@@ -17,6 +16,7 @@ from loadtest.bench.harness import (
     write_rows,
 )
 from loadtest.bench.lag import lag
+from loadtest.bench.measure import delta
 from loadtest.bench.sizes import Sizes
 from timeline.storage.names import SUBJECT_FOLLOWERS
 

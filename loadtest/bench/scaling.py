@@ -19,16 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from loadtest.bench.burst import Graph, enqueue_backlog
-from loadtest.bench.harness import (
-    DELIVERIES,
-    CpuMeter,
-    azurite_pid,
-    fresh_storage,
-    profiled,
-    total,
-    wait_for,
-    workers,
-)
+from loadtest.bench.harness import DELIVERIES, azurite_pid, fresh_storage, total, wait_for, workers
+from loadtest.bench.measure import CpuMeter, profiled
 from loadtest.bench.sizes import Sizes
 from timeline.storage.accounts import Storage
 from timeline.storage.azurite import Azurite

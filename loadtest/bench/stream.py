@@ -15,8 +15,9 @@ from typing import Any
 import aiohttp
 
 from loadtest.bench.api import REQUESTS, SECRET, ApiProcess, api_process
-from loadtest.bench.harness import TEXT, delta, fresh_storage, quantile
+from loadtest.bench.harness import TEXT, fresh_storage
 from loadtest.bench.hybrid import MERGED_AUTHORS, _seed_reads
+from loadtest.bench.measure import delta, quantile
 from loadtest.bench.sizes import Sizes
 from timeline.model.entities import Post
 from timeline.model.keys import new_post_id, now_ticks

@@ -16,7 +16,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from loadtest.bench.harness import histogram_quantile, scrubbed_env
+from loadtest.bench.harness import scrubbed_env
+from loadtest.bench.measure import histogram_quantile
 from loadtest.run.load import Load, Samples, probe_process, under_load
 from loadtest.run.report import (
     locust_log,

@@ -16,7 +16,7 @@ from typing import Any
 
 import aiohttp
 
-from loadtest.bench.harness import CpuMeter, cpu_seconds, profiled, scrape
+from loadtest.bench.measure import CpuMeter, cpu_seconds, profiled, scrape
 from loadtest.run.report import work_queue_depth
 
 Samples = dict[str, dict[str, list[tuple[float, float]]]]

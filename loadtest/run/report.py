@@ -6,7 +6,7 @@ import csv
 from collections.abc import Sequence
 from pathlib import Path
 
-from loadtest.bench.harness import histogram_quantile, quantile
+from loadtest.bench.measure import histogram_quantile, quantile
 
 
 def work_queue_depth(samples: dict[str, float]) -> float:
