@@ -1,0 +1,1 @@
+"""Tests of the documentation: links, code paths and the configuration reference."""
