@@ -29,8 +29,10 @@ from timeline.reads.home import HomeTimeline, Position
 from timeline.reads.live import TimelineWatch
 from timeline.storage.queue import MessageSender
 from timeline.tables.audience import FIRST_POST_KEY
+from timeline.tables.follows import request_id
 from timeline.tables.ratelimits import RateLimits
-from timeline.tables.repositories import META, Repositories, request_id
+from timeline.tables.repositories import Repositories
+from timeline.tables.rows import META
 
 T = TypeVar("T")
 _USER_ID = re.compile(USER_ID_PATTERN.replace("$", r"\Z"))
