@@ -1,1 +1,1 @@
-"""The aiohttp REST API: a thin HTTP shell over ``timeline.service.operations``."""
+"""The aiohttp REST API: a thin HTTP shell over ``timeline.service``."""

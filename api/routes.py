@@ -21,7 +21,8 @@ from timeline.errors import (
     StorageUnavailableError,
     UnsupportedMediaTypeError,
 )
-from timeline.service.operations import PageOut, TimelineService
+from timeline.service.operations import TimelineService
+from timeline.service.paging import PageOut
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -32,7 +33,7 @@ def _service(request: web.Request) -> TimelineService:
 
 def _actor(request: web.Request) -> str:
     """The user the bearer token acts as; verified by signature alone, no storage read."""
-    return _service(request).authenticate(_bearer(request))
+    return _service(request).accounts.authenticate(_bearer(request))
 
 
 def _bearer(request: web.Request) -> str:
@@ -109,7 +110,7 @@ def _post_page(page: PageOut) -> web.Response:
 
 async def register(request: web.Request) -> web.Response:
     body = await _body(request, schemas.RegisterRequest)
-    user, token = await _service(request).register(
+    user, token = await _service(request).accounts.register(
         body.user_id,
         body.display_name,
         client=request.remote or "unknown",
@@ -123,7 +124,7 @@ async def register(request: web.Request) -> web.Response:
 
 
 async def get_user(request: web.Request) -> web.Response:
-    user = await _service(request).profile(request.match_info["user_id"])
+    user = await _service(request).accounts.profile(request.match_info["user_id"])
     return json_response(user.to_json())
 
 
@@ -131,7 +132,7 @@ async def create_post(request: web.Request) -> web.Response:
     actor = _actor(request)
     body = await _body(request, schemas.PostRequest)
     author = request.match_info["user_id"]
-    post = await _service(request).create_post(
+    post = await _service(request).posts.create(
         actor, author, body.text, idempotency_key=_idempotency_key(request)
     )
     return json_response(
@@ -140,49 +141,49 @@ async def create_post(request: web.Request) -> web.Response:
 
 
 async def list_posts(request: web.Request) -> web.Response:
-    page = await _service(request).author_posts(
+    page = await _service(request).timelines.author_posts(
         request.match_info["user_id"], _limit(request), _continuation(request), _since(request)
     )
     return _post_page(page)
 
 
 async def get_post(request: web.Request) -> web.Response:
-    post = await _service(request).get_post(
+    post = await _service(request).posts.get(
         request.match_info["user_id"], request.match_info["post_id"]
     )
     return json_response(post.to_json())
 
 
 async def delete_post(request: web.Request) -> web.Response:
-    await _service(request).delete_post(
+    await _service(request).posts.delete(
         _actor(request), request.match_info["user_id"], request.match_info["post_id"]
     )
     return web.Response(status=204)
 
 
 async def follow(request: web.Request) -> web.Response:
-    await _service(request).follow(
+    await _service(request).follows.follow(
         _actor(request), request.match_info["user_id"], request.match_info["target"]
     )
     return web.Response(status=204)
 
 
 async def unfollow(request: web.Request) -> web.Response:
-    await _service(request).unfollow(
+    await _service(request).follows.unfollow(
         _actor(request), request.match_info["user_id"], request.match_info["target"]
     )
     return web.Response(status=204)
 
 
 async def list_followers(request: web.Request) -> web.Response:
-    page = await _service(request).followers(
+    page = await _service(request).follows.followers(
         request.match_info["user_id"], _limit(request), _continuation(request)
     )
     return _page(page)
 
 
 async def list_following(request: web.Request) -> web.Response:
-    page = await _service(request).following(
+    page = await _service(request).follows.following(
         request.match_info["user_id"], _limit(request), _continuation(request)
     )
     return _page(page)
@@ -190,7 +191,7 @@ async def list_following(request: web.Request) -> web.Response:
 
 async def home_timeline(request: web.Request) -> web.Response:
     actor = _actor(request)
-    page = await _service(request).home_timeline(
+    page = await _service(request).timelines.home(
         actor, request.match_info["user_id"], _limit(request), _continuation(request),
         _since(request),
     )  # fmt: skip

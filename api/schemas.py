@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from timeline.model.keys import POST_ID_PATTERN, USER_ID_PATTERN, text_pattern
-from timeline.service.operations import MAX_DISPLAY_NAME_CHARS
+from timeline.service.accounts import MAX_DISPLAY_NAME_CHARS
 
 
 class _Body(BaseModel):

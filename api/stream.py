@@ -79,11 +79,11 @@ async def serve(
     """Check everything before the 200, then send entries as they land, until the token
     expires, the client leaves or the process stops."""
     streams = request.app[STREAMS_KEY]
-    actor = service.authenticate(token)
+    actor = service.accounts.authenticate(token)
     resume = request.headers.get("Last-Event-ID")
     since, name = (resume, "Last-Event-ID") if resume else (request.query.get("since"), "since")
     with streams.slot(actor):
-        watch = await service.watch_timeline(
+        watch = await service.timelines.watch(
             actor, owner, since, lookback_s=streams.timing.lookback_s, since_name=name
         )
         response = web.StreamResponse(
@@ -95,7 +95,7 @@ async def serve(
         )
         await response.prepare(request)
         await response.write(f"retry: {RETRY_MS}\n\n".encode())
-        lasts = service.token_expiry(token) - time.time()
+        lasts = service.accounts.token_expiry(token) - time.time()
         with contextlib.suppress(ConnectionResetError, TimeoutError):
             async with asyncio.timeout(lasts):
                 async for fresh in watch.updates(streams.timing, streams.stopping):
@@ -111,6 +111,9 @@ def _events(service: TimelineService, owner: str, posts: list[Post]) -> bytes:
         return b": heartbeat\n\n"
     return b"".join(
         b"event: post\nid: %s\ndata: %s\n\n"
-        % (service.position_token(owner, post.row_key).encode(), orjson.dumps(post.to_json()))
+        % (
+            service.timelines.position_token(owner, post.row_key).encode(),
+            orjson.dumps(post.to_json()),
+        )
         for post in posts
     )

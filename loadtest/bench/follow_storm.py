@@ -20,7 +20,7 @@ from timeline.model.entities import User
 from timeline.model.tokens import TokenSigner
 from timeline.storage.accounts import Storage
 from timeline.storage.names import USERS
-from timeline.tables.repositories import UsersRepository
+from timeline.tables.users import UsersRepository
 
 CLIENTS = 64
 STAR = "star"

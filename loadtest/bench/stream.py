@@ -23,7 +23,7 @@ from timeline.model.entities import Post
 from timeline.model.keys import new_post_id, now_ticks
 from timeline.model.tokens import TokenSigner
 from timeline.tables.audience import AudienceRepository
-from timeline.tables.repositories import TimelinesRepository
+from timeline.tables.timelines import TimelinesRepository
 
 POLL_S = 2.0
 """The default ``TIMELINE_STREAM_POLL_S``, set explicitly so the figure names its cause."""

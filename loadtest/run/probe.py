@@ -45,7 +45,7 @@ from timeline.reads.home import MIN_AUTHOR_ROWS
 from timeline.storage.accounts import Storage
 from timeline.storage.names import POSTS, SUBJECT_FOLLOWING, TIMELINES
 from timeline.tables.audience import FIRST_POST_KEY, merge_row_author
-from timeline.tables.repositories import META
+from timeline.tables.rows import META
 
 HEAD = "PartitionKey eq @pk and RowKey lt @meta"
 """``timeline.reads.home``'s first-page query of the reader's partition (merge rows and posts)."""

@@ -43,22 +43,22 @@ async def test_refollow_during_delete_leaves_no_copy_of_the_deleted_post(
     api = _service(storage, recorder)
     async with PartitionWriter(storage, TIMELINES, linger_s=0) as writer:
         worker = FanoutProcessor.on(storage, writer, timing=TIMING)
-        await api.follow(reader, reader, author)
+        await api.follows.follow(reader, reader, author)
         [post] = await _posts(repos, author, 1)
         await worker.deliver(PostCreated(author=author, post_id=post.post_id))
         assert await _ids(repos, reader) == [post.post_id]
-        await api.unfollow(reader, reader, author)
-        await api.delete_post(author, author, post.post_id)
+        await api.follows.unfollow(reader, reader, author)
+        await api.posts.delete(author, author, post.post_id)
         first_unfollow, delete = recorder.sent[-2:]
         first = await worker.handle(delete)  # the delete's first pass: reader skipped
         assert isinstance(first, Continue)
-        await api.follow(reader, reader, author)
+        await api.follows.follow(reader, reader, author)
         await worker.handle(recorder.sent[-1])  # the re-follow's backfill: the post is gone
         await asyncio.sleep(TIMING.arrival_window_s)
         assert isinstance(await worker.handle(first_unfollow), Continue)  # following again
-        await api.unfollow(reader, reader, author)
+        await api.follows.unfollow(reader, reader, author)
         await asyncio.sleep(TIMING.sweep_delay_s)
         assert isinstance(await worker.handle(first.message), Done)  # reader skipped again
-        await api.follow(reader, reader, author)
+        await api.follows.follow(reader, reader, author)
         await worker.handle(recorder.sent[-1])
     assert await _ids(repos, reader) == []

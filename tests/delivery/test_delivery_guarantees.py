@@ -284,7 +284,7 @@ async def test_lost_send_answer_leaves_no_ghost(private_azurite: Azurite, tmp_pa
         processor = FanoutProcessor.on(storage, writer, timing=settings.fanout_timing())
         service = _service(storage, _SendThenFail(storage, processor))
         with pytest.raises(StorageUnavailableError):
-            await service.create_post(author, author, "lost")
+            await service.posts.create(author, author, "lost")
         async with running_worker(settings):
             await eventually(lambda: _queue_drained(storage), timeout_s=30, what="the queue")
         await _no_ghost(repos, author, reader)
@@ -298,7 +298,7 @@ async def test_crash_at_send_leaves_no_ghost(private_azurite: Azurite, tmp_path:
         await _users(repos, author, reader)
         await _follow(repos, reader, author)
         with pytest.raises(RuntimeError):
-            await _service(storage, _CrashOnSend(storage)).create_post(author, author, "x")
+            await _service(storage, _CrashOnSend(storage)).posts.create(author, author, "x")
         async with running_worker(settings):
             await eventually(lambda: _queue_drained(storage), timeout_s=30, what="the queue")
         await _no_ghost(repos, author, reader)
@@ -377,13 +377,13 @@ async def test_follow_half_written_then_retried_is_whole_and_counted(
         service = _service(faulty)
         faulty.fail_writes[failing] = 1
         with pytest.raises(StorageUnavailableError):
-            await service.follow(follower, follower, subject)
-        await service.follow(follower, follower, subject)
+            await service.follows.follow(follower, follower, subject)
+        await service.follows.follow(follower, follower, subject)
         await _assert_follow(repos, follower, subject, following=True)
         faulty.fail_writes[failing] = 1
         with pytest.raises(StorageUnavailableError):
-            await service.unfollow(follower, follower, subject)
-        await service.unfollow(follower, follower, subject)
+            await service.follows.unfollow(follower, follower, subject)
+        await service.follows.unfollow(follower, follower, subject)
         await _assert_follow(repos, follower, subject, following=False)
 
 

@@ -337,7 +337,7 @@ async def test_merge_counter_drifts_below_the_rows_on_unfollow_refollow(
 async def test_a_pre_hybrid_continuation_still_pages(storage: Storage, repos: Repositories) -> None:
     """A home timeline continuation minted before this change (a storage continuation
     plus ``n``) is claimed to keep working; check it with the emulator's own format."""
-    from timeline.service.operations import _home_position
+    from timeline.service.timelines import _home_position
     from timeline.storage.calls import query_page
 
     reader, small = await _users(repos, "reader", "small")

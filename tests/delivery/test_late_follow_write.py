@@ -42,7 +42,7 @@ async def test_late_follow_is_never_backfilled(
     posts = await _posts(repos, author, 3)
     async with running_worker(settings):
         with pytest.raises(StorageUnavailableError):
-            await _service(storage, StallAfterSend(storage)).follow(reader, reader, author)
+            await _service(storage, StallAfterSend(storage)).follows.follow(reader, reader, author)
         await eventually(lambda: _drained(storage), timeout_s=30, what="queue drained")
     assert not await repos.follows.is_following(reader, author)
     assert await _ids(repos, reader) == []
@@ -56,7 +56,9 @@ async def test_late_unfollow_is_never_purged(
     await repos.timelines.put_many(reader, posts)  # the earlier backfill
     async with running_worker(settings):
         with pytest.raises(StorageUnavailableError):
-            await _service(storage, StallAfterSend(storage)).unfollow(reader, reader, author)
+            await _service(storage, StallAfterSend(storage)).follows.unfollow(
+                reader, reader, author
+            )
         await eventually(lambda: _drained(storage), timeout_s=30, what="queue drained")
     assert await repos.follows.is_following(reader, author)
     assert sorted(await _ids(repos, reader)) == sorted(p.post_id for p in posts)

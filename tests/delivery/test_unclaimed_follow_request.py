@@ -20,7 +20,8 @@ from timeline.model.messages import Followed, Unfollowed
 from timeline.storage.accounts import Storage
 from timeline.storage.names import TIMELINES
 from timeline.storage.writer import PartitionWriter
-from timeline.tables.repositories import Repositories, request_id
+from timeline.tables.follows import request_id
+from timeline.tables.repositories import Repositories
 
 TIMING = Timing(write_deadline_s=1.0, sweep_delay_s=2.5, arrival_window_s=0.5)
 

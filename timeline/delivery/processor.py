@@ -36,7 +36,8 @@ from timeline.storage.placement import hash64
 from timeline.storage.queue import MessageSender
 from timeline.storage.writer import PartitionWriter, Tracker
 from timeline.tables.audience import COPIED, GROWING, MERGED, SHRINKING, AuthorMode
-from timeline.tables.repositories import Repositories, request_id
+from timeline.tables.follows import request_id
+from timeline.tables.repositories import Repositories
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ _CONTINUATION_KEYS = frozenset(
 )
 """A storage continuation's keys, and a home timeline's: ``n`` entries served so far, ``a``
 the last row key served, ``m`` the merged authors, ``u`` the row key a newer-than read stops
-at (``timeline.service.operations``)."""
+at (``timeline.service.timelines``)."""
 POSITION_KEY = re.compile(r"[0-9]{19}_[0-9a-f]{26}\Z")
 """A position is a post's row key: ``{reversed_ticks:019d}_{post_id}``."""
 _BEARER = re.compile(USER_ID_PATTERN.removesuffix("$") + r"\.[0-9]{1,19}\.[A-Za-z0-9_-]{43}\Z")

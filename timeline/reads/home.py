@@ -32,7 +32,8 @@ from timeline.storage.accounts import Storage
 from timeline.storage.calls import query_page
 from timeline.storage.names import POSTS, TIMELINES
 from timeline.tables.audience import FIRST_POST_KEY, merge_row_author
-from timeline.tables.repositories import META, FollowsRepository
+from timeline.tables.follows import FollowsRepository
+from timeline.tables.rows import META
 
 _HEAD = "PartitionKey eq @pk and RowKey lt @until"
 _AFTER = "PartitionKey eq @pk and RowKey gt @after and RowKey lt @until"

@@ -27,7 +27,7 @@ from timeline.errors import RetryableError
 from timeline.model.entities import Post
 from timeline.model.keys import MAX_TICKS
 from timeline.reads.home import HomeTimeline, Position
-from timeline.tables.repositories import META
+from timeline.tables.rows import META
 
 log = logging.getLogger(__name__)
 PAGE = 250

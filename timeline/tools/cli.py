@@ -18,8 +18,9 @@ from timeline.storage.calls import query_page
 from timeline.storage.names import TABLES
 from timeline.storage.queue import FanoutQueues
 from timeline.storage.rebalance import Rebalancer
-from timeline.tables.repositories import Repositories, UsersRepository
+from timeline.tables.repositories import Repositories
 from timeline.tables.secret import auth_secret
+from timeline.tables.users import UsersRepository
 from timeline.tools.stack import Stack, init_storage
 
 

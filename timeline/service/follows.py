@@ -1,0 +1,98 @@
+"""Follows: follow, unfollow, and the public followers and following listings."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from timeline.errors import InvalidInputError
+from timeline.model.entities import Edge, Page
+from timeline.model.keys import now_ticks, validate_user_id
+from timeline.model.messages import Followed, Unfollowed
+from timeline.service.accounts import require_self, require_user
+from timeline.service.paging import PageOut, Pager
+from timeline.storage.queue import MessageSender
+from timeline.tables.follows import FollowsRepository, request_id
+from timeline.tables.ratelimits import RateLimiter
+from timeline.tables.users import UsersRepository
+
+T = TypeVar("T")
+
+
+class Follows:
+    """Each change queues its message before it changes the follow tables (``TimelineService``
+    says why); a request that finds the change already made only repairs the index."""
+
+    def __init__(
+        self,
+        users: UsersRepository,
+        follows: FollowsRepository,
+        queue: MessageSender,
+        pager: Pager,
+        *,
+        writes: RateLimiter,
+    ) -> None:
+        self._users = users
+        self._follows = follows
+        self._queue = queue
+        self._pager = pager
+        self._writes = writes
+
+    async def follow(self, actor: str, follower: str, subject: str) -> None:
+        require_self(actor, follower)
+        validate_user_id(subject)
+        if subject == follower:
+            raise InvalidInputError("users cannot follow themselves", code="self_follow")
+        await self._writes.check(actor)
+        await require_user(self._users, subject)
+        follows = self._follows
+        if await follows.is_following(follower, subject):
+            await follows.repair_index(follower, subject)
+            return
+        requested = now_ticks()
+        await self._queue.send(Followed(follower=follower, subject=subject, requested=requested))
+        await follows.add(
+            follower, subject, datetime.now(UTC), request=request_id(follower, requested)
+        )
+        await follows.sync_index(follower, subject)
+
+    async def unfollow(self, actor: str, follower: str, subject: str) -> None:
+        require_self(actor, follower)
+        validate_user_id(subject)
+        await self._writes.check(actor)
+        follows = self._follows
+        if not await follows.is_following(follower, subject):
+            await follows.repair_index(follower, subject)
+            return
+        requested = now_ticks()
+        await self._queue.send(Unfollowed(follower=follower, subject=subject, requested=requested))
+        await follows.remove(follower, subject, request=request_id(follower, requested))
+        await follows.sync_index(follower, subject)
+
+    async def followers(self, user_id: str, limit: int | None, continuation: str | None) -> PageOut:
+        return await self._public_listing(
+            "followers", user_id, self._follows.followers_page, Edge.to_json, limit, continuation
+        )
+
+    async def following(self, user_id: str, limit: int | None, continuation: str | None) -> PageOut:
+        return await self._public_listing(
+            "following", user_id, self._follows.following_page, Edge.to_json, limit, continuation
+        )
+
+    async def _public_listing(
+        self,
+        kind: str,
+        user_id: str,
+        fetch: Callable[[str, int, dict[str, str] | None], Awaitable[Page[T]]],
+        to_json: Callable[[T], dict[str, Any]],
+        limit: int | None,
+        continuation: str | None,
+    ) -> PageOut:
+        """A page of a user's public list; an empty first page of an unknown user is a 404."""
+        scope = f"{kind}:{validate_user_id(user_id)}"
+        pager = self._pager
+        page = await fetch(user_id, pager.limit(limit), pager.continuation(scope, continuation))
+        if not page.items and continuation is None:
+            await require_user(self._users, user_id)
+        return pager.page_out(scope, page, to_json)

@@ -1,0 +1,69 @@
+"""Posts: publish, read and delete one post (the fan-out is the worker's)."""
+
+from __future__ import annotations
+
+from timeline.errors import NotFoundError
+from timeline.model.entities import Post
+from timeline.model.keys import (
+    clean_text,
+    new_post_id,
+    now_ticks,
+    validate_idempotency_key,
+    validate_post_id,
+    validate_user_id,
+)
+from timeline.model.messages import PostCreated, PostDeleted
+from timeline.service.accounts import require_self
+from timeline.storage.queue import MessageSender
+from timeline.tables.posts import PostsRepository
+from timeline.tables.ratelimits import RateLimiter
+
+
+class Posts:
+    """Each write queues its message before it changes ``posts`` (``TimelineService`` says why)."""
+
+    def __init__(
+        self,
+        posts: PostsRepository,
+        queue: MessageSender,
+        *,
+        max_post_chars: int,
+        posting: RateLimiter,
+        writes: RateLimiter,
+    ) -> None:
+        self._posts = posts
+        self._queue = queue
+        self._max_post_chars = max_post_chars
+        self._posting = posting
+        self._writes = writes
+
+    async def create(
+        self, actor: str, author: str, text: str, *, idempotency_key: str | None = None
+    ) -> Post:
+        require_self(actor, author)
+        validate_idempotency_key(idempotency_key)
+        cleaned = clean_text(text, max_chars=self._max_post_chars)
+        await self._posting.check(author)
+        if idempotency_key is not None:
+            earlier = await self._posts.by_key(author, idempotency_key)
+            if earlier is not None:
+                return earlier
+        post = Post(post_id=new_post_id(now_ticks()), author=author, text=cleaned)
+        await self._queue.send(PostCreated(author=author, post_id=post.post_id))
+        return await self._posts.add(post, idempotency_key)
+
+    async def get(self, author: str, post_id: str) -> Post:
+        validate_user_id(author)
+        post = await self._posts.get(author, validate_post_id(post_id))
+        if post is None:
+            raise NotFoundError(f"post {post_id!r} not found", code="post_not_found")
+        return post
+
+    async def delete(self, actor: str, author: str, post_id: str) -> None:
+        """Queue the delete, then delete the source row; the worker deletes it too if this
+        request dies first, so a queued delete always happens."""
+        require_self(actor, author)
+        await self.get(author, post_id)
+        await self._writes.check(actor)
+        await self._queue.send(PostDeleted(author=author, post_id=post_id))
+        await self._posts.delete(author, post_id)

@@ -1,0 +1,230 @@
+"""The two follow tables, one module because every follow change writes both sides of one edge.
+
+- ``subjectFollowers`` (the subject's partition, the one fan-out reads) holds the follow with
+  the subject's follower count: this row is the truth about who follows whom. Beside it sit
+  the claim rows (``~req-{request_id}``) that let the worker give up on an API request whose
+  write never arrived.
+- ``subjectFollowing`` is an index derived from it (the follower's partition, with the
+  follower's count), kept in step by ``FollowsRepository.sync_index``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any
+
+from azure.data.tables import TableEntity, TableTransactionError, UpdateMode
+
+from timeline.errors import StorageUnavailableError
+from timeline.model.entities import Edge, Page
+from timeline.storage.accounts import Storage
+from timeline.storage.calls import TransactionOperation, failed_index, query_page
+from timeline.storage.counters import count_of, transact_counted
+from timeline.storage.names import SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING
+from timeline.tables.rows import (
+    ATTEMPTS,
+    META,
+    PARTITION,
+    contention,
+    create_entity,
+    edge_page,
+    get_entity,
+    if_unchanged,
+    partition_page,
+    row_keys_between,
+)
+
+_KEYS_PER_FILTER = 14
+"""Azure Table Storage allows at most 15 comparisons in one filter (one is the partition)."""
+
+
+class FollowsRepository:
+    """Follows: ``subjectFollowers`` is the truth, ``subjectFollowing`` its derived index."""
+
+    def __init__(self, storage: Storage) -> None:
+        self._storage = storage
+
+    async def add(
+        self, follower: str, subject: str, since: datetime, request: str | None = None
+    ) -> bool:
+        """Record the follow and count it, atomically; False if it already existed.
+
+        ``request`` names the API request (see ``claim``): the change is made together with
+        its claim row, so it fails if the worker already gave up waiting for it."""
+        edge = {"PartitionKey": subject, "RowKey": follower, "since": since}
+        try:
+            await transact_counted(
+                self._storage,
+                SUBJECT_FOLLOWERS,
+                subject,
+                [("create", edge), *_claim_rows(subject, request)],
+                +1,
+            )
+        except TableTransactionError as error:
+            if failed_index(error, 409) == 0:
+                return False
+            _raise_if_abandoned(error)
+            raise
+        return True
+
+    async def remove(self, follower: str, subject: str, request: str | None = None) -> bool:
+        """Remove the follow and uncount it, atomically; False if there was none."""
+        for _ in range(ATTEMPTS):
+            edge = await get_entity(self._storage, SUBJECT_FOLLOWERS, subject, follower)
+            if edge is None:
+                return False
+            keys = {"PartitionKey": subject, "RowKey": follower}
+            rows = [("delete", keys, if_unchanged(edge)), *_claim_rows(subject, request)]
+            try:
+                await transact_counted(self._storage, SUBJECT_FOLLOWERS, subject, rows, -1)
+                return True
+            except TableTransactionError as error:
+                _raise_if_abandoned(error)
+                if failed_index(error, 404, 412) != 0:
+                    raise
+        raise contention()
+
+    async def claim(self, subject: str, request: str) -> bool:
+        """Claim an API request's follow change as abandoned, so that if its write is still on
+        its way it fails; False when the change was already made."""
+        [(_, row)] = _claim_rows(subject, request)
+        return await create_entity(self._storage, SUBJECT_FOLLOWERS, row)
+
+    async def sync_index(self, follower: str, subject: str) -> None:
+        """Make ``subjectFollowing`` agree with the truth for one pair.
+
+        Read the index row, then the truth, then write the index row on the condition that it
+        is unchanged since it was read; it is never deleted (only marked inactive), so a stale
+        sync can never recreate a row another sync has since written. Always writing (even
+        when nothing changed) is what makes every later sync invalidate an earlier stale one.
+        """
+        for _ in range(ATTEMPTS):
+            index = await get_entity(self._storage, SUBJECT_FOLLOWING, follower, subject)
+            truth = await get_entity(self._storage, SUBJECT_FOLLOWERS, subject, follower)
+            was_active = index is not None and bool(index.get("active"))
+            row = _index_row(follower, subject, truth, index)
+            write: TransactionOperation = (
+                ("create", row)
+                if index is None
+                else ("update", row, {"mode": UpdateMode.REPLACE, **if_unchanged(index)})
+            )
+            delta = int(truth is not None) - int(was_active)
+            try:
+                await transact_counted(self._storage, SUBJECT_FOLLOWING, follower, [write], delta)
+                return
+            except TableTransactionError as error:
+                if failed_index(error, 409, 412, 404) is None:
+                    raise
+        raise contention()
+
+    async def repair_index(self, follower: str, subject: str) -> None:
+        """Sync the index only if it disagrees with the truth (a change made elsewhere, or a
+        request that died between the two writes)."""
+        index = await get_entity(self._storage, SUBJECT_FOLLOWING, follower, subject)
+        truth = await self.is_following(follower, subject)
+        if (index is not None and bool(index.get("active"))) != truth:
+            await self.sync_index(follower, subject)
+
+    async def following_among(self, follower: str, subjects: Iterable[str]) -> set[str]:
+        """Which of ``subjects`` the follower follows, from its ``subjectFollowing`` rows,
+        kept in step with the truth by every follow and unfollow request before it answers
+        (and by the worker after a request that died between the two writes): one query per
+        14 subjects (a filter holds at most 15 comparisons), all at once."""
+        wanted = sorted(set(subjects))
+        chunks = [wanted[i : i + _KEYS_PER_FILTER] for i in range(0, len(wanted), _KEYS_PER_FILTER)]
+        found = await asyncio.gather(*(self._following_rows(follower, chunk) for chunk in chunks))
+        return set().union(*found)
+
+    async def _following_rows(self, follower: str, subjects: list[str]) -> set[str]:
+        keys = " or ".join(f"RowKey eq @s{i}" for i in range(len(subjects)))
+        parameters = {"pk": follower, **{f"s{i}": subject for i, subject in enumerate(subjects)}}
+        async with self._storage.guard():
+            page = await query_page(
+                self._storage.reader(SUBJECT_FOLLOWING, follower),
+                f"{PARTITION} and ( {keys} )",  # the SDK reads a parameter up to a space
+                parameters,
+                select=["RowKey", "active"],
+                limit=1000,
+                continuation=None,
+            )
+        return {entity["RowKey"] for entity in page.items if entity.get("active")}
+
+    async def follower_count(self, subject: str) -> int:
+        return await count_of(self._storage, SUBJECT_FOLLOWERS, subject)
+
+    async def is_following(self, follower: str, subject: str) -> bool:
+        entity = await get_entity(
+            self._storage, SUBJECT_FOLLOWERS, subject, follower, select=["RowKey"]
+        )
+        return entity is not None
+
+    async def followers_page(
+        self, subject: str, limit: int, continuation: dict[str, str] | None
+    ) -> Page[Edge]:
+        return await edge_page(self._storage, SUBJECT_FOLLOWERS, subject, limit, continuation)
+
+    async def following_page(
+        self, follower: str, limit: int, continuation: dict[str, str] | None
+    ) -> Page[Edge]:
+        page = await partition_page(
+            self._storage,
+            SUBJECT_FOLLOWING,
+            follower,
+            select=["RowKey", "since", "active"],
+            limit=limit,
+            continuation=continuation,
+        )
+        edges = [Edge(e["RowKey"], e["since"]) for e in page.items if e.get("active")]
+        return Page(edges, page.continuation)
+
+    async def follower_ids_page(
+        self, subject: str, limit: int, continuation: dict[str, str] | None
+    ) -> Page[str]:
+        """Only the ids: what a fan-out needs, without parsing a timestamp per follower."""
+        page = await partition_page(
+            self._storage,
+            SUBJECT_FOLLOWERS,
+            subject,
+            select=["RowKey"],
+            limit=limit,
+            continuation=continuation,
+        )
+        return Page([entity["RowKey"] for entity in page.items], page.continuation)
+
+    async def followers_between(self, subject: str, first: str, last: str) -> set[str]:
+        """Followers of ``subject`` whose ids lie in ``[first, last]``."""
+        return await row_keys_between(self._storage, SUBJECT_FOLLOWERS, subject, first, last)
+
+
+def request_id(follower: str, requested_ticks: int) -> str:
+    """Names one follow or unfollow request: its follower and when the API sent it."""
+    return f"{follower}-{requested_ticks}"
+
+
+def _claim_rows(subject: str, request: str | None) -> list[TransactionOperation]:
+    if request is None:
+        return []
+    return [("create", {"PartitionKey": subject, "RowKey": f"{META}req-{request}"})]
+
+
+def _raise_if_abandoned(error: TableTransactionError) -> None:
+    """The claim row (second operation) already exists: the worker gave this request up."""
+    if failed_index(error, 409) == 1:
+        raise StorageUnavailableError(
+            "the change was not stored in time; try again", retry_after=1
+        ) from None
+
+
+def _index_row(
+    follower: str, subject: str, truth: TableEntity | None, index: TableEntity | None
+) -> dict[str, Any]:
+    source = truth if truth is not None else index
+    since = source.get("since") if source is not None else None
+    return {
+        "PartitionKey": follower,
+        "RowKey": subject,
+        "since": since or datetime.now(UTC),
+        "active": truth is not None,
+    }

@@ -1,0 +1,155 @@
+"""Row helpers the table repositories share: point reads, creates, partition listings and
+the conditions of conditional writes.
+
+Rows whose key starts with ``~`` are metadata (counters, idempotency keys, request claims);
+user ids and post row keys never do, and every listing query stops below ``~``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from azure.core import MatchConditions
+from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
+from azure.data.tables import TableEntity
+
+from timeline.errors import StorageUnavailableError
+from timeline.model.entities import Edge, Page
+from timeline.storage.accounts import Storage
+from timeline.storage.calls import query_page, size_kind
+from timeline.tables.audience import FIRST_POST_KEY
+
+META = "~"
+"""Row keys from here on are metadata: counters and idempotency keys."""
+PARTITION = "PartitionKey eq @pk"
+LISTING = "PartitionKey eq @pk and RowKey lt @meta"
+POST_LISTING = "PartitionKey eq @pk and RowKey ge @first and RowKey lt @meta"
+"""A timeline's posts: its head rows (merge rows, ``timeline.tables.audience``) sort before them."""
+ATTEMPTS = 20
+"""Rounds on a fact row changed under us (one follower pair or one post: rare, never hot)
+before it is reported as a retryable 503; counter contention is ``timeline.storage.counters``'."""
+
+
+def etag(entity: TableEntity) -> str:
+    return str(entity.metadata["etag"])
+
+
+def if_unchanged(entity: TableEntity) -> dict[str, Any]:
+    return if_unchanged_etag(etag(entity))
+
+
+def if_unchanged_etag(etag: str) -> dict[str, Any]:
+    return {"etag": etag, "match_condition": MatchConditions.IfNotModified}
+
+
+def contention() -> StorageUnavailableError:
+    return StorageUnavailableError("too much contention on one partition", retry_after=1)
+
+
+async def create_entity(storage: Storage, table: str, entity: dict[str, Any]) -> bool:
+    """Insert ``entity``; False when a row with its keys exists (nothing is changed)."""
+    async with storage.guard(kind="write-1"):
+        try:
+            await storage.table(table, entity["PartitionKey"]).create_entity(entity)
+            return True
+        except ResourceExistsError:
+            return False
+
+
+async def get_entity(
+    storage: Storage,
+    table: str,
+    partition_key: str,
+    row_key: str,
+    *,
+    select: list[str] | None = None,
+) -> TableEntity | None:
+    """One point read by both keys (the cheapest call there is); None when missing."""
+    async with storage.guard(kind="read"):
+        client = storage.reader(table, partition_key)
+        try:
+            return await client.get_entity(partition_key, row_key, select=select)
+        except ResourceNotFoundError:
+            return None
+
+
+async def partition_page(
+    storage: Storage,
+    table: str,
+    partition_key: str,
+    *,
+    select: list[str],
+    limit: int,
+    continuation: dict[str, str] | None,
+    posts_only: bool = False,
+    until: str = META,
+) -> Page[TableEntity]:
+    """One page of one partition's listing rows (metadata excluded, and those from ``until``
+    on): one storage query."""
+    filter_text, parameters = LISTING, {"pk": partition_key, "meta": until}
+    if posts_only:
+        filter_text, parameters = POST_LISTING, {**parameters, "first": FIRST_POST_KEY}
+    async with storage.guard(kind=size_kind("query", limit)):
+        return await query_page(
+            storage.reader(table, partition_key),
+            filter_text,
+            parameters,
+            select=select,
+            limit=limit,
+            continuation=continuation,
+        )
+
+
+async def scan(
+    storage: Storage,
+    table: str,
+    partition_key: str,
+    condition: str,
+    parameters: dict[str, Any],
+) -> AsyncIterator[str]:
+    """Row keys of one partition matching ``condition``, 1,000 per storage query."""
+    continuation: dict[str, str] | None = None
+    while True:
+        async with storage.guard(kind="query-1000"):
+            page = await query_page(
+                storage.reader(table, partition_key),
+                f"{PARTITION} and {condition}",
+                {"pk": partition_key, **parameters},
+                select=["RowKey"],
+                limit=1000,
+                continuation=continuation,
+            )
+        for entity in page.items:
+            yield entity["RowKey"]
+        continuation = page.continuation
+        if continuation is None:
+            return
+
+
+async def row_keys_between(
+    storage: Storage, table: str, partition_key: str, first: str, last: str
+) -> set[str]:
+    """Row keys in ``[first, last]`` of one partition."""
+    condition = "RowKey ge @first and RowKey le @last"
+    keys = scan(storage, table, partition_key, condition, {"first": first, "last": last})
+    return {key async for key in keys}
+
+
+async def edge_page(
+    storage: Storage,
+    table: str,
+    partition_key: str,
+    limit: int,
+    continuation: dict[str, str] | None,
+) -> Page[Edge]:
+    page = await partition_page(
+        storage,
+        table,
+        partition_key,
+        select=["RowKey", "since"],
+        limit=limit,
+        continuation=continuation,
+    )
+    edges = [Edge(entity["RowKey"], entity["since"]) for entity in page.items]
+    return Page(edges, page.continuation)

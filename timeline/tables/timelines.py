@@ -1,0 +1,115 @@
+"""The ``timelines`` table: delivered copies of posts, one partition per timeline owner."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable
+
+from azure.data.tables import TableTransactionError
+
+from timeline.metrics import TRIM_REQUESTS
+from timeline.model.entities import POST_SELECT, Page, Post
+from timeline.storage.accounts import Storage
+from timeline.storage.calls import (
+    Operation,
+    TransactionOperation,
+    chunked,
+    failed_index,
+    query_page,
+    submit_batch,
+    transact,
+)
+from timeline.storage.names import TIMELINES
+from timeline.tables.rows import PARTITION, etag, get_entity, if_unchanged_etag, partition_page
+
+
+class TimelinesRepository:
+    """Delivered copies of posts in ``timelines``, one partition per timeline owner."""
+
+    def __init__(self, storage: Storage) -> None:
+        self._storage = storage
+
+    async def put_many(self, owner: str, posts: Iterable[Post]) -> None:
+        """Upsert into one partition, 100 operations per Entity Group Transaction."""
+        operations: list[Operation] = [("upsert", post.to_entity(owner)) for post in posts]
+        for batch in chunked(operations):
+            await submit_batch(self._storage, TIMELINES, owner, batch)
+
+    async def rows_by_author(self, owner: str, author: str) -> AsyncIterator[list[tuple[str, str]]]:
+        """Pages of ``(row key, etag)`` of every copy in ``owner``'s timeline from ``author``."""
+        continuation: dict[str, str] | None = None
+        while True:
+            async with self._storage.guard():
+                page = await query_page(
+                    self._storage.reader(TIMELINES, owner),
+                    f"{PARTITION} and author eq @author",
+                    {"pk": owner, "author": author},
+                    select=["RowKey"],
+                    limit=1000,
+                    continuation=continuation,
+                )
+            yield [(entity["RowKey"], etag(entity)) for entity in page.items]
+            continuation = page.continuation
+            if continuation is None:
+                return
+
+    async def etag_of(self, owner: str, row_key: str) -> str | None:
+        entity = await get_entity(self._storage, TIMELINES, owner, row_key, select=["RowKey"])
+        return None if entity is None else etag(entity)
+
+    async def remove_unchanged(self, owner: str, rows: list[tuple[str, str]]) -> int:
+        """Delete each row only if it still has the etag it was read with; a row rewritten
+        since (a re-follow's backfill) stays. Returns how many were deleted."""
+        deleted = 0
+        for chunk in chunked(rows):
+            batch: list[TransactionOperation] = [
+                ("delete", {"PartitionKey": owner, "RowKey": key}, if_unchanged_etag(tag))
+                for key, tag in chunk
+            ]
+            while batch:
+                try:
+                    await transact(self._storage, TIMELINES, owner, batch)
+                    deleted += len(batch)
+                    break
+                except TableTransactionError as error:
+                    index = failed_index(error, 404, 412)
+                    if index is None:
+                        raise
+                    del batch[index]
+        return deleted
+
+    async def page(self, owner: str, limit: int, continuation: dict[str, str] | None) -> Page[Post]:
+        page = await partition_page(
+            self._storage,
+            TIMELINES,
+            owner,
+            select=POST_SELECT,
+            limit=limit,
+            continuation=continuation,
+            posts_only=True,
+        )
+        return Page([Post.from_entity(entity) for entity in page.items], page.continuation)
+
+    async def trim(self, owner: str, keep: int) -> int:
+        """Delete the entries older than the newest ``keep`` among the partition's first
+        1,000: one key-only query, then EGT deletes, so one trim's work is bounded (a longer
+        timeline shrinks by up to ``1000 - keep`` per trim). A newer entry landing meanwhile
+        only pushes the doomed ones further back; an older one (a late backfill) may stay
+        past ``keep`` until the next trim. Returns how many were deleted."""
+        page = await partition_page(
+            self._storage,
+            TIMELINES,
+            owner,
+            select=["RowKey"],
+            limit=1000,
+            continuation=None,
+            posts_only=True,
+        )
+        TRIM_REQUESTS.inc()
+        doomed = [entity["RowKey"] for entity in page.items][keep:]
+        deletes: list[Operation] = [
+            ("delete", {"PartitionKey": owner, "RowKey": key}) for key in doomed
+        ]
+        for batch in chunked(deletes):
+            TRIM_REQUESTS.inc()
+            await submit_batch(self._storage, TIMELINES, owner, batch)
+        return len(doomed)
