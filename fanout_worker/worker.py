@@ -15,7 +15,8 @@ from azure.storage.queue import QueueMessage
 from fanout_worker.isolation import Isolation, Suspicion, marked, triage
 from fanout_worker.metrics import IN_FLIGHT, MESSAGES, POISONED, QUEUE_DEPTH, watch_limiter
 from timeline.config import Settings
-from timeline.delivery.processor import Continue, Defer, Done, FanoutProcessor, Outcome
+from timeline.delivery.outcomes import Continue, Defer, Done, Outcome
+from timeline.delivery.processor import FanoutProcessor
 from timeline.errors import (
     ConfigurationError,
     MalformedMessageError,

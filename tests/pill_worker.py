@@ -7,7 +7,8 @@ from __future__ import annotations
 import os
 
 from fanout_worker.main import main
-from timeline.delivery.processor import FanoutProcessor, Outcome
+from timeline.delivery.outcomes import Outcome
+from timeline.delivery.processor import FanoutProcessor
 from timeline.model.messages import FanoutMessage
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from timeline.delivery.processor import Hybrid, Timing
+from timeline.delivery.settings import Hybrid, Timing
 from timeline.errors import ConfigurationError
 from timeline.logs import LogFormat
 from timeline.reads.live import StreamTiming

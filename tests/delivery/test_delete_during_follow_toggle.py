@@ -12,7 +12,9 @@ import asyncio
 
 from tests.conftest import unique
 from tests.delivery.test_delivery_guarantees import _ids, _posts, _service, _users
-from timeline.delivery.processor import Continue, Done, FanoutProcessor, Timing
+from timeline.delivery.outcomes import Continue, Done
+from timeline.delivery.processor import FanoutProcessor
+from timeline.delivery.settings import Timing
 from timeline.model.messages import FanoutMessage, PostCreated
 from timeline.storage.accounts import Storage
 from timeline.storage.names import TIMELINES

@@ -25,7 +25,9 @@ import contextlib
 
 from tests.conftest import eventually
 from tests.delivery.test_delivery_guarantees import _follow, _ids, _pair, _unfollow
-from timeline.delivery.processor import Continue, Done, FanoutProcessor, Timing
+from timeline.delivery.outcomes import Continue, Done
+from timeline.delivery.processor import FanoutProcessor
+from timeline.delivery.settings import Timing
 from timeline.model.keys import now_ticks
 from timeline.model.messages import Followed, PostCreated, PostDeleted, Unfollowed
 from timeline.storage.accounts import Storage

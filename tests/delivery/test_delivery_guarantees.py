@@ -27,7 +27,8 @@ from tests.conftest import (
 from tests.faults import FaultyStorage
 from tests.helpers import Api, bearer
 from timeline.config import Settings
-from timeline.delivery.processor import DONE, FanoutProcessor
+from timeline.delivery.outcomes import DONE
+from timeline.delivery.processor import FanoutProcessor
 from timeline.errors import StorageUnavailableError
 from timeline.metrics import MESSAGES_SENT
 from timeline.model.entities import Post, User

@@ -15,7 +15,8 @@ import pytest
 
 from tests.conftest import api_client, eventually, make_settings, running_worker, unique
 from tests.helpers import Api, bearer
-from timeline.delivery.processor import Hybrid, queue_due_regrades
+from timeline.delivery.regrade import queue_due_regrades
+from timeline.delivery.settings import Hybrid
 from timeline.model.keys import post_row_key
 from timeline.model.messages import Regrade
 from timeline.storage.accounts import Storage

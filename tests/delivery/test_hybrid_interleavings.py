@@ -9,7 +9,9 @@ from datetime import UTC, datetime
 
 from tests.conftest import eventually, unique
 from tests.delivery.test_delivery_guarantees import _follow, _unfollow
-from timeline.delivery.processor import Continue, Defer, FanoutProcessor, Hybrid, Outcome, Timing
+from timeline.delivery.outcomes import Continue, Defer, Outcome
+from timeline.delivery.processor import FanoutProcessor
+from timeline.delivery.settings import Hybrid, Timing
 from timeline.model.entities import Post, User
 from timeline.model.keys import new_post_id, now_ticks
 from timeline.model.messages import Followed, PostCreated, PostDeleted, Regrade, Unfollowed
@@ -161,7 +163,7 @@ async def test_backfill_that_read_copied_copies_merged_era_post_then_delete_skip
     storage: Storage, repos: Repositories
 ) -> None:
     """A follow's backfill reads the author ``copied`` (outside any write deadline: the mode
-    read in ``_merge_for`` comes before ``_admission``) and is slow; meanwhile the author is
+    read in ``_merge_for`` comes before ``admission``) and is slow; meanwhile the author is
     moved up (``merged``, since S) and posts P well after S. The backfill then copies the
     newest posts, P among them, into the follower's partition (hidden while merged). P's
     delete takes the ``_never_copied`` shortcut and sweeps only overflow readers, so the
@@ -174,7 +176,7 @@ async def test_backfill_that_read_copied_copies_merged_era_post_then_delete_skip
     async with PartitionWriter(storage, TIMELINES, linger_s=0) as writer:
         w1, w2 = _processor(storage, writer), _processor(storage, writer)
         read, resume = asyncio.Event(), asyncio.Event()
-        audience = w1._repos.audience
+        audience = w1._context.repos.audience
         real_mode = audience.mode
 
         async def slow_mode(subject: str):  # type: ignore[no-untyped-def]
@@ -237,7 +239,7 @@ async def test_unfollow_refollow_race_turns_overflow_reader_into_merged_with_sta
         assert await repos.audience.remove_merge(fan, full1)
         await _unfollow(repos, fan, author)
 
-        follows = w1._repos.follows
+        follows = w1._context.repos.follows
         real = follows.is_following
         calls = 0
 
@@ -245,7 +247,7 @@ async def test_unfollow_refollow_race_turns_overflow_reader_into_merged_with_sta
             nonlocal calls
             result = await real(follower, subject)
             calls += 1
-            if calls == 2:  # inside _unmerge_if_unfollowed, after the etags were read
+            if calls == 2:  # inside unmerge_if_unfollowed, after the etags were read
                 await _follow(repos, fan, author)
                 await _run(w2, Followed(follower=fan, subject=author, requested=now_ticks()))
             return result
@@ -293,7 +295,7 @@ async def test_merge_counter_drifts_below_the_rows_on_unfollow_refollow(
     async with PartitionWriter(storage, TIMELINES, linger_s=0) as writer:
         w1, w2 = _processor(storage, writer), _processor(storage, writer)
         head_read, resume = asyncio.Event(), asyncio.Event()
-        real_head = w2._repos.audience._head
+        real_head = w2._context.repos.audience._head
 
         async def slow_head(owner: str):  # type: ignore[no-untyped-def]
             head = await real_head(owner)
@@ -302,8 +304,8 @@ async def test_merge_counter_drifts_below_the_rows_on_unfollow_refollow(
                 await resume.wait()
             return head
 
-        w2._repos.audience._head = slow_head  # type: ignore[method-assign,assignment]
-        follows = w1._repos.follows
+        w2._context.repos.audience._head = slow_head  # type: ignore[method-assign,assignment]
+        follows = w1._context.repos.follows
         real = follows.is_following
         calls = 0
         backfill: asyncio.Future[Outcome] | None = None
@@ -312,7 +314,7 @@ async def test_merge_counter_drifts_below_the_rows_on_unfollow_refollow(
             nonlocal calls, backfill
             result = await real(follower, subject)
             calls += 1
-            if calls == 2:  # inside _unmerge_if_unfollowed, after the etags were read
+            if calls == 2:  # inside unmerge_if_unfollowed, after the etags were read
                 await _follow(repos, reader, author)
                 backfill = asyncio.ensure_future(
                     w2.backfill(Followed(follower=reader, subject=author, requested=now_ticks()))
@@ -371,7 +373,7 @@ async def test_stale_down_page_that_stalls_before_its_etag_reads_drops_a_new_mer
     """Like the stale page above, but worker 1 stalls
     after the page's mode check and before ``_unmerge`` reads the etags (here: in the
     follower page query; in production: any pause of the process that also stops the lease
-    renewal). It then reads the etag of the *new* move up's merge row, ``_copy_newest``
+    renewal). It then reads the etag of the *new* move up's merge row, ``copy_newest``
     copies nothing (merged, no overflow row), and the removal "only if unchanged since
     before its copies" succeeds."""
     author, fan, *others = await _users(repos, "large", "fan", "g", "g", "g")
@@ -391,7 +393,7 @@ async def test_stale_down_page_that_stalls_before_its_etag_reads_drops_a_new_mer
         assert down.fenced  # shrinking, waiting out the fence
 
         reached, resume = asyncio.Event(), asyncio.Event()
-        follows = w1._repos.follows
+        follows = w1._context.repos.follows
         real_page = follows.follower_ids_page
 
         async def slow_page(subject, limit, continuation):  # type: ignore[no-untyped-def]
@@ -432,7 +434,7 @@ async def test_a_stale_page_of_a_move_up_takes_its_rows_back(
     ):
         w1, w2 = _processor(storage, first), _processor(storage, second)
         reached, resume = asyncio.Event(), asyncio.Event()
-        audience = w1._repos.audience
+        audience = w1._context.repos.audience
         real_add = audience.add_merge
 
         async def slow_add(reader: str, subject: str, max_merged: int) -> bool:

@@ -17,7 +17,7 @@ from tests.conftest import (
     unique,
 )
 from tests.helpers import Api, bearer, error_of
-from timeline.delivery.processor import TRIM_SLACK_SHARE, FanoutProcessor
+from timeline.delivery.feed import TRIM_SLACK_SHARE, Feed
 from timeline.metrics import TRIM_REQUESTS
 from timeline.model.keys import new_post_id, now_ticks
 from timeline.model.tokens import TokenSigner
@@ -147,9 +147,9 @@ async def test_sampled_trims_keep_a_stream_near_the_cap(capped: Any) -> None:
 
 
 def test_trimming_costs_a_small_fraction_of_a_query_per_delivery() -> None:
-    processor = FanoutProcessor.__new__(FanoutProcessor)
-    processor._cap, processor._trim_every = 800, 800 // TRIM_SLACK_SHARE
-    due = sum(processor._trim_due(f"u{n}", "p") for n in range(100_000))
+    feed = Feed.__new__(Feed)
+    feed._cap, feed._trim_every = 800, 800 // TRIM_SLACK_SHARE
+    due = sum(feed.trim_due(f"u{n}", "p") for n in range(100_000))
     assert 0.015 < due / 100_000 < 0.025
 
 

@@ -12,7 +12,9 @@ from datetime import UTC, datetime
 
 from tests.conftest import unique
 from tests.delivery.test_delivery_guarantees import _ids, _posts, _users
-from timeline.delivery.processor import Continue, Done, FanoutProcessor, Timing
+from timeline.delivery.outcomes import Continue, Done
+from timeline.delivery.processor import FanoutProcessor
+from timeline.delivery.settings import Timing
 from timeline.errors import StorageUnavailableError
 from timeline.model.entities import Post
 from timeline.model.keys import now_ticks

@@ -22,7 +22,9 @@ from azure.data.tables.aio import TableClient
 from tests.conftest import eventually
 from tests.delivery.test_delivery_guarantees import _ids, _pair
 from timeline.config import Settings
-from timeline.delivery.processor import Continue, FanoutProcessor, Timing
+from timeline.delivery.outcomes import Continue
+from timeline.delivery.processor import FanoutProcessor
+from timeline.delivery.settings import Timing
 from timeline.model.keys import new_post_id, now_ticks, post_row_key
 from timeline.model.messages import PostCreated, PostDeleted
 from timeline.storage.accounts import Storage, StorageOptions

@@ -18,7 +18,8 @@ import fanout_worker.worker as worker_module
 import timeline.storage.queue as queue_module
 from tests.conftest import eventually, make_settings, running_worker, unique
 from tests.delivery.test_delivery_guarantees import opened
-from timeline.delivery.processor import FanoutProcessor, Outcome
+from timeline.delivery.outcomes import Outcome
+from timeline.delivery.processor import FanoutProcessor
 from timeline.model.keys import now_ticks
 from timeline.model.messages import FanoutMessage, Followed
 from timeline.storage.azurite import Azurite

@@ -13,7 +13,8 @@ from pathlib import Path
 from fanout_worker.worker import Worker
 from tests.conftest import eventually, make_settings, program_env, running_worker, unique
 from timeline.config import Settings
-from timeline.delivery.processor import Continue, FanoutProcessor
+from timeline.delivery.outcomes import Continue
+from timeline.delivery.processor import FanoutProcessor
 from timeline.model.entities import Post, User
 from timeline.model.keys import new_post_id, now_ticks
 from timeline.model.messages import PostCreated, PostDeleted

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Awaitable, Callable
 
 from timeline.config import Settings
-from timeline.delivery.processor import queue_due_regrades
+from timeline.delivery.regrade import queue_due_regrades
 from timeline.errors import TimelineError
 from timeline.logs import configure_logging
 from timeline.model.tokens import TokenSigner

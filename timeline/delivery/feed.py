@@ -1,0 +1,181 @@
+"""The one owner of a reader's timeline: every row the handlers write into it or take out of
+it goes through ``Feed``, in pairs with symmetric names.
+
+A handler decides what a timeline should hold; ``Feed`` holds the writes that make it so, and
+the steps among them that race other handlers say so in their docstrings ("race-sensitive"),
+with the read-then-check order that makes them correct.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+
+from timeline.delivery.context import Context
+from timeline.model.entities import Post
+from timeline.model.keys import post_id_ticks, post_row_key
+from timeline.storage.placement import hash64
+from timeline.storage.writer import Tracker
+from timeline.tables.audience import MERGED
+
+log = logging.getLogger(__name__)
+
+BACKFILL_POSTS = 250
+"""A follow backfills one page: the newest posts a reader sees first."""
+TRIM_SLACK_SHARE = 16
+"""A timeline is trimmed about once per ``cap / 16`` deliveries to it (50 for 800), so it
+holds at most about 1/16 more than the cap between trims."""
+
+
+class Feed:
+    """Readers' timelines: a post pushed to (or unpushed from) many; an author's newest posts
+    copied into (or purged from) one; a merge row given (or taken back) for an author merged
+    at read time; and the trim that keeps each near its cap."""
+
+    def __init__(self, context: Context, *, timeline_cap: int = 0) -> None:
+        self._ctx = context
+        self._repos = context.repos
+        self._writer = context.writer
+        self._cap = timeline_cap
+        self._trim_every = max(1, timeline_cap // TRIM_SLACK_SHARE)
+
+    async def push(self, owners: Iterable[str], post: Post, deadline: float) -> Tracker:
+        """Add the copies to the writer; the tracker says when they are written."""
+        tracker = Tracker()
+        created, row_key, properties = post_id_ticks(post.post_id), post.row_key, post.properties()
+        for owner in owners:
+            await self._writer.upsert(
+                owner, row_key, properties, tracker, deadline=deadline, created_ticks=created
+            )
+        return tracker
+
+    async def unpush(self, owners: Iterable[str], post_id: str) -> None:
+        tracker = Tracker()
+        row_key = post_row_key(post_id)
+        for owner in owners:
+            await self._writer.delete(owner, row_key, tracker)
+        await tracker.wait()
+
+    async def push_rows(self, owner: str, posts: Iterable[Post], deadline: float) -> Tracker:
+        tracker = Tracker()
+        for post in posts:
+            await self._writer.upsert(
+                owner, post.row_key, post.properties(), tracker, deadline=deadline
+            )
+        return tracker
+
+    async def unpush_rows(self, owner: str, row_keys: Iterable[str]) -> None:
+        tracker = Tracker()
+        for row_key in row_keys:
+            await self._writer.delete(owner, row_key, tracker)
+        await tracker.wait()
+
+    async def copy_newest(self, follower: str, subject: str) -> None:
+        """Copy the subject's newest posts into the follower's timeline; undo what lost its
+        reason by the time the copies landed. Race-sensitive: the follow and mode are read
+        inside the admission, so the copies are written within the deadline of that read."""
+        follows, audience = self._repos.follows, self._repos.audience
+        async with self._ctx.admission(BACKFILL_POSTS) as deadline:
+            following, mode, overflow = await asyncio.gather(
+                follows.is_following(follower, subject),
+                audience.mode(subject),
+                audience.copy_etag(subject, follower),
+            )
+            if not following:
+                return  # read again inside the deadline: the copies' reason must be this fresh
+            if mode.state == MERGED and overflow is None:
+                return  # it merges the subject (a copy of a post made since could outlive
+                # the post: its delete sweeps only overflow readers)
+            posts = await self._repos.posts.newest(subject, BACKFILL_POSTS)
+            written = await self.push_rows(follower, posts, deadline)
+        await written.wait()
+        if await follows.is_following(follower, subject):
+            surviving = await self._repos.posts.surviving(subject, posts)
+            gone = [post.row_key for post in posts if post.post_id not in surviving]
+            await self.unpush_rows(follower, gone)
+        else:
+            await self.purge(follower, subject)
+        await self.trim([follower])
+
+    async def purge(self, follower: str, subject: str) -> None:
+        """Remove the subject's copies from the follower's timeline, unless followed again.
+
+        Race-sensitive: each page is read (with etags) before the follow is checked, and
+        deleted only where unchanged: a re-follow before the read is seen by the check; a
+        backfill after the read changed the etag. Either way the re-follow's copies stay (then
+        only copies of deleted posts go)."""
+        timelines, follows = self._repos.timelines, self._repos.follows
+        async for rows in timelines.rows_by_author(follower, subject):
+            if await follows.is_following(follower, subject):
+                await self.reconcile(follower, subject)
+                return
+            await timelines.remove_unchanged(follower, rows)
+
+    async def reconcile(self, follower: str, subject: str) -> None:
+        """Remove the follower's copies of the subject's posts that no longer exist."""
+        async for rows in self._repos.timelines.rows_by_author(follower, subject):
+            keys = [key for key, _ in rows]
+            alive = await self._repos.posts.live_row_keys(subject, keys)
+            await self.unpush_rows(follower, [key for key in keys if key not in alive])
+
+    async def merge(self, follower: str, subject: str) -> bool:
+        """Give the follower a merge row for the subject, or, when its merge rows are full,
+        make it an overflow reader (then False: it needs copies). A row whose follow is gone
+        by the time it is written is taken back."""
+        audience = self._repos.audience
+        merged = await audience.add_merge(follower, subject, self._ctx.hybrid.max_merged)
+        if not merged:
+            await audience.add_copy(subject, follower)
+        await self.unmerge_if_unfollowed(follower, subject)
+        return merged
+
+    async def merge_page(self, followers: list[str], subject: str) -> None:
+        """``merge`` for a page of followers, with one follow check for the page (after every
+        row is written) instead of one each."""
+        audience, max_merged = self._repos.audience, self._ctx.hybrid.max_merged
+
+        async def give(follower: str) -> None:
+            if not await audience.add_merge(follower, subject, max_merged):
+                await audience.add_copy(subject, follower)
+
+        await asyncio.gather(*(give(follower) for follower in followers))
+        if followers:
+            still = await self._repos.follows.followers_between(
+                subject, followers[0], followers[-1]
+            )
+            gone = [follower for follower in followers if follower not in still]
+            await asyncio.gather(*(self.unmerge_if_unfollowed(f, subject) for f in gone))
+
+    async def unmerge_if_unfollowed(self, follower: str, subject: str) -> None:
+        """Race-sensitive: read the merge and overflow rows, then the follow; remove them only
+        if unchanged since that read, so a re-follow's handler that rewrote them in between
+        keeps them."""
+        audience = self._repos.audience
+        merge, copy = await asyncio.gather(
+            audience.merge_etag(follower, subject), audience.copy_etag(subject, follower)
+        )
+        if (merge or copy) and not await self._repos.follows.is_following(follower, subject):
+            if merge is not None:
+                await audience.remove_merge(follower, subject, merge)
+            if copy is not None:
+                await audience.remove_copy(subject, follower, copy)
+
+    def trim_due(self, owner: str, post_id: str) -> bool:
+        """One delivery in ``cap / TRIM_SLACK_SHARE`` trims its timeline, chosen by a hash so
+        that a redelivered page trims the same timelines: a query per that many deliveries,
+        and a timeline outgrows the cap by about that many entries between trims."""
+        return bool(self._cap) and hash64(f"{owner}/{post_id}") % self._trim_every == 0
+
+    async def trim(self, owners: list[str]) -> None:
+        """Trim these timelines together; housekeeping, so a failure is logged, never the
+        outcome of the message whose writes have all landed (the next trim catches up)."""
+        if not self._cap or not owners:
+            return
+        results = await asyncio.gather(
+            *(self._repos.timelines.trim(owner, self._cap) for owner in owners),
+            return_exceptions=True,
+        )
+        failed = [result for result in results if isinstance(result, BaseException)]
+        if failed:
+            log.warning("%d of %d timeline trims failed: %r", len(failed), len(owners), failed[0])

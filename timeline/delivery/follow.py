@@ -1,0 +1,87 @@
+"""A follow (``Followed``) and an unfollow (``Unfollowed``): the follower's timeline gets the
+subject's newest posts (or a merge row, for an author merged at read time), or loses them,
+now and once more ``sweep_delay_s`` later."""
+
+from __future__ import annotations
+
+from timeline.delivery.context import Context
+from timeline.delivery.feed import Feed
+from timeline.delivery.outcomes import DONE, Continue, Defer, Outcome
+from timeline.delivery.regrade import queue_regrade_if_due
+from timeline.model.messages import Followed, Unfollowed
+from timeline.tables.audience import GROWING, MERGED
+
+
+class FollowChanges:
+    """Backfills a follower's timeline on a follow; purges it on an unfollow."""
+
+    def __init__(self, context: Context, feed: Feed) -> None:
+        self._ctx = context
+        self._repos = context.repos
+        self._feed = feed
+
+    async def backfill(self, message: Followed) -> Outcome:
+        """Copy the subject's newest posts into the follower's timeline; undo what lost its
+        reason by the time the copies landed."""
+        follower, subject = message.follower, message.subject
+        follows = self._repos.follows
+        if not await follows.is_following(follower, subject):
+            if self._ctx.young(message.requested):
+                return Defer("the follow is not stored yet")
+            if await self._ctx.abandoned(message) or not await follows.is_following(
+                follower, subject
+            ):
+                await follows.sync_index(follower, subject)
+                return DONE  # never made, or unfollowed since (its passes remove copies)
+        else:
+            await self._ctx.abandoned(message)  # made by another request: this one never lands
+        if not await self._merge_for(follower, subject):
+            await self._feed.copy_newest(follower, subject)
+        await follows.sync_index(follower, subject)
+        await queue_regrade_if_due(self._repos, self._ctx.hybrid, subject)
+        return DONE
+
+    async def _merge_for(self, follower: str, subject: str) -> bool:
+        """True if the subject is merged at read time and the follower got a merge row. If a
+        move back to copies began meanwhile, it may have passed this follower already: take
+        the row back (unless rewritten since, by a new move up) and say no."""
+        audience = self._repos.audience
+        if (await audience.mode(subject)).state not in (GROWING, MERGED):
+            return False
+        if not await self._feed.merge(follower, subject):
+            return False
+        etag = await audience.merge_etag(follower, subject)
+        if (await audience.mode(subject)).state in (GROWING, MERGED):
+            return True
+        if etag is not None:
+            await audience.remove_merge(follower, subject, etag)
+        return False
+
+    async def unfollowed(self, message: Unfollowed) -> Outcome:
+        """Purge the subject's posts from the follower's timeline, now and once more later.
+
+        If the follower follows again by then, only copies of deleted posts are removed: a
+        delete's own passes skip readers who did not follow at that moment, so this is where
+        a copy that landed late in such a reader's timeline goes."""
+        follower, subject = message.follower, message.subject
+        follows = self._repos.follows
+        if not await follows.is_following(follower, subject):
+            if not message.confirm:
+                await self._ctx.abandoned(message)  # made by another request: this one never lands
+            await self._feed.unmerge_if_unfollowed(follower, subject)
+            await self._feed.purge(follower, subject)
+        elif message.confirm:
+            await self._feed.reconcile(follower, subject)
+        elif self._ctx.young(message.requested):
+            return Defer("the unfollow is not stored yet")
+        elif await self._ctx.abandoned(message):
+            await follows.sync_index(follower, subject)
+            return DONE  # the unfollow was never made
+        else:
+            await self._feed.reconcile(follower, subject)  # unfollowed, then followed again
+        if message.confirm:
+            return DONE
+        await follows.sync_index(follower, subject)
+        await queue_regrade_if_due(self._repos, self._ctx.hybrid, subject)
+        sweep = message.model_copy(update={"confirm": True})
+        return Continue(sweep, delay_s=self._ctx.timing.sweep_delay_s)
