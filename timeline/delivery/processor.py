@@ -34,7 +34,8 @@ from timeline.model.messages import (
 from timeline.storage.accounts import Storage
 from timeline.storage.placement import hash64
 from timeline.storage.queue import MessageSender
-from timeline.storage.writer import PartitionWriter, Tracker
+from timeline.storage.tracker import Tracker
+from timeline.storage.writer import PartitionWriter
 from timeline.tables.audience import COPIED, GROWING, MERGED, SHRINKING, AuthorMode
 from timeline.tables.repositories import Repositories, request_id
 
