@@ -60,6 +60,8 @@ class Intake:
         self._sleep = sleep
         """Waits between receives; wakes at once when the worker is asked to stop."""
         self.in_flight: set[asyncio.Task[None]] = set()
+        self._started = 0
+        """Messages started so far (burst mode sees whether one started while it looked)."""
         self._background: set[asyncio.Task[None]] = set()
         self._reserved = [0 for _ in Priority]
         self._capacity = asyncio.Condition()
@@ -137,7 +139,24 @@ class Intake:
         share = int(self._settings.worker_concurrency * BACKGROUND_SHARE)
         return max(1, min(share, max(MAX_RECEIVE, served)))
 
+    async def drained(self, lanes: list[Lane]) -> bool:
+        """Nothing in flight and every lane empty (leased and delayed messages count), with
+        no message started while the lanes were asked: only a message in flight adds to them."""
+        started = self._started
+        if self.in_flight:
+            return False
+        for lane in lanes:
+            try:
+                if await lane.depth():
+                    return False
+            except StorageUnavailableError:
+                return False
+            except ResourceNotFoundError:
+                continue  # the legacy queue, deleted
+        return self._started == started and not self.in_flight
+
     def _track(self, task: asyncio.Task[None], level: Priority) -> None:
+        self._started += 1
         self.in_flight.add(task)
         if level == Priority.LOW:
             self._background.add(task)

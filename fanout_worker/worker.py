@@ -64,7 +64,11 @@ class Worker:
         self._isolation.stop()
         self._intake.notify()
 
-    async def async_run(self, *, install_signal_handlers: bool = False) -> None:
+    async def async_run(
+        self, *, install_signal_handlers: bool = False, burst: bool = False
+    ) -> None:
+        """Consume until ``stop``; with ``burst``, stop by itself once every lane is empty
+        and no message is in flight (arq's burst mode: tests wait on it, never on a guess)."""
         if install_signal_handlers:
             loop = asyncio.get_running_loop()
             for signum in (signal.SIGTERM, signal.SIGINT):
@@ -92,7 +96,7 @@ class Worker:
             await writer.start()
             try:
                 if shards:
-                    await self._consume(shards, processor)
+                    await self._consume(shards, processor, burst)
             finally:
                 await self._shutdown(writer)
         log.info("fan-out worker stopped")
@@ -127,7 +131,9 @@ class Worker:
             )
         return list(wanted)
 
-    async def _consume(self, shards: list[FanoutQueue], processor: FanoutProcessor) -> None:
+    async def _consume(
+        self, shards: list[FanoutQueue], processor: FanoutProcessor, burst: bool
+    ) -> None:
         log.info(
             "fan-out worker started: %d queue shard(s), %d messages in flight, "
             "%d write requests in flight",
@@ -143,6 +149,8 @@ class Worker:
             await self._process(queue, processor, message)
 
         sampler = asyncio.create_task(sample_depth(shards))
+        every_lane = [lane for level in Priority for lane in lanes[level]]
+        watcher = asyncio.create_task(self._stop_when_drained(every_lane)) if burst else None
         high = max(1, self._settings.worker_receivers // 2)
         low = max(1, self._settings.worker_receivers - high)  # each priority has its own
         try:
@@ -152,6 +160,14 @@ class Worker:
                     receivers.create_task(self._intake.receive(lanes[level], index, level, start))
         finally:
             sampler.cancel()
+            if watcher is not None:
+                watcher.cancel()
+
+    async def _stop_when_drained(self, lanes: list[Lane]) -> None:
+        """Burst mode: stop once the lanes are empty and nothing is in flight."""
+        while not await self._intake.drained(lanes):
+            await self._sleep(self._settings.worker_idle_sleep_s)
+        self.stop()
 
     async def _shutdown(self, writer: PartitionWriter) -> None:
         """Stop in this order, within the grace period: receivers have returned (no new
