@@ -6,6 +6,8 @@ registry that the API serves too.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Callable
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge
@@ -13,6 +15,10 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge
 from timeline.metrics import FANOUT, STORAGE_LIMIT, STORAGE_WAITING
 from timeline.model.priority import Priority
 from timeline.storage.limiter import AdaptiveLimiter
+from timeline.storage.names import poison_queue_name
+from timeline.storage.queue import FanoutQueue
+
+log = logging.getLogger(__name__)
 
 MESSAGES = Counter(
     "fanout_messages_total", "Fan-out messages handled", ["type", "outcome"], registry=FANOUT
@@ -44,3 +50,17 @@ def watch_limiter(limiter: AdaptiveLimiter) -> None:
 
 def _waiting(limiter: AdaptiveLimiter, level: Priority) -> Callable[[], float]:
     return lambda: limiter.waiting(level)
+
+
+async def sample_depth(shards: list[FanoutQueue]) -> None:
+    """Sample every lane's and poison queue's depth every few seconds, until cancelled."""
+    while True:
+        try:
+            for queue in shards:
+                for lane in queue.lanes:
+                    QUEUE_DEPTH.labels(lane.name).set(await lane.depth())
+                poison = await queue.poison_depth()
+                QUEUE_DEPTH.labels(poison_queue_name(queue.shard)).set(poison)
+        except Exception:  # a sampler must never die
+            log.warning("could not sample queue depths", exc_info=True)
+        await asyncio.sleep(5)

@@ -89,8 +89,8 @@ async def test_a_delete_batch_routed_before_a_freeze_never_lands_after_the_copy(
         storage_on(three, **OPTIONS) as admin,
     ):
         old_home = process.placement.home(hash64(owner))
-        slow = _Slow(process._tables[old_home][TIMELINES])
-        process._tables[old_home][TIMELINES] = cast(TableClient, slow)
+        slow = _Slow(process.clients.tables[old_home][TIMELINES])
+        process.clients.tables[old_home][TIMELINES] = cast(TableClient, slow)
         await process.refresh_placement()  # a fresh read: the batch is routed well inside it
         missing: list[Operation] = [
             ("delete", {"PartitionKey": owner, "RowKey": f"m{n}"}) for n in range(4)

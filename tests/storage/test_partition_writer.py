@@ -16,7 +16,8 @@ from timeline.model.keys import new_post_id, now_ticks
 from timeline.storage.accounts import Storage
 from timeline.storage.azurite import Azurite
 from timeline.storage.names import TIMELINES
-from timeline.storage.writer import PartitionWriter, Tracker
+from timeline.storage.tracker import Tracker
+from timeline.storage.writer import PartitionWriter
 from timeline.tables.repositories import Repositories
 
 

@@ -63,7 +63,7 @@ async def test_a_rebalance_cannot_fence_shorter_than_the_services_lease(
         Storage(admin_settings.connection_string(), admin_settings.storage_options()) as admin,
     ):
         assert await service.refresh_placement() is not None  # its last good read: on 2
-        tables = service._tables[0]
+        tables = service.clients.tables[0]
         tables[PLACEMENT_TABLE] = cast(TableClient, UnreachableTable(tables[PLACEMENT_TABLE]))
         await Rebalancer(admin, margin_s=MARGIN_S, steps=1, progress=False, sleep=fence).run()
         # A write of a moved partition, by the service's last placement read if it may still

@@ -88,7 +88,7 @@ async def test_rerun_after_a_kill_in_the_last_flip_fence_waits_before_deleting(
             await asyncio.sleep(seconds)  # every other fence really waits
             if fences == 3:  # the last range is frozen: P reads the placement (not moved yet)
                 assert await process_p.refresh_placement() is not None
-                tables = process_p._tables[0]
+                tables = process_p.clients.tables[0]
                 tables[PLACEMENT_TABLE] = cast(
                     TableClient, UnreachableTable(tables[PLACEMENT_TABLE])
                 )

@@ -14,7 +14,8 @@ from timeline.model.keys import new_post_id, now_ticks
 from timeline.model.priority import Priority, running_as
 from timeline.storage.accounts import Storage
 from timeline.storage.names import TIMELINES
-from timeline.storage.writer import PartitionWriter, Tracker
+from timeline.storage.tracker import Tracker
+from timeline.storage.writer import PartitionWriter
 
 BUFFERED = 200
 

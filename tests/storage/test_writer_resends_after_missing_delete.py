@@ -29,7 +29,8 @@ from timeline.model.keys import new_post_id, now_ticks, post_row_key
 from timeline.model.messages import PostCreated, PostDeleted
 from timeline.storage.accounts import Storage, StorageOptions
 from timeline.storage.names import TIMELINES
-from timeline.storage.writer import PartitionWriter, Tracker
+from timeline.storage.tracker import Tracker
+from timeline.storage.writer import PartitionWriter
 from timeline.tables.repositories import Repositories
 
 TIMING = Timing(write_deadline_s=1.0, sweep_delay_s=2.5, arrival_window_s=3.0)

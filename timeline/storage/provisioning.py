@@ -1,0 +1,134 @@
+"""Create what storage needs (tables, member rows, the placement, queue shards), and list
+what is missing."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from contextlib import suppress
+from typing import TYPE_CHECKING
+
+from azure.core import MatchConditions
+from azure.core.exceptions import HttpResponseError, ResourceExistsError, ResourceModifiedError
+from azure.data.tables import UpdateMode
+from azure.data.tables.aio import TableClient
+
+from timeline.errors import ConfigurationError
+from timeline.storage.calls import query_page
+from timeline.storage.clients import CONTROL
+from timeline.storage.lease import MEMBER_KEYS, control_get
+from timeline.storage.names import META_TABLE, TABLES, background_queue_name
+from timeline.storage.placement import PLACEMENT_TABLE, Placement
+
+if TYPE_CHECKING:
+    from timeline.storage.accounts import Storage
+
+log = logging.getLogger(__name__)
+
+
+async def create_all(storage: Storage) -> None:
+    """Create every table, the placement (when there is none) and every queue shard;
+    existing ones are left as they are. Raises ``ConfigurationError`` when the stored
+    placement does not match this configuration."""
+    for account in storage.clients.tables:
+        for name, client in account.items():
+            if name != CONTROL:
+                async with storage.guard(renew=False):
+                    with suppress(ResourceExistsError):
+                        await client.create_table()
+    for account in storage.clients.tables:
+        await _ensure_member_row(storage, account[CONTROL])
+    await storage.lease.check_membership()  # before a placement naming these accounts is stored
+    await _store_initial_placement(storage)
+    if await storage.refresh_placement() is None:
+        raise ConfigurationError(storage.lease.refused or "the placement could not be stored")
+    for queue in storage.all_queues():
+        async with storage.guard():
+            with suppress(ResourceExistsError):
+                await queue.create_queue()
+
+
+async def _store_initial_placement(storage: Storage) -> None:
+    """Store this configuration's placement unless one exists. When the first account
+    already holds data (a deployment from before several accounts), the placement
+    starts on it alone, and ``timeline rebalance`` spreads the data out."""
+    if await storage.read_placement_entity() is not None:
+        return
+    accounts = storage.account_ids
+    if len(accounts) > 1 and await _holds_data(storage, 0):
+        log.warning(
+            "the first account already holds data: the placement starts on it alone; "
+            "run `timeline rebalance` to spread it over all %d accounts",
+            len(accounts),
+        )
+        accounts = accounts[:1]
+    shards = storage.options.queue_shards or len(storage.account_ids)  # fixed once stored
+    initial = Placement.initial(accounts, shards)
+    async with storage.guard(renew=False):
+        with suppress(ResourceExistsError):
+            await storage.placement_table().create_entity(initial.to_entity())
+
+
+async def _holds_data(storage: Storage, account: int) -> bool:
+    for name in TABLES:
+        async with storage.guard(renew=False):
+            page = await query_page(
+                storage.account_table(account, name), "", {}, select=["PartitionKey"],
+                limit=1, continuation=None,
+            )  # fmt: skip
+        if page.items:
+            return True
+    return False
+
+
+async def _ensure_member_row(storage: Storage, client: TableClient) -> None:
+    """Create the account's member row, or give an old one (without an id) its id."""
+    existing = await control_get(storage, client, MEMBER_KEYS)
+    async with storage.guard(renew=False):
+        if existing is None:
+            with suppress(ResourceExistsError):
+                await client.create_entity(_member_row(storage))
+        elif not existing.get("id"):
+            with suppress(ResourceModifiedError):  # another process gave it one
+                await client.update_entity(
+                    {**_member_row(storage), "home": existing["home"]},
+                    mode=UpdateMode.REPLACE,
+                    etag=existing.metadata["etag"],
+                    match_condition=MatchConditions.IfNotModified,
+                )
+
+
+def _member_row(storage: Storage) -> dict[str, str]:
+    partition_key, row_key = MEMBER_KEYS
+    return {
+        "PartitionKey": partition_key,
+        "RowKey": row_key,
+        "home": storage.account_ids[0],
+        "id": uuid.uuid4().hex,
+    }
+
+
+async def missing_resources(storage: Storage) -> list[str]:
+    """Names of tables and queues that do not exist (raises if storage is unreachable)."""
+    missing: list[str] = []
+    placement = storage.lease.current or await storage.refresh_placement()
+    if placement is None:
+        return ["placement"]  # (or storage is unreachable: that raises)
+    in_use = min(len(placement.accounts), len(storage.account_ids))
+    for index in range(in_use):  # an added account waits for its rebalance
+        async with storage.guard(), storage.clients.service_client(index) as service:
+            existing = {table.name async for table in service.list_tables()}
+        wanted = [*TABLES, META_TABLE, *([PLACEMENT_TABLE] if index == 0 else [])]
+        missing += [f"{name} (account {index})" for name in wanted if name not in existing]
+    background = {background_queue_name(k) for k in range(storage.queue_shards)}
+    for queue in storage.all_queues():
+        if queue.queue_name in background:
+            continue  # created on first use by a deployment from before them
+        async with storage.guard():
+            try:
+                await queue.get_queue_properties()
+            except HttpResponseError as error:
+                if error.status_code != 404:
+                    raise
+                missing.append(queue.queue_name)
+    return missing
