@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import sys
 
 from aiohttp import web
 
 from api.app import create_app
+from api.server import serve
 from timeline.config import Settings
 from timeline.errors import ConfigurationError
 from timeline.logs import configure_logging
@@ -27,15 +29,9 @@ def main() -> None:
     configure_logging(settings.log_format)
     app = create_app(settings, settings.connection_string())
     app.on_startup.append(freeze_startup_heap)  # after the storage context has opened
-    # SO_REUSEPORT only when several API processes share the port (``make run`` checks it is
-    # free first): alone, a port already taken must fail to bind, not be silently shared.
+    # ``serve`` binds with SO_REUSEPORT only when several API processes share the port
+    # (``make run`` checks it is free first): alone, a port already taken must fail to bind.
     try:
-        web.run_app(
-            app,
-            host=settings.host,
-            port=settings.port,
-            reuse_port=settings.api_processes > 1,
-            print=None,
-        )
+        asyncio.run(serve(app, settings))
     except ConfigurationError as error:  # e.g. an account list the placement refuses
         sys.exit(f"timeline-api: {error.message}")

@@ -22,6 +22,7 @@ from timeline.errors import (
     PayloadTooLargeError,
     PermissionDeniedError,
     RateLimitedError,
+    RequestTimeoutError,
     RetryableError,
     StorageUnavailableError,
     TimelineError,
@@ -39,6 +40,7 @@ _STATUS_BY_ERROR: tuple[tuple[type[TimelineError], int], ...] = (
     (PermissionDeniedError, 403),
     (NotFoundError, 404),
     (ConflictError, 409),
+    (RequestTimeoutError, 408),
     (RateLimitedError, 429),
     (StorageUnavailableError, 503),
     (OverloadedError, 503),
@@ -88,6 +90,8 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
             response.headers["Retry-After"] = str(error.retry_after)
         if isinstance(error, AuthenticationError):
             response.headers["WWW-Authenticate"] = "Bearer"
+        if isinstance(error, RequestTimeoutError):
+            response.force_close()  # the rest of the request may still be on its way
         return response
     except web.HTTPException as error:
         if error.status < 400:

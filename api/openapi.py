@@ -12,6 +12,7 @@ from pydantic.json_schema import models_json_schema
 from api.schemas import ErrorBody, PostRequest
 from timeline.model.keys import (
     IDEMPOTENCY_KEY_PATTERN,
+    POST_FORMAT_CHARACTERS,
     POST_ID_PATTERN,
     USER_ID_PATTERN,
     text_pattern,
@@ -67,9 +68,14 @@ class Operation:
     """Takes ``since``: only items newer than a position from an earlier page."""
     resumable: bool = False
     """A live stream: ``since`` starts it, a ``Last-Event-ID`` header resumes it."""
+    head: bool = False
+    """Also answers ``HEAD`` (the same status and headers, no body), as load balancers'
+    health checks send; not in the OpenAPI document, which describes the ``GET``."""
 
     def add_to(self, app: web.Application) -> None:
         app.router.add_route(self.method, self.path, self.handler, name=self.operation_id)
+        if self.head:
+            app.router.add_route("HEAD", self.path, self.handler)
 
     @property
     def operation_id(self) -> str:
@@ -89,7 +95,7 @@ def build_openapi(
     schemas = definitions.get("$defs", {})
     if PostRequest.__name__ in schemas:  # the limit is a setting, so not in the model itself
         post_text = schemas[PostRequest.__name__]["properties"]["text"]
-        post_text["pattern"] = text_pattern(max_post_chars)
+        post_text["pattern"] = text_pattern(max_post_chars, allowed_format=POST_FORMAT_CHARACTERS)
     paths: dict[str, dict[str, Any]] = {}
     for operation in operations:
         paths.setdefault(operation.path, {})[operation.method.lower()] = _describe(

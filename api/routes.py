@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import re
 from typing import TypeVar
 
 import orjson
@@ -18,6 +20,7 @@ from timeline.errors import (
     AuthenticationError,
     InvalidInputError,
     PayloadTooLargeError,
+    RequestTimeoutError,
     StorageUnavailableError,
     UnsupportedMediaTypeError,
 )
@@ -25,6 +28,9 @@ from timeline.service.operations import TimelineService
 from timeline.service.paging import PageOut
 
 M = TypeVar("M", bound=BaseModel)
+_WHOLE_NUMBER = re.compile(r"[+-]?[0-9]{1,9}")
+_JSON_MAX_DEPTH = 1024
+"""orjson's fixed nesting limit: deeper arrays and objects are refused."""
 
 
 def _service(request: web.Request) -> TimelineService:
@@ -54,16 +60,23 @@ def _bearer(request: web.Request) -> str:
 async def _body(request: web.Request, model: type[M]) -> M:
     if request.content_type != "application/json":
         raise UnsupportedMediaTypeError("send the body as application/json")
+    settings = request.app[SETTINGS_KEY]
     try:
-        raw = await request.read()
+        async with asyncio.timeout(settings.body_timeout_s):
+            raw = await request.read()
     except web.HTTPRequestEntityTooLarge:
         raise PayloadTooLargeError(
-            f"request bodies are limited to {request.app[SETTINGS_KEY].max_body_bytes} bytes"
+            f"request bodies are limited to {settings.max_body_bytes} bytes"
+        ) from None
+    except TimeoutError:
+        request.content.feed_eof()  # given up: close the connection now, do not drain it
+        raise RequestTimeoutError(
+            f"the body did not arrive within {settings.body_timeout_s:g} s", code="body_timeout"
         ) from None
     try:
         data = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        raise InvalidInputError("the body is not valid UTF-8 JSON", code="invalid_json") from None
+    except orjson.JSONDecodeError as error:
+        raise InvalidInputError(_json_problem(raw, error), code="invalid_json") from None
     if not isinstance(data, dict):
         raise InvalidInputError("the body must be a JSON object", code="invalid_body")
     try:
@@ -74,12 +87,30 @@ async def _body(request: web.Request, model: type[M]) -> M:
         raise InvalidInputError(f"{where}: {first['msg']}", code="invalid_body") from None
 
 
+def _json_problem(raw: bytes, error: orjson.JSONDecodeError) -> str:
+    """What is wrong with a body orjson refused, in words a client can act on."""
+    where = f"line {error.lineno} column {error.colno}"
+    if error.msg.startswith("depth limit exceeded"):
+        return f"the body's JSON nests deeper than {_JSON_MAX_DEPTH} levels (at {where})"
+    if error.msg.startswith("number is infinity"):
+        return f"the body holds a number too large for a double (at {where})"
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as bad:
+        return f"the body is not valid UTF-8 (byte {bad.start})"
+    return f"the body is not valid JSON: {error.msg} (at {where})"
+
+
 def _limit(request: web.Request) -> int | None:
+    """A whole number as sent (a sign included); the pager checks it is 1..page size."""
     raw = request.query.get("limit")
     if raw is None:
         return None
-    if not (raw.isascii() and raw.isdigit() and len(raw) <= 6):
-        raise InvalidInputError("limit must be a whole number", code="invalid_limit")
+    if not _WHOLE_NUMBER.fullmatch(raw):
+        page_size = request.app[SETTINGS_KEY].page_size
+        raise InvalidInputError(
+            f"limit must be a whole number between 1 and {page_size}", code="invalid_limit"
+        )
     return int(raw)
 
 
@@ -247,7 +278,7 @@ OPERATIONS = [
               auth=True, errors=(404, 429)),
     Operation("DELETE", "/users/{user_id}/following/{target}", unfollow,
               "Unfollow a user (idempotent; their posts are purged)", status=204, auth=True,
-              errors=(429,)),
+              errors=(404, 429)),
     Operation("GET", "/users/{user_id}/followers", list_followers, "Who follows the user",
               response=schemas.EdgePage, paged=True, errors=(404,)),
     Operation("GET", "/users/{user_id}/following", list_following, "Whom the user follows",
@@ -260,9 +291,10 @@ OPERATIONS = [
               "new entry, its position as the event id; resume with Last-Event-ID)",
               auth=True, raw_content_type="text/event-stream", since=True, resumable=True,
               errors=(429, 503)),
-    Operation("GET", "/healthz", healthz, "The process is alive", response=schemas.Status),
+    Operation("GET", "/healthz", healthz, "The process is alive", response=schemas.Status,
+              head=True),
     Operation("GET", "/readyz", readyz, "Storage is reachable and initialised",
-              response=schemas.Status),
+              response=schemas.Status, head=True),
     Operation("GET", "/metrics", metrics, "Prometheus metrics",
               raw_content_type="text/plain"),
     Operation("GET", "/openapi.json", openapi, "This document",

@@ -77,6 +77,16 @@ class Settings(BaseSettings):
     stream_heartbeat_s: float = Field(default=15.0, ge=1, le=300)
     token_ttl_s: int = Field(default=30 * 24 * 3600, ge=60)
     max_body_bytes: int = Field(default=16 * 1024, ge=1024, le=1024 * 1024)
+    header_timeout_s: float = Field(default=10.0, gt=0)
+    """From a request's first byte to the end of its headers (408 and closed beyond)."""
+    body_timeout_s: float = Field(default=10.0, gt=0)
+    """From the end of a request's headers to the end of its body (408 and closed beyond)."""
+    keepalive_timeout_s: float = Field(default=75.0, gt=0)
+    """An idle connection is closed after this (longer than load balancers' 60 s)."""
+    max_connections: int = Field(default=1000, ge=1)
+    """Connections one API process holds at once; one more gets a 503 and is closed."""
+    api_shutdown_grace_s: float = Field(default=10.0, gt=0)
+    """A stopping API process has exited within this, whatever its clients do."""
     storage_timeout_s: float = Field(default=5.0, gt=0)
     storage_retries: int = Field(default=2, ge=0)
 

@@ -39,6 +39,12 @@ class UnsupportedMediaTypeError(InvalidInputError):
     code = "unsupported_media_type"
 
 
+class RequestTimeoutError(TimelineError):
+    """The client took longer to send its request than the server waits (408)."""
+
+    code = "request_timeout"
+
+
 class AuthenticationError(TimelineError):
     """The bearer token is missing, malformed, forged or expired."""
 

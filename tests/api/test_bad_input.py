@@ -85,6 +85,11 @@ CATALOGUE = [
     Bad("PUT", "/users/{me}/following/x%27%20or%20RowKey%20ne%20%27", 400, "invalid_user_id"),
     Bad("PUT", "/users/{me}/following/{me}", 400, "self_follow"),
     Bad("PUT", "/users/{me}/following/nobody-here-at-all", 404, "user_not_found"),
+    Bad("DELETE", "/users/{me}/following/{me}", 400, "self_follow"),
+    Bad("DELETE", "/users/{me}/following/nobody-here-at-all", 404, "user_not_found"),
+    Bad("GET", "/users/{me}/timeline?limit=-1", 400, "invalid_limit"),
+    Bad("POST", "/users", 400, "invalid_display_name", {"user_id": "okay", "display_name": "\u202eevil"}, auth="none"),  # noqa: E501
+    Bad("POST", "/users/{me}/posts", 400, "invalid_text", {"text": "txt.\u202eexe"}),
     Bad("GET", "/users/{me}/timeline?limit=0", 400, "invalid_limit"),
     Bad("GET", "/users/{me}/timeline?limit=251", 400, "invalid_limit"),
     Bad("GET", "/users/{me}/timeline?limit=1e2", 400, "invalid_limit"),

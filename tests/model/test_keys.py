@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from timeline.errors import InvalidInputError
 from timeline.model.keys import (
     MAX_TICKS,
+    POST_FORMAT_CHARACTERS,
     clean_text,
     format_time,
     new_post_id,
@@ -92,7 +93,10 @@ def test_text_is_trimmed_and_counted_in_characters() -> None:
             clean_text(bad, max_chars=280)
 
 
-EDGE_CHARACTERS = " \t\n\r\x0b\x0c\x00\x1f\x7f\x85\x9f\xa0\u2028\u3000\ufeffaé😀"
+EDGE_CHARACTERS = (
+    " \t\n\r\x0b\x0c\x00\x1f\x7f\x85\x9f\xa0\u2028\u3000\ufeffaé😀"
+    "\u00ad\u200b\u200c\u200d\u200e\u202e\u2066\u2069\U000e0001\U000e0067\U000e007f"
+)
 
 
 @given(
@@ -104,13 +108,17 @@ EDGE_CHARACTERS = " \t\n\r\x0b\x0c\x00\x1f\x7f\x85\x9f\xa0\u2028\u3000\ufeffaé�
     )
 )
 @pytest.mark.parametrize("max_chars", [1, 2, 5])
+@pytest.mark.parametrize(
+    "allowed", [frozenset(), POST_FORMAT_CHARACTERS], ids=["display-name", "post"]
+)
 def test_documented_text_pattern_accepts_exactly_what_clean_text_does(
-    text: str, max_chars: int
+    text: str, max_chars: int, allowed: frozenset[int]
 ) -> None:
     """The OpenAPI pattern and the validator must agree, or fuzzing and clients are misled."""
     try:
-        clean_text(text, max_chars=max_chars)
+        clean_text(text, max_chars=max_chars, allowed_format=allowed)
         accepted = True
     except InvalidInputError:
         accepted = False
-    assert (re.search(text_pattern(max_chars), text) is not None) == accepted
+    pattern = text_pattern(max_chars, allowed_format=allowed)
+    assert (re.search(pattern, text) is not None) == accepted

@@ -5,7 +5,9 @@ from __future__ import annotations
 import re
 import secrets
 import time
+import unicodedata
 from datetime import UTC, datetime, timedelta
+from functools import cache
 
 from timeline.errors import InvalidInputError
 
@@ -23,6 +25,12 @@ _POST_ID = re.compile(POST_ID_PATTERN.replace("$", r"\Z"))
 _IDEMPOTENCY_KEY = re.compile(IDEMPOTENCY_KEY_PATTERN.replace("$", r"\Z"))
 _CONTROL_CHARS = r"\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f"
 _CONTROL = re.compile(f"[{_CONTROL_CHARS}]")
+POST_FORMAT_CHARACTERS = frozenset({0x200C, 0x200D, *range(0xE0020, 0xE0080)})
+"""The invisible format characters (category Cf) a post may hold: the zero-width non-joiner
+and joiner, which Persian, Indic scripts and emoji sequences (family, profession) need, and
+the tag characters of subdivision flags (England, Scotland, Wales). Every other one (bidi
+embeddings, overrides and isolates, zero-width spaces, the BOM, the soft hyphen) is refused
+in posts, and every one of them in display names."""
 
 
 def now_ticks() -> int:
@@ -69,6 +77,12 @@ def validate_user_id(user_id: str) -> str:
     return user_id
 
 
+def fold_user_id(user_id: str) -> str:
+    """The form two ids that differ only in case share (ids are ASCII, so ``lower`` is the
+    case fold): one user owns it, whatever the spelling it registered with."""
+    return user_id.lower()
+
+
 def validate_post_id(post_id: str) -> str:
     if not _POST_ID.match(post_id):
         raise InvalidInputError("post ids are 26 lowercase hex digits", code="invalid_post_id")
@@ -83,17 +97,52 @@ def validate_idempotency_key(key: str | None) -> str | None:
     return key
 
 
-def text_pattern(max_chars: int) -> str:
+@cache
+def _format_characters() -> tuple[int, ...]:
+    """Every Unicode format character (category Cf), per this Python's database."""
+    return tuple(code for code in range(0x110000) if unicodedata.category(chr(code)) == "Cf")
+
+
+def _escaped(code: int) -> str:
+    """A code point for a character class: ``\\uXXXX`` in the BMP (Python and ECMAScript
+    read it alike), the character itself beyond (ECMAScript has no ``\\U``)."""
+    return f"\\u{code:04x}" if code <= 0xFFFF else chr(code)
+
+
+def _refused_format_class(allowed: frozenset[int]) -> str:
+    """The Cf characters not in ``allowed``, as ranges inside a regular-expression class."""
+    runs: list[list[int]] = []
+    for code in _format_characters():
+        if code in allowed:
+            continue
+        if runs and runs[-1][1] == code - 1:
+            runs[-1][1] = code
+        else:
+            runs.append([code, code])
+    return "".join(
+        _escaped(lo) if lo == hi else f"{_escaped(lo)}-{_escaped(hi)}" for lo, hi in runs
+    )
+
+
+def text_pattern(max_chars: int, *, allowed_format: frozenset[int] = frozenset()) -> str:
     """The regular expression (for OpenAPI) matching exactly what ``clean_text`` accepts:
     edge whitespace, then 1..max_chars characters that start and end with a non-space and
-    hold no control character."""
-    edge, inner = rf"[^\s{_CONTROL_CHARS}]", f"[^{_CONTROL_CHARS}]"
+    hold no control character and no format character outside ``allowed_format``."""
+    refused = _CONTROL_CHARS + _refused_format_class(allowed_format)
+    edge, inner = rf"[^\s{refused}]", f"[^{refused}]"
     between = f"|{edge}{inner}{{0,{max_chars - 2}}}{edge}" if max_chars > 1 else ""
     return rf"^\s*(?:{edge}{between})\s*$"
 
 
-def clean_text(text: str, *, max_chars: int, field: str = "text") -> str:
-    """Trim ``text`` and check it holds 1..max_chars characters and no control characters."""
+def clean_text(
+    text: str,
+    *,
+    max_chars: int,
+    field: str = "text",
+    allowed_format: frozenset[int] = frozenset(),
+) -> str:
+    """Trim ``text`` and check it holds 1..max_chars characters, no control characters and
+    no invisible format characters (Unicode category Cf) but those in ``allowed_format``."""
     cleaned = text.strip()
     if not 1 <= len(cleaned) <= max_chars:
         raise InvalidInputError(
@@ -103,4 +152,11 @@ def clean_text(text: str, *, max_chars: int, field: str = "text") -> str:
         raise InvalidInputError(
             f"{field} must not contain control characters", code=f"invalid_{field}"
         )
+    for character in cleaned:
+        if unicodedata.category(character) == "Cf" and ord(character) not in allowed_format:
+            raise InvalidInputError(
+                f"{field} must not contain invisible format characters such as bidi "
+                f"controls or zero-width spaces (found U+{ord(character):04X})",
+                code=f"invalid_{field}",
+            )
     return cleaned

@@ -41,9 +41,7 @@ class Follows:
 
     async def follow(self, actor: str, follower: str, subject: str) -> None:
         require_self(actor, follower)
-        validate_user_id(subject)
-        if subject == follower:
-            raise InvalidInputError("users cannot follow themselves", code="self_follow")
+        _check_subject(follower, subject)
         await self._writes.check(actor)
         await require_user(self._users, subject)
         follows = self._follows
@@ -59,10 +57,11 @@ class Follows:
 
     async def unfollow(self, actor: str, follower: str, subject: str) -> None:
         require_self(actor, follower)
-        validate_user_id(subject)
+        _check_subject(follower, subject)
         await self._writes.check(actor)
         follows = self._follows
         if not await follows.is_following(follower, subject):
+            await require_user(self._users, subject)  # an unknown subject is a 404, as for PUT
             await follows.repair_index(follower, subject)
             return
         requested = now_ticks()
@@ -96,3 +95,10 @@ class Follows:
         if not page.items and continuation is None:
             await require_user(self._users, user_id)
         return pager.page_out(scope, page, to_json)
+
+
+def _check_subject(follower: str, subject: str) -> None:
+    """A valid id, not the follower's own: following or unfollowing oneself is a 400."""
+    validate_user_id(subject)
+    if subject == follower:
+        raise InvalidInputError("users cannot follow or unfollow themselves", code="self_follow")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from timeline.errors import NotFoundError
 from timeline.model.entities import Post
 from timeline.model.keys import (
+    POST_FORMAT_CHARACTERS,
     clean_text,
     new_post_id,
     now_ticks,
@@ -42,7 +43,9 @@ class Posts:
     ) -> Post:
         require_self(actor, author)
         validate_idempotency_key(idempotency_key)
-        cleaned = clean_text(text, max_chars=self._max_post_chars)
+        cleaned = clean_text(
+            text, max_chars=self._max_post_chars, allowed_format=POST_FORMAT_CHARACTERS
+        )
         await self._posting.check(author)
         if idempotency_key is not None:
             earlier = await self._posts.by_key(author, idempotency_key)

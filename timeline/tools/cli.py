@@ -1,5 +1,5 @@
 """``timeline``: the admin command line (init, token, stats, poison, rebalance, regrade,
-run)."""
+claim-ids, run)."""
 
 from __future__ import annotations
 
@@ -12,15 +12,16 @@ from timeline.config import Settings
 from timeline.delivery.regrade import queue_due_regrades
 from timeline.errors import TimelineError
 from timeline.logs import configure_logging
+from timeline.model.entities import PROFILE_ROW_KEY
 from timeline.model.tokens import TokenSigner
 from timeline.storage.accounts import Storage
 from timeline.storage.calls import query_page
-from timeline.storage.names import TABLES
+from timeline.storage.names import TABLES, USERS
 from timeline.storage.queue import FanoutQueues
 from timeline.storage.rebalance import Rebalancer
 from timeline.tables.repositories import Repositories
 from timeline.tables.secret import auth_secret
-from timeline.tables.users import UsersRepository
+from timeline.tables.users import UsersRepository, claim_existing_identities
 from timeline.tools.stack import Stack, init_storage
 
 
@@ -62,14 +63,27 @@ def cmd_stats(settings: Settings, _args: argparse.Namespace) -> None:
     asyncio.run(_with_storage(settings, stats))
 
 
+_COUNTED: dict[str, tuple[str, dict[str, str]]] = {
+    USERS: ("RowKey eq @row", {"row": PROFILE_ROW_KEY}),
+}
+"""Tables whose count is of some rows only: ``users`` counts users (profiles), not the
+identity rows beside them."""
+
+
 async def _count(storage: Storage, account: int, table: str) -> int:
     """Entities in one account's table (a full scan, fine for an admin command)."""
     client = storage.account_table(account, table)
+    query_filter, parameters = _COUNTED.get(table, ("", {}))
     total, continuation = 0, None
     while True:
         async with storage.guard():
             page = await query_page(
-                client, "", {}, select=["RowKey"], limit=1000, continuation=continuation
+                client,
+                query_filter,
+                parameters,
+                select=["RowKey"],
+                limit=1000,
+                continuation=continuation,
             )
         total += len(page.items)
         continuation = page.continuation
@@ -119,6 +133,16 @@ def cmd_regrade(settings: Settings, args: argparse.Namespace) -> None:
     asyncio.run(_with_storage(settings, regrade))
 
 
+def cmd_claim_ids(settings: Settings, _args: argparse.Namespace) -> None:
+    async def claim(storage: Storage) -> None:
+        pairs = [pair async for pair in claim_existing_identities(storage)]
+        for profile, owner in pairs:
+            print(f"look-alike: {profile!r} and {owner!r} (the id {owner!r} owns the fold)")
+        print(f"every profile's id is claimed; {len(pairs)} look-alike profile(s)")
+
+    asyncio.run(_with_storage(settings, claim))
+
+
 def cmd_run(settings: Settings, _args: argparse.Namespace) -> None:
     sys.exit(Stack(settings).run())
 
@@ -132,6 +156,10 @@ def build_parser() -> argparse.ArgumentParser:
     token.set_defaults(func=cmd_token)
     commands.add_parser("stats", help="queue depths and table counts").set_defaults(func=cmd_stats)
     commands.add_parser("run", help="run storage, API and worker").set_defaults(func=cmd_run)
+    commands.add_parser(
+        "claim-ids",
+        help="make every existing user own its id ignoring case (once, after upgrading)",
+    ).set_defaults(func=cmd_claim_ids)
     rebalance = commands.add_parser(
         "rebalance", help="move partitions onto accounts added at the end of the list"
     )
