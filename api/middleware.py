@@ -25,6 +25,7 @@ from timeline.errors import (
     RetryableError,
     StorageUnavailableError,
     TimelineError,
+    UnprocessableError,
     UnsupportedMediaTypeError,
 )
 from timeline.logs import REQUEST_ID
@@ -39,6 +40,7 @@ _STATUS_BY_ERROR: tuple[tuple[type[TimelineError], int], ...] = (
     (PermissionDeniedError, 403),
     (NotFoundError, 404),
     (ConflictError, 409),
+    (UnprocessableError, 422),
     (RateLimitedError, 429),
     (StorageUnavailableError, 503),
     (OverloadedError, 503),
