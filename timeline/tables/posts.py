@@ -126,7 +126,7 @@ class PostsRepository:
             "legacy_end": LEGACY_KEY_ROWS[:-1] + ".",
             "keys": KEY_ROWS,
             "keys_end": KEY_ROWS[:-1] + ".",
-            "now": time.time() if now is None else now,
+            "now": float(time.time() if now is None else now),  # Edm.Double, as stored
         }
         async with self._storage.guard(kind=size_kind("query", SWEEP_ROWS)):
             page = await query_page(
