@@ -141,10 +141,6 @@ class TokenSigner:
             raise AuthenticationError("the bearer token has expired", code="expired_token")
         return Bearer(user_id, int(expires), kid, int(epoch), token_id)
 
-    def bearer_expiry(self, token: str) -> int:
-        """The expiry (Unix seconds) of a token ``verify_bearer`` accepted."""
-        return int(token.split(".")[1])
-
     def encode_continuation(self, scope: str, token: dict[str, str]) -> str:
         """Wrap a storage continuation so clients cannot forge it or reuse it elsewhere."""
         payload = orjson.dumps(token, option=orjson.OPT_SORT_KEYS)

@@ -8,7 +8,6 @@ from timeline.errors import NotFoundError, PermissionDeniedError
 from timeline.model.entities import User
 from timeline.model.idempotency import IdempotencyKeys
 from timeline.model.keys import clean_text, validate_idempotency_key, validate_user_id
-from timeline.model.tokens import Bearer
 from timeline.service.credentials import Credentials
 from timeline.tables.ratelimits import RateLimiter
 from timeline.tables.users import UsersRepository
@@ -34,10 +33,6 @@ class Accounts:
     async def authenticate(self, token: str) -> str:
         """The user id a bearer token acts as, if it is valid and not revoked."""
         return (await self._credentials.authenticate(token)).user_id
-
-    async def bearer(self, token: str) -> Bearer:
-        """The verified, unrevoked token."""
-        return await self._credentials.authenticate(token)
 
     def token_expiry(self, token: str) -> int:
         """When a verified bearer token expires (Unix seconds): a stream ends then."""
