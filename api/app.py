@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from functools import partial
 from typing import Any
 
 from aiohttp import web
@@ -15,14 +16,14 @@ from api.routes import OPERATIONS
 from api.stream import STREAMS_KEY, Streams
 from api.web import add_web_client
 from timeline.config import Settings
-from timeline.model.tokens import TokenSigner
+from timeline.model.tokens import KeyRing, TokenSigner
 from timeline.reads.home import HomeTimeline
 from timeline.service.operations import TimelineService
 from timeline.storage.accounts import Storage
 from timeline.storage.queue import FanoutQueues
 from timeline.tables.ratelimits import RateLimits
 from timeline.tables.repositories import Repositories
-from timeline.tables.secret import wait_for_auth_secret
+from timeline.tables.secret import load_key_ring, wait_for_key_ring
 
 API_VERSION = "1.0.0"
 
@@ -58,17 +59,17 @@ def create_app(settings: Settings, connection_string: str) -> web.Application:
     async def storage_ctx(app: web.Application) -> AsyncIterator[None]:
         async with Storage(connection_string, settings.storage_options()) as storage:
             app[STORAGE_KEY] = storage
-            secret = await wait_for_auth_secret(
+            ring = await wait_for_key_ring(
                 storage, settings.auth_secret, settings.legacy_secret_file
             )
-            app[SERVICE_KEY] = _build_service(settings, storage, secret)
+            app[SERVICE_KEY] = _build_service(settings, storage, ring)
             yield
 
     app.cleanup_ctx.append(storage_ctx)
     return app
 
 
-def _build_service(settings: Settings, storage: Storage, secret: bytes) -> TimelineService:
+def _build_service(settings: Settings, storage: Storage, ring: KeyRing) -> TimelineService:
     limits = RateLimits.per_minute(
         storage,
         posts=settings.posts_per_minute,
@@ -78,10 +79,15 @@ def _build_service(settings: Settings, storage: Storage, secret: bytes) -> Timel
     return TimelineService(
         Repositories.on(storage),
         FanoutQueues(storage),
-        TokenSigner(secret, token_ttl_s=settings.token_ttl_s),
+        TokenSigner(ring, token_ttl_s=settings.token_ttl_s),
         page_size=settings.page_size,
         max_post_chars=settings.max_post_chars,
         limits=limits,
         home=HomeTimeline(storage, max_merged=settings.max_merged_authors),
         timeline_cap=settings.max_timeline_items,
+        credentials_cache_s=settings.credentials_cache_s,
+        load_ring=partial(
+            load_key_ring, storage, settings.auth_secret, settings.legacy_secret_file
+        ),
+        idempotency_window_s=settings.idempotency_window_s,
     )

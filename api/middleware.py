@@ -26,6 +26,7 @@ from timeline.errors import (
     RetryableError,
     StorageUnavailableError,
     TimelineError,
+    UnprocessableError,
     UnsupportedMediaTypeError,
 )
 from timeline.logs import REQUEST_ID
@@ -41,6 +42,7 @@ _STATUS_BY_ERROR: tuple[tuple[type[TimelineError], int], ...] = (
     (NotFoundError, 404),
     (ConflictError, 409),
     (RequestTimeoutError, 408),
+    (UnprocessableError, 422),
     (RateLimitedError, 429),
     (StorageUnavailableError, 503),
     (OverloadedError, 503),

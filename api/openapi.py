@@ -41,6 +41,7 @@ _STATUS_TEXT = {
     409: "conflict with existing state",
     413: "request body too large",
     415: "request body is not JSON",
+    422: "the Idempotency-Key was used for a different request within its window",
     429: "rate limited, or (a stream) too many streams of this user (see Retry-After)",
     503: "storage unavailable, or (a stream) too many streams in this process (see Retry-After)",
 }
@@ -146,8 +147,9 @@ def _parameters(operation: Operation, page_size: int) -> list[dict[str, Any]]:
                 "name": "Idempotency-Key",
                 "in": "header",
                 "required": False,
-                "description": "any unique string (a UUID): a retry with the same key returns "
-                "the first result and changes nothing",
+                "description": "any unique string (a UUID): a retry of the same request with "
+                "the same key within 24 hours returns the first result and changes nothing; "
+                "the key with a different request is a 422",
                 "schema": {"type": "string", "pattern": IDEMPOTENCY_KEY_PATTERN},
             }
         )

@@ -12,6 +12,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ValidationError
 
 from api import schemas, stream
+from api.clients import client_address
 from api.docs import docs_page
 from api.keys import OPENAPI_KEY, SERVICE_KEY, SETTINGS_KEY, STORAGE_KEY
 from api.openapi import Operation
@@ -37,9 +38,16 @@ def _service(request: web.Request) -> TimelineService:
     return request.app[SERVICE_KEY]
 
 
-def _actor(request: web.Request) -> str:
-    """The user the bearer token acts as; verified by signature alone, no storage read."""
-    return _service(request).accounts.authenticate(_bearer(request))
+async def _actor(request: web.Request) -> str:
+    """The user the bearer token acts as: signature, expiry and revocations checked
+    (``timeline.service.credentials``)."""
+    return await _service(request).accounts.authenticate(_bearer(request))
+
+
+def _client(request: web.Request) -> str:
+    """The client's address, through the trusted proxies (``api.clients``)."""
+    settings = request.app[SETTINGS_KEY]
+    return client_address(request, settings.trusted_proxies, settings.trusted_proxy_header)
 
 
 def _bearer(request: web.Request) -> str:
@@ -144,7 +152,7 @@ async def register(request: web.Request) -> web.Response:
     user, token = await _service(request).accounts.register(
         body.user_id,
         body.display_name,
-        client=request.remote or "unknown",
+        client=_client(request),
         idempotency_key=_idempotency_key(request),
     )
     return json_response(
@@ -160,7 +168,7 @@ async def get_user(request: web.Request) -> web.Response:
 
 
 async def create_post(request: web.Request) -> web.Response:
-    actor = _actor(request)
+    actor = await _actor(request)
     body = await _body(request, schemas.PostRequest)
     author = request.match_info["user_id"]
     post = await _service(request).posts.create(
@@ -187,21 +195,21 @@ async def get_post(request: web.Request) -> web.Response:
 
 async def delete_post(request: web.Request) -> web.Response:
     await _service(request).posts.delete(
-        _actor(request), request.match_info["user_id"], request.match_info["post_id"]
+        await _actor(request), request.match_info["user_id"], request.match_info["post_id"]
     )
     return web.Response(status=204)
 
 
 async def follow(request: web.Request) -> web.Response:
     await _service(request).follows.follow(
-        _actor(request), request.match_info["user_id"], request.match_info["target"]
+        await _actor(request), request.match_info["user_id"], request.match_info["target"]
     )
     return web.Response(status=204)
 
 
 async def unfollow(request: web.Request) -> web.Response:
     await _service(request).follows.unfollow(
-        _actor(request), request.match_info["user_id"], request.match_info["target"]
+        await _actor(request), request.match_info["user_id"], request.match_info["target"]
     )
     return web.Response(status=204)
 
@@ -221,12 +229,24 @@ async def list_following(request: web.Request) -> web.Response:
 
 
 async def home_timeline(request: web.Request) -> web.Response:
-    actor = _actor(request)
+    actor = await _actor(request)
     page = await _service(request).timelines.home(
         actor, request.match_info["user_id"], _limit(request), _continuation(request),
         _since(request),
     )  # fmt: skip
     return _post_page(page)
+
+
+async def revoke_token(request: web.Request) -> web.Response:
+    await _service(request).accounts.revoke_token(_bearer(request), request.match_info["user_id"])
+    return web.Response(status=204)
+
+
+async def revoke_all_tokens(request: web.Request) -> web.Response:
+    await _service(request).accounts.revoke_all(
+        await _actor(request), request.match_info["user_id"]
+    )
+    return web.Response(status=204)
 
 
 async def timeline_stream(request: web.Request) -> web.StreamResponse:
@@ -259,13 +279,20 @@ async def openapi(request: web.Request) -> web.Response:
 
 OPERATIONS = [
     Operation("POST", "/users", register, "Register a user", status=201,
-              request=schemas.RegisterRequest, response=schemas.Registered, errors=(409, 429),
+              request=schemas.RegisterRequest, response=schemas.Registered, errors=(409, 422, 429),
               headers={"Location": "the new user's profile"}, idempotent=True),
     Operation("GET", "/users/{user_id}", get_user, "A user's profile with counts",
               response=schemas.Profile, errors=(404,)),
     Operation("POST", "/users/{user_id}/posts", create_post, "Publish a post", status=202,
-              request=schemas.PostRequest, response=schemas.PostOut, auth=True, errors=(409, 429),
+              request=schemas.PostRequest, response=schemas.PostOut, auth=True,
+              errors=(409, 422, 429),
               headers={"Location": "the new post"}, idempotent=True),
+    Operation("DELETE", "/users/{user_id}/tokens/current", revoke_token,
+              "Sign out: revoke the token this request presents (every API process refuses "
+              "it within TIMELINE_CREDENTIALS_CACHE_S)", status=204, auth=True),
+    Operation("DELETE", "/users/{user_id}/tokens", revoke_all_tokens,
+              "Sign out everywhere: revoke every token of the user minted so far", status=204,
+              auth=True, errors=(404,)),
     Operation("GET", "/users/{user_id}/posts", list_posts, "A user's own posts, newest first",
               response=schemas.PostPage, paged=True, since=True, errors=(404,)),
     Operation("GET", "/users/{user_id}/posts/{post_id}", get_post, "One post",

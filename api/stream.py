@@ -79,7 +79,7 @@ async def serve(
     """Check everything before the 200, then send entries as they land, until the token
     expires, the client leaves or the process stops."""
     streams = request.app[STREAMS_KEY]
-    actor = service.accounts.authenticate(token)
+    actor = await service.accounts.authenticate(token)
     resume = request.headers.get("Last-Event-ID")
     since, name = (resume, "Last-Event-ID") if resume else (request.query.get("since"), "since")
     with streams.slot(actor):

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, IPvAnyNetwork, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from timeline.delivery.settings import Hybrid, Timing
 from timeline.errors import ConfigurationError
@@ -76,6 +77,15 @@ class Settings(BaseSettings):
     """How far below its newest event a stream re-reads, for entries that land late."""
     stream_heartbeat_s: float = Field(default=15.0, ge=1, le=300)
     token_ttl_s: int = Field(default=30 * 24 * 3600, ge=60)
+    credentials_cache_s: float = Field(default=5.0, gt=0, le=300)
+    """How long an API process trusts its read of a user's revocations and of the key ring:
+    the bound within which every process honours a revocation or a retired key."""
+    idempotency_window_s: int = Field(default=24 * 3600, ge=1)
+    """How long an Idempotency-Key stays bound to its first request."""
+    trusted_proxies: Annotated[tuple[IPvAnyNetwork, ...], NoDecode] = ()
+    """Peers (CIDRs, comma-separated) whose forwarded client address is believed."""
+    trusted_proxy_header: Literal["X-Forwarded-For", "Forwarded"] = "X-Forwarded-For"
+    """The header the trusted proxies append the client's address to."""
     max_body_bytes: int = Field(default=16 * 1024, ge=1024, le=1024 * 1024)
     header_timeout_s: float = Field(default=10.0, gt=0)
     """From a request's first byte to the end of its headers (408 and closed beyond)."""
@@ -129,6 +139,14 @@ class Settings(BaseSettings):
         """Accept ``blob,queue,table`` as one comma-separated string."""
         if isinstance(value, str):
             return tuple(part.strip() for part in value.split(","))
+        return value
+
+    @field_validator("trusted_proxies", mode="before")
+    @classmethod
+    def _split_networks(cls, value: object) -> object:
+        """Accept ``10.0.0.0/8, 192.0.2.7`` (comma- or space-separated CIDRs)."""
+        if isinstance(value, str):
+            return tuple(part for part in value.replace(",", " ").split() if part)
         return value
 
     @field_validator("worker_shards", mode="before")

@@ -69,6 +69,12 @@ class ConflictError(TimelineError):
     code = "conflict"
 
 
+class UnprocessableError(TimelineError):
+    """Well-formed, but refused as a whole: an idempotency key reused for another request."""
+
+    code = "unprocessable"
+
+
 class RetryableError(TimelineError):
     """A condition that clears by itself; ``retry_after`` says when to try again."""
 

@@ -725,7 +725,7 @@
     });
 
     $("token-value").addEventListener("input", () => {
-      // a token starts with its user id ("<user>.<expiry>.<signature>")
+      // a token starts with its user id ("<user>.<expiry>.<key id>.<epoch>.<id>.<signature>")
       const token = $("token-value").value.trim();
       const guess = token.split(".")[0];
       if (token.includes(".") && /^[A-Za-z0-9_-]{1,64}$/.test(guess)) $("token-user-id").value = guess;
@@ -758,10 +758,19 @@
       });
     });
 
-    $("sign-out").addEventListener("click", () => {
+    $("sign-out").addEventListener("click", async () => {
+      // revoke the token, so a copy left behind (another tab, a log) stops working too;
+      // signed out here whatever the answer (an already invalid token cannot be revoked)
+      const ending = session;
       saveSession(null);
       showSignedOut();
-      showMessage("account-message", "Signed out.", "ok");
+      try {
+        await api("DELETE", userPath(ending.user_id, "tokens", "current"), { token: ending.token });
+        showMessage("account-message", "Signed out; the token is revoked.", "ok");
+      } catch (error) {
+        if (error.status === 401) showMessage("account-message", "Signed out.", "ok");
+        else showError("account-message", error);
+      }
     });
 
     $("toggle-token").addEventListener("click", () => {

@@ -358,25 +358,32 @@ def test_bad_input_shows_the_api_error_and_tokens_sign_in_and_out(
     dave.wait(lambda: dave.visible("register-form"), what="the signed-out view")
     dave.reload()
     assert dave.signed_in_as() is None  # signing out forgot the token
+    status, answer = request_json("GET", f"{stack}/users/{dave_id}/timeline", token=token)
+    assert (status, answer["error"]["code"]) == (401, "revoked_token")  # ... and revoked it
 
     dave.hide("account-message")
     dave.fill("register-user-id", dave_id)
     dave.click("register-submit")
     _shows_the_api_error(dave, "account-message", "POST", "/users", {"user_id": dave_id})
 
-    forged = f"{dave_id}.9999999999.{'A' * 43}"
-    dave.hide("account-message")
-    dave.fill("token-value", forged)
-    assert dave.element("token-user-id").get_attribute("value") == dave_id
+    erin_id = unique("erin")
+    status, erin = request_json("POST", f"{stack}/users", {"user_id": erin_id})
+    assert status == 201, erin
+    forged = f"{erin_id}.9999999999.{'A' * 43}"
+    for user, refused in ((erin_id, forged), (dave_id, token)):  # forged; revoked (Dave's)
+        dave.hide("account-message")
+        dave.fill("token-value", refused)
+        assert dave.element("token-user-id").get_attribute("value") == user
+        dave.click("token-submit")
+        _shows_the_api_error(
+            dave, "account-message", "GET", f"/users/{user}/timeline?limit=1", None, refused
+        )
+    dave.fill("token-value", erin["token"])
+    assert dave.element("token-user-id").get_attribute("value") == erin_id
     dave.click("token-submit")
-    _shows_the_api_error(
-        dave, "account-message", "GET", f"/users/{dave_id}/timeline?limit=1", None, forged
-    )
-    dave.fill("token-value", token)
-    dave.click("token-submit")
-    dave.wait(lambda: dave.signed_in_as() == dave_id, what="signed in with the token")
+    dave.wait(lambda: dave.signed_in_as() == erin_id, what="signed in with the token")
     dave.reload()
-    assert dave.signed_in_as() == dave_id
+    assert dave.signed_in_as() == erin_id
     assert dave.script_errors() == []
     assert server_errors(stack) == 0
 

@@ -38,21 +38,32 @@ class Stack:
     logs: list[Path]
     secret: str
     issued_tokens: list[str] = field(default_factory=list)
+    idempotency_keys: list[str] = field(default_factory=list)
 
     @property
     def client(self) -> Api:
         return Api(self.session)
 
     async def register(self, user_id: str) -> str:
-        token = await self.client.register(user_id)
+        """Register with an Idempotency-Key: clients treat keys as loggable, the service
+        does not (they are searched for like the secrets)."""
+        key = unique("idempotency-key")
+        self.idempotency_keys.append(key)
+        headers = {"Idempotency-Key": key}
+        async with self.session.post(
+            "/users", json={"user_id": user_id}, headers=headers
+        ) as answer:
+            assert answer.status == 201, await answer.text()
+            token = str((await answer.json())["token"])
         self.issued_tokens.append(token)
         return token
 
     def secrets(self) -> list[str]:
-        """What must never be logged or sent back: keys, and tokens (whole or signature)."""
+        """What must never be logged or sent back: keys, tokens (whole or signature) and
+        idempotency keys."""
         account_key = self.azurite.connection_string.split("AccountKey=")[1].split(";")[0]
         signatures = [token.rsplit(".", 1)[1] for token in self.issued_tokens]
-        return [self.secret, account_key, *self.issued_tokens, *signatures]
+        return [self.secret, account_key, *self.issued_tokens, *signatures, *self.idempotency_keys]
 
     def assert_no_secret_in(self, text: str, where: str) -> None:
         for secret in self.secrets():
@@ -208,12 +219,14 @@ async def test_credentials_are_never_echoed(stack: Stack) -> None:
     token = await stack.register(user)
     other_token = await stack.register(other)
     await stack.client.post(user, token, "a post, so the worker logs something too")
-    user_id, expires, signature = token.split(".")
+    user_id, expires, rest = token.split(".", 2)
+    signature = token.rsplit(".", 1)[1]
     presented = [
         other_token,
-        f"{user_id}.{expires}.{signature[:-2]}AA",
-        f"{user_id}.{int(expires) + 3600}.{signature}",
-        f"{user_id}.1.{signature}",
+        f"{token[:-2]}AA",
+        f"{user_id}.{int(expires) + 3600}.{rest}",
+        f"{user_id}.1.{rest}",
+        f"{user_id}.{expires}.{signature}",  # the old form, with this signature
         f"{token}x",
         token.swapcase(),
         "a" * 5000,

@@ -1,4 +1,5 @@
-"""HMAC-signed tokens: bearer tokens bound to a user, and opaque continuation tokens."""
+"""HMAC-signed tokens: bearer tokens bound to a user (signed with a key ring, so the signing
+key can be rotated), and opaque continuation tokens and positions."""
 
 from __future__ import annotations
 
@@ -6,8 +7,11 @@ import base64
 import binascii
 import hashlib
 import hmac
+import os
 import re
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 import orjson
 
@@ -25,8 +29,49 @@ the last row key served, ``m`` the merged authors, ``u`` the row key a newer-tha
 at (``timeline.service.timelines``)."""
 POSITION_KEY = re.compile(r"[0-9]{19}_[0-9a-f]{26}\Z")
 """A position is a post's row key: ``{reversed_ticks:019d}_{post_id}``."""
-_BEARER = re.compile(USER_ID_PATTERN.removesuffix("$") + r"\.[0-9]{1,19}\.[A-Za-z0-9_-]{43}\Z")
-"""The shape ``mint_bearer`` produces: user id, expiry in seconds, base64url HMAC-SHA256."""
+_BEARER = re.compile(
+    USER_ID_PATTERN.removesuffix("$")
+    + r"\.[0-9]{1,19}\.[1-9][0-9]{0,8}\.[0-9]{1,9}\.[A-Za-z0-9_-]{11}\.[A-Za-z0-9_-]{43}\Z"
+)
+"""The shape ``mint_bearer`` produces: ``{user}.{expiry}.{key id}.{epoch}.{token id}.{mac}``."""
+_LEGACY_BEARER = re.compile(
+    USER_ID_PATTERN.removesuffix("$") + r"\.[0-9]{1,19}\.[A-Za-z0-9_-]{43}\Z"
+)
+"""Tokens from before key ids: ``{user}.{expiry}.{mac}``, signed with key ``1``, epoch 0."""
+LEGACY_KEY_ID = "1"
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRing:
+    """The bearer-token keys a process accepts (by key id), the one it signs new tokens
+    with, and the data key: the one secret continuations, positions and idempotency digests
+    are signed with, never rotated (they are short-lived integrity tags, not credentials)."""
+
+    keys: Mapping[str, bytes]
+    current: str
+    data_key: bytes
+
+    @classmethod
+    def single(cls, secret: bytes) -> KeyRing:
+        """One key (``1``) that is also the data key: a configured ``TIMELINE_AUTH_SECRET``."""
+        return cls({LEGACY_KEY_ID: secret}, LEGACY_KEY_ID, secret)
+
+
+@dataclass(frozen=True, slots=True)
+class Bearer:
+    """A verified bearer token: whom it acts as and what revoking it needs."""
+
+    user_id: str
+    expires: int
+    key_id: str
+    epoch: int
+    """The user's token epoch when it was minted: revoking all tokens raises the epoch."""
+    token_id: str
+    """Names this token alone, for revoking it."""
+
+
+class UnknownKeyError(AuthenticationError):
+    """A well-formed token signed with a key id this process does not know (yet)."""
 
 
 def _b64encode(raw: bytes) -> str:
@@ -37,42 +82,64 @@ def _b64decode(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
-class TokenSigner:
-    """Mints and checks every signed token with one secret and a purpose label per kind."""
+def _mac(key: bytes, purpose: bytes, payload: bytes) -> bytes:
+    return hmac.new(key, purpose + b"\x00" + payload, hashlib.sha256).digest()
 
-    def __init__(self, secret: bytes, *, token_ttl_s: int) -> None:
-        self._secret = secret
+
+class TokenSigner:
+    """Mints and checks every signed token: bearer tokens with the key ring, the rest with
+    its data key, with a purpose label per kind."""
+
+    def __init__(self, secret: bytes | KeyRing, *, token_ttl_s: int) -> None:
+        self.ring = secret if isinstance(secret, KeyRing) else KeyRing.single(secret)
         self._token_ttl_s = token_ttl_s
 
-    def _sign(self, purpose: bytes, payload: bytes) -> bytes:
-        return hmac.new(self._secret, purpose + b"\x00" + payload, hashlib.sha256).digest()
+    def use(self, ring: KeyRing) -> None:
+        """Take a reloaded key ring; its data key is the one this signer had."""
+        if not hmac.compare_digest(ring.data_key, self.ring.data_key):
+            raise ValueError("a key ring's data key never changes")
+        self.ring = ring
 
-    def mint_bearer(self, user_id: str, *, now: float | None = None) -> str:
-        """``{user_id}.{expiry}.{signature}``; user ids never contain a dot."""
+    def _sign(self, purpose: bytes, payload: bytes) -> bytes:
+        return _mac(self.ring.data_key, purpose, payload)
+
+    def mint_bearer(self, user_id: str, *, epoch: int = 0, now: float | None = None) -> str:
+        """``{user}.{expiry}.{key id}.{epoch}.{token id}.{mac}``; user ids never hold a dot."""
         expires = int(now if now is not None else time.time()) + self._token_ttl_s
-        body = f"{validate_user_id(user_id)}.{expires}"
-        return f"{body}.{_b64encode(self._sign(b'bearer', body.encode()))}"
+        kid = self.ring.current
+        body = f"{validate_user_id(user_id)}.{expires}.{kid}.{epoch}.{_b64encode(os.urandom(8))}"
+        return f"{body}.{_b64encode(_mac(self.ring.keys[kid], b'bearer', body.encode()))}"
 
     def verify_bearer(self, token: str, *, now: float | None = None) -> str:
-        """Return the token's user id, or raise ``AuthenticationError`` and nothing else.
+        """Return the token's user id, or raise ``AuthenticationError`` and nothing else."""
+        return self.verify(token, now=now).user_id
+
+    def verify(self, token: str, *, now: float | None = None) -> Bearer:
+        """The verified token, or raise ``AuthenticationError`` (``UnknownKeyError`` for a
+        key id not in the ring: retired, or newer than this process's ring).
 
         The shape is checked before anything is parsed or encoded: a header aiohttp decoded
         with surrogate escapes (non-UTF-8 bytes) must be a 401, not a ``UnicodeEncodeError``.
         """
         invalid = AuthenticationError("the bearer token is not valid", code="invalid_token")
-        if not _BEARER.match(token):
+        if _BEARER.match(token):
+            body, _, signature = token.rpartition(".")
+            user_id, expires, kid, epoch, token_id = body.split(".")
+        elif _LEGACY_BEARER.match(token):
+            body, _, signature = token.rpartition(".")
+            user_id, expires = body.split(".")
+            kid, epoch, token_id = LEGACY_KEY_ID, "0", signature[:11]
+        else:
             raise invalid
-        user_id, expires, signature = token.split(".")
-        expected = _b64encode(self._sign(b"bearer", f"{user_id}.{expires}".encode("ascii")))
+        key = self.ring.keys.get(kid)
+        if key is None:
+            raise UnknownKeyError("the bearer token's key is not valid", code="invalid_token")
+        expected = _b64encode(_mac(key, b"bearer", body.encode("ascii")))
         if not hmac.compare_digest(signature.encode("ascii"), expected.encode("ascii")):
             raise invalid
         if int(expires) <= (now if now is not None else time.time()):
             raise AuthenticationError("the bearer token has expired", code="expired_token")
-        return user_id
-
-    def bearer_expiry(self, token: str) -> int:
-        """The expiry (Unix seconds) of a token ``verify_bearer`` accepted."""
-        return int(token.split(".")[1])
+        return Bearer(user_id, int(expires), kid, int(epoch), token_id)
 
     def encode_continuation(self, scope: str, token: dict[str, str]) -> str:
         """Wrap a storage continuation so clients cannot forge it or reuse it elsewhere."""

@@ -6,8 +6,9 @@ from datetime import UTC, datetime
 
 from timeline.errors import NotFoundError, PermissionDeniedError
 from timeline.model.entities import User
+from timeline.model.idempotency import IdempotencyKeys
 from timeline.model.keys import clean_text, validate_idempotency_key, validate_user_id
-from timeline.model.tokens import TokenSigner
+from timeline.service.credentials import Credentials
 from timeline.tables.ratelimits import RateLimiter
 from timeline.tables.users import UsersRepository
 
@@ -15,27 +16,34 @@ MAX_DISPLAY_NAME_CHARS = 64
 
 
 class Accounts:
-    """Registers users and mints their bearer tokens; verifying one reads no storage."""
+    """Registers users, mints their bearer tokens and checks and revokes them."""
 
     def __init__(
-        self, users: UsersRepository, signer: TokenSigner, registrations: RateLimiter
+        self,
+        users: UsersRepository,
+        credentials: Credentials,
+        registrations: RateLimiter,
+        keys: IdempotencyKeys,
     ) -> None:
         self._users = users
-        self._signer = signer
+        self._credentials = credentials
         self._registrations = registrations
+        self._keys = keys
 
-    def authenticate(self, token: str) -> str:
-        """The user id a bearer token acts as (no storage read)."""
-        return self._signer.verify_bearer(token)
+    async def authenticate(self, token: str) -> str:
+        """The user id a bearer token acts as, if it is valid and not revoked."""
+        return (await self._credentials.authenticate(token)).user_id
 
     def token_expiry(self, token: str) -> int:
         """When a verified bearer token expires (Unix seconds): a stream ends then."""
-        return self._signer.bearer_expiry(token)
+        return int(token.split(".")[1])
 
     async def register(
         self, user_id: str, display_name: str | None, *, client: str, idempotency_key: str | None
     ) -> tuple[User, str]:
-        """Create the user; a retry with the first request's idempotency key gets a token too."""
+        """Create the user. A replay of the first request (same key, same body, same client
+        address, within the key's window, and no revocation since) gets a fresh token; any
+        other request for a taken id is a 409, and a key reused for another body a 422."""
         validate_user_id(user_id)
         validate_idempotency_key(idempotency_key)
         name = (
@@ -44,10 +52,25 @@ class Accounts:
             else clean_text(display_name, max_chars=MAX_DISPLAY_NAME_CHARS, field="display_name")
         )
         await self._registrations.check(client)
+        record = None
+        if idempotency_key is not None:
+            request = [user_id, "" if display_name is None else name]
+            record = self._keys.record(idempotency_key, request, client=client)
         user = User(user_id=user_id, display_name=name, created_at=datetime.now(UTC))
-        if not await self._users.create(user, idempotency_key):
+        if not await self._users.create(user, record):
             user = await self.profile(user_id)
-        return user, self._signer.mint_bearer(user_id)
+        return user, await self._credentials.mint(user_id)
+
+    async def revoke_token(self, token: str, user_id: str) -> None:
+        """Sign out: revoke the presented token (it must act as ``user_id``)."""
+        bearer = await self._credentials.authenticate(token)
+        require_self(bearer.user_id, user_id)
+        await self._credentials.revoke(bearer)
+
+    async def revoke_all(self, actor: str, user_id: str) -> None:
+        """Sign out everywhere: revoke every token of ``user_id`` minted so far."""
+        require_self(actor, user_id)
+        await self._credentials.revoke_all(user_id)
 
     async def profile(self, user_id: str) -> User:
         user = await self._users.get(validate_user_id(user_id))

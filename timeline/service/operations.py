@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from timeline.model.idempotency import DEFAULT_WINDOW_S, IdempotencyKeys
 from timeline.model.tokens import TokenSigner
 from timeline.reads.home import HomeTimeline
 from timeline.service.accounts import Accounts
+from timeline.service.credentials import Credentials, RingLoader
 from timeline.service.follows import Follows
 from timeline.service.paging import Pager
 from timeline.service.posts import Posts
@@ -32,15 +34,23 @@ class TimelineService:
         limits: RateLimits,
         home: HomeTimeline,
         timeline_cap: int = 0,
+        credentials_cache_s: float = 5.0,
+        load_ring: RingLoader | None = None,
+        idempotency_window_s: float = DEFAULT_WINDOW_S,
     ) -> None:
         users, pager = repositories.users, Pager(signer, page_size)
-        self.accounts = Accounts(users, signer, limits.registrations)
+        keys = IdempotencyKeys(signer.ring.data_key, idempotency_window_s)
+        credentials = Credentials(
+            signer, repositories.credentials, cache_s=credentials_cache_s, load_ring=load_ring
+        )
+        self.accounts = Accounts(users, credentials, limits.registrations, keys)
         self.posts = Posts(
             repositories.posts,
             queue,
             max_post_chars=max_post_chars,
             posting=limits.posts,
             writes=limits.writes,
+            keys=keys,
         )
         self.follows = Follows(users, repositories.follows, queue, pager, writes=limits.writes)
         self.timelines = Timelines(

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
-from timeline.errors import NotFoundError
+import logging
+import secrets
+
+from azure.core.exceptions import HttpResponseError
+
+from timeline.errors import NotFoundError, StorageUnavailableError
 from timeline.model.entities import Post
+from timeline.model.idempotency import IdempotencyKeys
 from timeline.model.keys import (
     POST_FORMAT_CHARACTERS,
     clean_text,
@@ -19,6 +25,11 @@ from timeline.storage.queue import MessageSender
 from timeline.tables.posts import PostsRepository
 from timeline.tables.ratelimits import RateLimiter
 
+log = logging.getLogger(__name__)
+
+SWEEP_ONE_IN = 16
+"""One post with an Idempotency-Key in this many sweeps its author's expired key rows."""
+
 
 class Posts:
     """Each write queues its message before it changes ``posts`` (``TimelineService`` says why)."""
@@ -31,8 +42,10 @@ class Posts:
         max_post_chars: int,
         posting: RateLimiter,
         writes: RateLimiter,
+        keys: IdempotencyKeys,
     ) -> None:
         self._posts = posts
+        self._keys = keys
         self._queue = queue
         self._max_post_chars = max_post_chars
         self._posting = posting
@@ -47,13 +60,26 @@ class Posts:
             text, max_chars=self._max_post_chars, allowed_format=POST_FORMAT_CHARACTERS
         )
         await self._posting.check(author)
+        record = None
         if idempotency_key is not None:
-            earlier = await self._posts.by_key(author, idempotency_key)
+            record = self._keys.record(idempotency_key, [author, cleaned])
+            earlier = await self._posts.by_key(author, record)
             if earlier is not None:
                 return earlier
         post = Post(post_id=new_post_id(now_ticks()), author=author, text=cleaned)
         await self._queue.send(PostCreated(author=author, post_id=post.post_id))
-        return await self._posts.add(post, idempotency_key)
+        stored = await self._posts.add(post, record)
+        if record is not None and secrets.randbelow(SWEEP_ONE_IN) == 0:
+            await self._sweep_keys(author)
+        return stored
+
+    async def _sweep_keys(self, author: str) -> None:
+        """Remove some of the author's expired key rows: best effort, never the post's
+        failure (the next sweep takes what this one leaves)."""
+        try:
+            await self._posts.sweep_keys(author)
+        except (StorageUnavailableError, HttpResponseError) as error:
+            log.warning("sweeping expired idempotency keys failed: %s", error)
 
     async def get(self, author: str, post_id: str) -> Post:
         validate_user_id(author)

@@ -1,18 +1,28 @@
 """The ``posts`` table: the source of truth for posts, one partition per author, with the
-author's post count and the rows that remember each idempotency key's post."""
+author's post count and the rows that remember each idempotency key's post for its window
+(``timeline.model.idempotency``)."""
 
 from __future__ import annotations
 
-import hashlib
+import time
+from contextlib import suppress
 from typing import Any
 
+from azure.core.exceptions import ResourceModifiedError, ResourceNotFoundError
 from azure.data.tables import TableEntity, TableTransactionError
 
 from timeline.errors import ConflictError, StorageUnavailableError
 from timeline.model.entities import POST_SELECT, Page, Post
+from timeline.model.idempotency import IdempotencyRecord
 from timeline.model.keys import post_row_key
 from timeline.storage.accounts import Storage
-from timeline.storage.calls import TransactionOperation, failed_index, query_page
+from timeline.storage.calls import (
+    TransactionOperation,
+    failed_index,
+    query_page,
+    size_kind,
+    transact,
+)
 from timeline.storage.counters import transact_counted
 from timeline.storage.names import POSTS
 from timeline.tables.rows import (
@@ -26,10 +36,17 @@ from timeline.tables.rows import (
     partition_page,
 )
 
-
-def key_digest(idempotency_key: str) -> str:
-    """What is stored of a client's idempotency key: its SHA-256, never the key itself."""
-    return hashlib.sha256(idempotency_key.encode()).hexdigest()
+KEY_ROWS = f"{META}idem-"
+"""An idempotency key's row: ``~idem-{HMAC of the key}``, its post and its record."""
+LEGACY_KEY_ROWS = f"{META}key-"
+"""Rows of keys from before records (an unsalted SHA-256, no expiry): swept, never read."""
+SWEEP_ROWS = 100
+"""Expired key rows one sweep removes (one query and one batch)."""
+_SWEPT = (
+    "(RowKey ge @legacy and RowKey lt @legacy_end )"
+    " or (RowKey ge @keys and RowKey lt @keys_end and idem_expires lt @now )"
+)
+"""(The SDK substitutes a parameter only when a space follows it, hence ``@now )``.)"""
 
 
 class PostsRepository:
@@ -41,21 +58,23 @@ class PostsRepository:
     def __init__(self, storage: Storage) -> None:
         self._storage = storage
 
-    async def add(self, post: Post, idempotency_key: str | None = None) -> Post:
-        """Store the post and count it, atomically; with a key already used, the earlier post."""
+    async def add(self, post: Post, record: IdempotencyRecord | None = None) -> Post:
+        """Store the post and count it, atomically, with its idempotency key's row; a
+        concurrent first use of the key gets that request's post (or a 422 for another
+        request)."""
         rows: list[TransactionOperation] = [("create", post.to_entity(post.author))]
-        if idempotency_key is not None:
-            rows.append(("create", self._key_row(post.author, idempotency_key, post.post_id)))
+        if record is not None:
+            rows.append(("create", self._key_row(post.author, record, post.post_id)))
         try:
             await transact_counted(self._storage, POSTS, post.author, rows, +1)
         except TableTransactionError as error:
-            if idempotency_key is not None and failed_index(error, 409) == 1:
-                earlier = await self.by_key(post.author, idempotency_key)
+            if record is not None and failed_index(error, 409) == 1:
+                earlier = await self.by_key(post.author, record)
                 if earlier is not None:
                     return earlier
-                raise ConflictError(
-                    "this Idempotency-Key was used for a post that has since been deleted",
-                    code="idempotency_key_reused",
+                raise StorageUnavailableError(
+                    "this Idempotency-Key is being used by another request; try again",
+                    retry_after=1,
                 ) from None
             if failed_index(error, 409) == 0:
                 raise StorageUnavailableError(
@@ -64,14 +83,70 @@ class PostsRepository:
             raise
         return post
 
-    def _key_row(self, author: str, key: str, post_id: str) -> dict[str, Any]:
-        return {"PartitionKey": author, "RowKey": f"{META}key-{key_digest(key)}", "post": post_id}
+    def _key_row(self, author: str, record: IdempotencyRecord, post_id: str) -> dict[str, Any]:
+        row_key = f"{KEY_ROWS}{record.key}"
+        return {"PartitionKey": author, "RowKey": row_key, "post": post_id, **record.fields()}
 
-    async def by_key(self, author: str, idempotency_key: str) -> Post | None:
-        """The post an earlier request with this idempotency key created, if it still exists."""
-        row_key = f"{META}key-{key_digest(idempotency_key)}"
+    async def by_key(self, author: str, record: IdempotencyRecord) -> Post | None:
+        """The post the first request with this record's key created, while the key is live.
+
+        None when the key is unused or its record has expired (the expired row is removed
+        then, so the key is free again); 422 when it is live for a different request; 409
+        when its post has since been deleted."""
+        row_key = f"{KEY_ROWS}{record.key}"
         entity = await get_entity(self._storage, POSTS, author, row_key)
-        return None if entity is None else await self.get(author, str(entity["post"]))
+        if entity is None:
+            return None
+        if not record.replays(entity):
+            await self._remove(author, entity)
+            return None
+        post = await self.get(author, str(entity["post"]))
+        if post is None:
+            raise ConflictError(
+                "this Idempotency-Key was used for a post that has since been deleted",
+                code="idempotency_key_reused",
+            )
+        return post
+
+    async def _remove(self, author: str, entity: TableEntity) -> None:
+        """Delete an expired key row unless it changed since read (a new use of the key)."""
+        async with self._storage.guard(kind="write-1"):
+            with suppress(ResourceNotFoundError, ResourceModifiedError):
+                await self._storage.table(POSTS, author).delete_entity(
+                    author, entity["RowKey"], **if_unchanged(entity)
+                )
+
+    async def sweep_keys(self, author: str, *, now: float | None = None) -> int:
+        """Remove up to ``SWEEP_ROWS`` of the author's expired key rows (and rows of the old
+        unsalted kind) in one query and one batch; returns how many went. Each delete holds
+        only if the row is unchanged since read, so a key reused meanwhile keeps its row."""
+        parameters = {
+            "pk": author,
+            "legacy": LEGACY_KEY_ROWS,
+            "legacy_end": LEGACY_KEY_ROWS[:-1] + ".",
+            "keys": KEY_ROWS,
+            "keys_end": KEY_ROWS[:-1] + ".",
+            "now": float(time.time() if now is None else now),  # Edm.Double, as stored
+        }
+        async with self._storage.guard(kind=size_kind("query", SWEEP_ROWS)):
+            page = await query_page(
+                self._storage.reader(POSTS, author),
+                f"{PARTITION} and ({_SWEPT} )",
+                parameters,
+                select=["PartitionKey", "RowKey"],
+                limit=SWEEP_ROWS,
+                continuation=None,
+            )
+        if not page.items:
+            return 0
+        keys = [("delete", entity, if_unchanged(entity)) for entity in page.items]
+        try:
+            await transact(self._storage, POSTS, author, keys)
+        except TableTransactionError as error:
+            if failed_index(error, 404, 412) is None:
+                raise
+            return 0  # one row changed or went meanwhile: the next sweep takes the rest
+        return len(keys)
 
     async def get(self, author: str, post_id: str) -> Post | None:
         entity = await self._row(author, post_id)

@@ -11,7 +11,9 @@ Entity Group Transaction in that home's partition, so counters are exact after a
   with the subject's follower count: this row is the truth about who follows whom;
   ``subjectFollowing`` is an index derived from it (``timeline.tables.follows``);
 - a delivered copy of a post lives in ``timelines`` (``timeline.tables.timelines``);
-- hybrid fan-out's state lives beside them (``timeline.tables.audience``).
+- hybrid fan-out's state lives beside them (``timeline.tables.audience``);
+- a user's token revocations live in the user's ``users`` partition
+  (``timeline.tables.credentials``).
 
 A count is spread over several counter rows summed on read (``timeline.storage.counters``), so the
 writers of one hot partition do not queue on one row's ETag.
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 
 from timeline.storage.accounts import Storage
 from timeline.tables.audience import AudienceRepository
+from timeline.tables.credentials import CredentialsRepository
 from timeline.tables.follows import FollowsRepository
 from timeline.tables.posts import PostsRepository
 from timeline.tables.timelines import TimelinesRepository
@@ -38,6 +41,7 @@ class Repositories:
     timelines: TimelinesRepository
     follows: FollowsRepository
     audience: AudienceRepository
+    credentials: CredentialsRepository
 
     @classmethod
     def on(cls, storage: Storage) -> Repositories:
@@ -47,4 +51,5 @@ class Repositories:
             TimelinesRepository(storage),
             FollowsRepository(storage),
             AudienceRepository(storage),
+            CredentialsRepository(storage),
         )

@@ -8,12 +8,13 @@ from collections.abc import AsyncIterator
 
 from timeline.errors import ConflictError
 from timeline.model.entities import PROFILE_ROW_KEY, User
+from timeline.model.idempotency import IdempotencyRecord
 from timeline.model.keys import fold_user_id
 from timeline.storage.accounts import Storage
 from timeline.storage.calls import query_page
 from timeline.storage.counters import count_of
 from timeline.storage.names import POSTS, SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING, USERS
-from timeline.tables.posts import key_digest
+from timeline.tables.credentials import TOKEN_EPOCH
 from timeline.tables.rows import create_entity, get_entity
 
 IDENTITY_ROW_KEY = "identity"
@@ -27,17 +28,18 @@ class UsersRepository:
     def __init__(self, storage: Storage) -> None:
         self._storage = storage
 
-    async def create(self, user: User, idempotency_key: str | None = None) -> bool:
-        """Create the profile; False when the same idempotency key created it before."""
+    async def create(self, user: User, idempotency: IdempotencyRecord | None = None) -> bool:
+        """Create the profile; False when this is a replay of the request that created it
+        (``IdempotencyRecord.replays``) and its tokens were never revoked since."""
         await self.claim_identity(user.user_id)
         entity = user.to_entity()
-        if idempotency_key is not None:
-            entity["idempotency"] = key_digest(idempotency_key)
+        if idempotency is not None:
+            entity.update(idempotency.fields())
         if await create_entity(self._storage, USERS, entity):
             return True
         existing = await get_entity(self._storage, USERS, user.user_id, PROFILE_ROW_KEY)
-        digest = None if idempotency_key is None else key_digest(idempotency_key)
-        if existing is not None and digest is not None and existing.get("idempotency") == digest:
+        replay = existing is not None and idempotency is not None and idempotency.replays(existing)
+        if replay and existing is not None and not existing.get(TOKEN_EPOCH):
             return False
         raise ConflictError(f"user {user.user_id!r} already exists", code="user_exists")
 

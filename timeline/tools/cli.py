@@ -1,5 +1,5 @@
-"""``timeline``: the admin command line (init, token, stats, poison, rebalance, regrade,
-claim-ids, run)."""
+"""``timeline``: the admin command line (init, token, revoke, secret, stats, poison,
+rebalance, regrade, claim-ids, run)."""
 
 from __future__ import annotations
 
@@ -19,8 +19,9 @@ from timeline.storage.calls import query_page
 from timeline.storage.names import TABLES, USERS
 from timeline.storage.queue import FanoutQueues
 from timeline.storage.rebalance import Rebalancer
+from timeline.tables.credentials import CredentialsRepository
 from timeline.tables.repositories import Repositories
-from timeline.tables.secret import auth_secret
+from timeline.tables.secret import list_keys, load_key_ring, retire_key, rotate_key
 from timeline.tables.users import UsersRepository, claim_existing_identities
 from timeline.tools.stack import Stack, init_storage
 
@@ -39,10 +40,53 @@ def cmd_token(settings: Settings, args: argparse.Namespace) -> None:
     async def mint(storage: Storage) -> None:
         if not await UsersRepository(storage).exists(args.user):
             raise TimelineError(f"user {args.user!r} does not exist", code="user_not_found")
-        secret = await auth_secret(storage, settings.auth_secret, settings.legacy_secret_file)
-        print(TokenSigner(secret, token_ttl_s=settings.token_ttl_s).mint_bearer(args.user))
+        ring = await load_key_ring(storage, settings.auth_secret, settings.legacy_secret_file)
+        epoch = (await CredentialsRepository(storage).state(args.user)).epoch
+        signer = TokenSigner(ring, token_ttl_s=settings.token_ttl_s)
+        print(signer.mint_bearer(args.user, epoch=epoch))
 
     asyncio.run(_with_storage(settings, mint))
+
+
+def cmd_revoke(settings: Settings, args: argparse.Namespace) -> None:
+    async def revoke(storage: Storage) -> None:
+        epoch = await CredentialsRepository(storage).revoke_all(args.user)
+        print(f"every token of {args.user!r} minted so far is revoked (epoch {epoch})")
+
+    asyncio.run(_with_storage(settings, revoke))
+
+
+def cmd_secret_list(settings: Settings, _args: argparse.Namespace) -> None:
+    async def show(storage: Storage) -> None:
+        await load_key_ring(storage, settings.auth_secret, settings.legacy_secret_file)
+        keys = await list_keys(storage)
+        for key in keys:
+            signs = "\tsigns new tokens" if key is keys[-1] else ""
+            print(f"key {key.key_id}\tadded {key.created}{signs}")
+
+    asyncio.run(_with_storage(settings, show))
+
+
+def cmd_secret_rotate(settings: Settings, _args: argparse.Namespace) -> None:
+    async def rotate(storage: Storage) -> None:
+        key_id = await rotate_key(storage, settings.auth_secret)
+        print(
+            f"key {key_id} added: API processes sign new tokens with it within "
+            f"{settings.credentials_cache_s:g} s; older keys verify until retired"
+        )
+
+    asyncio.run(_with_storage(settings, rotate))
+
+
+def cmd_secret_retire(settings: Settings, args: argparse.Namespace) -> None:
+    async def retire(storage: Storage) -> None:
+        await retire_key(storage, settings.auth_secret, args.key_id)
+        print(
+            f"key {args.key_id} retired: its tokens are refused by every API process within "
+            f"{settings.credentials_cache_s:g} s"
+        )
+
+    asyncio.run(_with_storage(settings, retire))
 
 
 def cmd_stats(settings: Settings, _args: argparse.Namespace) -> None:
@@ -154,6 +198,20 @@ def build_parser() -> argparse.ArgumentParser:
     token = commands.add_parser("token", help="mint a bearer token for an existing user")
     token.add_argument("user")
     token.set_defaults(func=cmd_token)
+    revoke = commands.add_parser("revoke", help="revoke every token of a user minted so far")
+    revoke.add_argument("user")
+    revoke.set_defaults(func=cmd_revoke)
+    secret = commands.add_parser("secret", help="the bearer-token key ring (docs/security.md)")
+    secret_commands = secret.add_subparsers(dest="secret_command", required=True)
+    secret_commands.add_parser("list", help="the key ids, oldest first").set_defaults(
+        func=cmd_secret_list
+    )
+    secret_commands.add_parser("rotate", help="add a key that signs new tokens").set_defaults(
+        func=cmd_secret_rotate
+    )
+    retire = secret_commands.add_parser("retire", help="refuse the tokens an older key signed")
+    retire.add_argument("key_id")
+    retire.set_defaults(func=cmd_secret_retire)
     commands.add_parser("stats", help="queue depths and table counts").set_defaults(func=cmd_stats)
     commands.add_parser("run", help="run storage, API and worker").set_defaults(func=cmd_run)
     commands.add_parser(
