@@ -419,7 +419,10 @@ async def test_repeated_follow_and_unfollow_queue_one_message_each(client: Clien
         await api.follow(follower, token, subject)
     for _ in range(3):
         await api.unfollow(follower, token, subject)
-    await api.unfollow(follower, token, unique("never-followed"))
+    never = await client.delete(
+        f"/users/{follower}/following/{unique('never-registered')}", headers=bearer(token)
+    )
+    assert never.status == 404
     assert (_sent("follow") - follows, _sent("unfollow") - unfollows) == (1, 1)
 
 
