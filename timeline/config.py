@@ -22,7 +22,10 @@ CONNECTION_FILE = "storage-connection-string"
 
 
 class Settings(BaseSettings):
-    """Everything the API, the worker and the CLI can be configured with."""
+    """Everything the API, the worker and the CLI can be configured with.
+
+    Over 200 lines on purpose: one field per ``TIMELINE_*`` variable, in one place, so the
+    reference in docs/operations.md and the code cannot drift apart."""
 
     model_config = SettingsConfigDict(env_prefix="TIMELINE_", frozen=True, extra="ignore")
 

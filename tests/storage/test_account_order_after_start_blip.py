@@ -1,15 +1,10 @@
-"""A misordered account list after a blip at start.
+"""A process routes nothing until it has read the stored placement, even after a blip at start.
 
-The bug: ``Storage.open`` ran the placement read and the membership check inside
-``suppress(StorageUnavailableError)`` and never checked membership again. When the first
-configured account did not answer during ``open`` (a blip, slow DNS, throttling), the
-process started anyway; its refresher then read the *first configured* account's
-``placement`` table, which does not exist there (the placement lives on the real home),
-got no row, kept ``Placement.initial(configured list)`` and routed by it for a lease at a
-time. With [B, A] instead of [A, B], every partition went to the other account.
-
-The fix: a process routes nothing until it has read a stored placement and passed the
-membership check; "no placement row" is not routable.
+When the first configured account does not answer during ``Storage.open`` (a blip, slow DNS,
+throttling) and the accounts are listed in another order than the placement's ([B, A]
+instead of [A, B]), a process that routed by ``Placement.initial(configured list)`` would
+send every partition to the other account. So "no placement row read yet" is not routable,
+and the membership check runs once the placement has been read.
 """
 
 from __future__ import annotations

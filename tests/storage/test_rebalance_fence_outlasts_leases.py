@@ -1,15 +1,12 @@
-"""The rebalance fence must outlast the *services'* lease.
+"""The rebalance fence outlasts the *services'* lease, whatever the admin shell's settings.
 
-The bug: ``timeline rebalance`` fenced by its own settings (its own
-``TIMELINE_PLACEMENT_LEASE_S`` + ``TIMELINE_STORAGE_TIMEOUT_S`` + 30, or
-``TIMELINE_REBALANCE_FENCE_S``). The serving processes' lease and timeout were stored
-nowhere, so an operator who ran it from a shell without the services' tuned values got a
-fence shorter than the services' lease: a service still routing by the pre-freeze placement
-wrote to the old home after the copy, and the acknowledged write was lost from the new home.
-
-The fix: every process records its lease and storage timeout in storage before it routes
-anything, and each fence waits the longest recorded lease plus the longest recorded timeout
-plus the margin.
+An operator may run ``timeline rebalance`` from a shell without the services' tuned
+``TIMELINE_PLACEMENT_LEASE_S`` and ``TIMELINE_STORAGE_TIMEOUT_S``. A fence computed from the
+shell's own values would be shorter than the services' lease: a service still routing by the
+pre-freeze placement would write to the old home after the copy, and the acknowledged write
+would be lost from the new home. So every process records its lease and storage timeout in
+storage before it routes anything, and each fence waits the longest recorded lease plus the
+longest recorded timeout plus the margin.
 
 Here the service's lease is 8 s; the admin's own settings (1 s lease, 1 s timeout, 0.5 s
 margin) would give a 2.5 s fence.

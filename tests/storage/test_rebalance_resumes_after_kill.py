@@ -1,14 +1,11 @@
-"""A rerun of a rebalance killed in its last flip fence.
+"""A rerun of a rebalance killed in its last flip fence waits the fence before it deletes.
 
-The bug: the killed range was flipped (``moved``, still ``frozen``) just before the kill,
-so the rerun skipped it and went straight to deleting the moved partitions from their old
-homes and settling, without waiting any fence. A process whose last placement read came
-before the flip, and which then could not reach the placement home (the lease design
-allows routing by that read for ``lease`` seconds), still read that range from the old
-home -- which the rerun had just emptied.
-
-The fix: a rerun first waits the fence (the longest lease and storage timeout any process
-has recorded, plus the margin), then unfreezes the flipped ranges, then goes on.
+A range flipped (``moved``, still ``frozen``) just before the kill must not be deleted from
+its old home at once: a process whose last placement read came before the flip, and which
+then cannot reach the placement home (the lease allows routing by that read for ``lease``
+seconds), still reads that range from the old home. So a rerun first waits the fence (the
+longest lease and storage timeout any process has recorded, plus the margin), then
+unfreezes the flipped ranges, then goes on.
 
 Process P reads the placement right before the flip and then cannot reach the placement
 home. While the rerun works, P reads the moving partition again and again: every read P

@@ -1,14 +1,11 @@
-"""One storage account listed twice under two spellings.
+"""One storage account listed twice under two spellings is refused, so rebalance cannot delete data.
 
-The bug: an operator "adds an account" but pastes the first account's connection string
-again in another form (its secondary key, the fields in another order, or for Azurite
-``localhost`` instead of ``127.0.0.1``). Only two *identical strings* were refused; the
-"new" account's member row was the first account's own row, so it passed the membership
-check, and ``timeline rebalance`` "copied" about half the partitions onto themselves and
-then deleted them from the "old home" -- the same table: the data was gone.
-
-The fix: ``Storage`` refuses two account ids that differ only in case, and each account's
-member row carries a random id that two configured accounts may not share.
+An operator "adds an account" but pastes the first account's connection string again in
+another form (its secondary key, the fields in another order, or for Azurite ``localhost``
+instead of ``127.0.0.1``). Were it accepted, ``timeline rebalance`` would "copy" about half
+the partitions onto themselves and then delete them from the "old home" -- the same table.
+So ``Storage`` refuses two account ids that differ only in case, and each account's member
+row carries a random id that two configured accounts may not share.
 """
 
 from __future__ import annotations

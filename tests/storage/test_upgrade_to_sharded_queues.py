@@ -115,8 +115,9 @@ async def test_init_with_two_accounts_over_existing_single_account_data_keeps_it
     two_azurites: list[Azurite],
 ) -> None:
     """A deployment of the previous version (data on A, no placement row, no member rows)
-    follows the README's "Real Azure" recipe with two accounts: ``timeline init`` must keep
-    every existing user reachable, and ``timeline rebalance`` then spreads them over both."""
+    follows docs/operations.md's "Running on real Azure" recipe with two accounts: ``timeline
+    init`` must keep every existing user reachable, and ``timeline rebalance`` then spreads
+    them over both."""
     a, b = two_azurites
     users = [f"user-{n}" for n in range(20)]
     async with Storage(a.connection_string) as legacy:
@@ -145,7 +146,7 @@ async def test_init_with_two_accounts_over_existing_single_account_data_keeps_it
 async def test_deleting_the_old_queue_under_a_running_worker_does_not_stop_it(
     private_azurite: Azurite, tmp_path: Path
 ) -> None:
-    """The README says to delete `fanout` once drained: a worker polling it carries on."""
+    """docs/scale-out.md says to delete `fanout` once drained: a worker polling it carries on."""
     settings = make_settings(private_azurite.connection_string, tmp_path)
     async with Storage(settings.connection_string()) as storage:
         await storage.create_all()

@@ -1,13 +1,10 @@
-"""A worker started while storage does not answer.
+"""A worker started while storage does not answer consumes every queue shard once it does.
 
-The bug: ``Storage.open`` swallowed a failed placement read and kept ``Placement.initial``
-(one shard per *configured* account, or ``TIMELINE_QUEUE_SHARDS``), and the worker built
-its shard list from ``storage.queue_shards`` once, right after ``open``. So a worker
-(re)started during a storage blip, with ``TIMELINE_QUEUE_SHARDS`` unset while the stored
-placement has 4 shards, consumed ``fanout-0`` only, for its whole life; if every worker
-restarted in the same outage (a deploy, a node reboot), shards 1..3 were never consumed.
-
-The fix: the worker waits for a placement read from storage before it builds its shard
+A worker (re)started during a storage blip, with ``TIMELINE_QUEUE_SHARDS`` unset while the
+stored placement has 4 shards, must not build its shard list from ``Placement.initial`` (one
+shard per configured account): it would consume ``fanout-0`` only, for its whole life, and if
+every worker restarted in the same outage (a deploy, a node reboot) shards 1..3 would never be
+consumed. So the worker waits for a placement read from storage before it builds its shard
 list, and ``Storage.queue_shards`` raises until one has been read.
 """
 

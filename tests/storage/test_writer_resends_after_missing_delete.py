@@ -1,13 +1,12 @@
-"""``submit_batch``'s "drop the missing delete and resend" loop makes one writer
-attempt take k+1 round trips, so an upsert that passed the deadline check can land long after
-deadline + T. The README's bound "a copy justified by a read at r lands before r + D + T" is
-false, and a delete's second pass (S > D + T) can run before the copy lands.
+"""A copy justified by a read at r lands before r + D + T (docs/guarantees.md), even when
+``submit_batch``'s "drop the missing delete and resend" loop makes one writer attempt take
+k+1 round trips; otherwise a delete's second pass (S > D + T) could run before the copy lands.
 
 Timing here: D = 1 s, T = 1 s, S = 2.5 s (> D + T, as config enforces); each EGT round trip
 takes 0.5 s (< T); R's partition holds 6 deletes of already-missing rows (e.g. rows that an
 earlier pass already removed: every confirm pass re-deletes rows that are gone) plus the
 delivery's upsert. The delivering worker dies after buffering (before its re-check), as in
-test_guarantees._crash_after_write.
+the delivery-guarantee tests' crash after write.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ exists and (for followers) that the follow exists, and it must be sent within
 twice: at once, by re-checking after the write (the common race, fixed in milliseconds), and
 for good by a second pass of every delete and unfollow that runs ``sweep_delay_s`` later,
 after any write that read the old state has landed or been dropped. The full argument, one
-interleaving at a time, is in the README ("Why it is correct").
+interleaving at a time, is in docs/guarantees.md ("Why it is correct").
 
 A post or delete covers one page of followers per lease; the message's cursor is advanced in
 place (the worker rewrites the message), so a redelivered page never forks the chain.

@@ -29,7 +29,7 @@ class Hybrid:
 
 @dataclass(frozen=True, slots=True)
 class Timing:
-    """The time bounds the protocol rests on (see the README for how they relate)."""
+    """The time bounds the protocol rests on (docs/guarantees.md says how they relate)."""
 
     write_deadline_s: float = 300.0
     """A copy is sent within this long of the reads that justified it, or never."""

@@ -71,6 +71,11 @@ class _Moving:
 
 
 class Rebalancer:
+    """Moves partitions to their new homes, range by range, resumable after a kill.
+
+    About 200 lines: the steps (freeze, copy, fence, flip, delete, settle) share the
+    fence arithmetic and the progress row, and read best in order in one class."""
+
     def __init__(
         self,
         storage: Storage,

@@ -69,6 +69,11 @@ class AuthorMode:
 
 
 class AudienceRepository:
+    """Who reads an author's posts: the follower rows, the hybrid mode, the merge rows.
+
+    About 200 lines: the mode, the merge rows and the counters change together under one
+    ETag discipline; ``merged_authors`` and ``merge_count`` let tests check invariants."""
+
     def __init__(self, storage: Storage) -> None:
         self._storage = storage
 

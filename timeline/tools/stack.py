@@ -149,10 +149,10 @@ class Stack:
                 f"worker i serves its metrics on TIMELINE_WORKER_METRICS_PORT + i: "
                 f"{metrics} + {settings.workers - 1} is past 65535"
             )
-        if settings.api_processes > 1 and port_taken(settings.host, settings.port):
+        if port_taken(settings.host, settings.port):
             raise ConfigurationError(
-                f"{settings.host}:{settings.port} is already in use; the API processes share "
-                "it with SO_REUSEPORT, so they would not notice"
+                f"the API's port {settings.host}:{settings.port} is already in use by another "
+                "program: stop it, or pick another port with TIMELINE_PORT"
             )
 
     def _start_azurites(self) -> str:
