@@ -131,11 +131,18 @@ def settings(azurite: Azurite, tmp_path_factory: pytest.TempPathFactory) -> Sett
     return make_settings(azurite.connection_string, tmp_path_factory.mktemp("data"))
 
 
+@contextlib.asynccontextmanager
+async def opened(settings: Settings) -> AsyncIterator[Storage]:
+    """A ``Storage`` on these settings, every table and queue created."""
+    async with Storage(settings.connection_string(), settings.storage_options()) as storage:
+        await storage.create_all()
+        yield storage
+
+
 @pytest.fixture(scope="session")
 async def storage(settings: Settings) -> AsyncIterator[Storage]:
-    async with Storage(settings.connection_string(), settings.storage_options()) as opened:
-        await opened.create_all()
-        yield opened
+    async with opened(settings) as created:
+        yield created
 
 
 @pytest.fixture(scope="session")
@@ -157,8 +164,8 @@ async def api_client(settings: Settings) -> AsyncIterator[TestClient[Any, Any]]:
 
 @pytest.fixture(scope="session")
 async def client(settings: Settings, storage: Storage) -> AsyncIterator[TestClient[Any, Any]]:
-    async with api_client(settings) as opened:
-        yield opened
+    async with api_client(settings) as started:
+        yield started
 
 
 @contextlib.asynccontextmanager

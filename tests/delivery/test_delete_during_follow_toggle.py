@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 
 from tests.conftest import unique
-from tests.delivery.test_delivery_guarantees import _ids, _posts, _service, _users
+from tests.delivery.helpers import add_posts, add_users, timeline_ids, unlimited_service
 from timeline.delivery.outcomes import Continue, Done
 from timeline.delivery.processor import FanoutProcessor
 from timeline.delivery.settings import Timing
@@ -40,15 +40,15 @@ async def test_refollow_during_delete_leaves_no_copy_of_the_deleted_post(
     storage: Storage, repos: Repositories
 ) -> None:
     author, reader = unique("author"), unique("reader")
-    await _users(repos, author, reader)
+    await add_users(repos, author, reader)
     recorder = _Recorder(storage)
-    api = _service(storage, recorder)
+    api = unlimited_service(storage, recorder)
     async with PartitionWriter(storage, TIMELINES, linger_s=0) as writer:
         worker = FanoutProcessor.on(storage, writer, timing=TIMING)
         await api.follows.follow(reader, reader, author)
-        [post] = await _posts(repos, author, 1)
+        [post] = await add_posts(repos, author, 1)
         await worker.deliver(PostCreated(author=author, post_id=post.post_id))
-        assert await _ids(repos, reader) == [post.post_id]
+        assert await timeline_ids(repos, reader) == [post.post_id]
         await api.follows.unfollow(reader, reader, author)
         await api.posts.delete(author, author, post.post_id)
         first_unfollow, delete = recorder.sent[-2:]
@@ -63,4 +63,4 @@ async def test_refollow_during_delete_leaves_no_copy_of_the_deleted_post(
         assert isinstance(await worker.handle(first.message), Done)  # reader skipped again
         await api.follows.follow(reader, reader, author)
         await worker.handle(recorder.sent[-1])
-    assert await _ids(repos, reader) == []
+    assert await timeline_ids(repos, reader) == []

@@ -24,7 +24,7 @@ import asyncio
 import contextlib
 
 from tests.conftest import eventually
-from tests.delivery.test_delivery_guarantees import _follow, _ids, _pair, _unfollow
+from tests.delivery.helpers import add_follow, author_and_reader, remove_follow, timeline_ids
 from timeline.delivery.outcomes import Continue, Done
 from timeline.delivery.processor import FanoutProcessor
 from timeline.delivery.settings import Timing
@@ -41,7 +41,7 @@ TIMING = Timing(write_deadline_s=1.0, sweep_delay_s=2.5, arrival_window_s=0.5)
 async def test_deleted_post_survives_unfollow_refollow(
     storage: Storage, repos: Repositories
 ) -> None:
-    author, reader, [post] = await _pair(repos)
+    author, reader, [post] = await author_and_reader(repos)
     async with (
         PartitionWriter(storage, TIMELINES, linger_s=3600) as held,
         PartitionWriter(storage, TIMELINES, linger_s=0) as prompt,
@@ -67,19 +67,19 @@ async def test_deleted_post_survives_unfollow_refollow(
         assert isinstance(delete_first, Continue)
         # 3. unfollow: the API removes the follow, the worker's first pass
         await asyncio.sleep(0.5)
-        await _unfollow(repos, reader, author)
+        await remove_follow(repos, reader, author)
         unfollow_first = await worker.unfollowed(
             Unfollowed(follower=reader, subject=author, requested=now_ticks())
         )
         assert isinstance(unfollow_first, Continue)
         # 4. the dead delivery's write lands (well inside D = 1 s of its read)
         await held.flush()
-        assert post.post_id in await _ids(repos, reader)
+        assert post.post_id in await timeline_ids(repos, reader)
         # 5. S after the delete's first pass: its sweep
         await asyncio.sleep(TIMING.sweep_delay_s - 0.5 + 0.05)
         assert isinstance(await worker.handle(delete_first.message), Done)
         # 6. R follows A again; its backfill
-        await _follow(repos, reader, author)
+        await add_follow(repos, reader, author)
         assert isinstance(
             await worker.backfill(Followed(follower=reader, subject=author, requested=now_ticks())),
             Done,
@@ -87,7 +87,7 @@ async def test_deleted_post_survives_unfollow_refollow(
         # 7. S after the unfollow's first pass: its sweep
         await asyncio.sleep(0.5)
         assert isinstance(await worker.handle(unfollow_first.message), Done)
-    timeline = await _ids(repos, reader)
+    timeline = await timeline_ids(repos, reader)
     print(
         f"\nP exists: {await repos.posts.get(author, post.post_id) is not None}; "
         f"R follows A: {await repos.follows.is_following(reader, author)}; "

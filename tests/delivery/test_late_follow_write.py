@@ -13,7 +13,13 @@ import asyncio
 import pytest
 
 from tests.conftest import eventually, running_worker, unique
-from tests.delivery.test_delivery_guarantees import _ids, _pair, _posts, _service, _users
+from tests.delivery.helpers import (
+    add_posts,
+    add_users,
+    author_and_reader,
+    timeline_ids,
+    unlimited_service,
+)
 from timeline.config import Settings
 from timeline.errors import StorageUnavailableError
 from timeline.model.messages import FanoutMessage
@@ -38,27 +44,29 @@ async def test_late_follow_is_never_backfilled(
     settings: Settings, storage: Storage, repos: Repositories
 ) -> None:
     author, reader = unique("author"), unique("reader")
-    await _users(repos, author, reader)
-    posts = await _posts(repos, author, 3)
+    await add_users(repos, author, reader)
+    posts = await add_posts(repos, author, 3)
     async with running_worker(settings):
         with pytest.raises(StorageUnavailableError):
-            await _service(storage, StallAfterSend(storage)).follows.follow(reader, reader, author)
+            await unlimited_service(storage, StallAfterSend(storage)).follows.follow(
+                reader, reader, author
+            )
         await eventually(lambda: _drained(storage), timeout_s=30, what="queue drained")
     assert not await repos.follows.is_following(reader, author)
-    assert await _ids(repos, reader) == []
+    assert await timeline_ids(repos, reader) == []
     assert len(posts) == 3
 
 
 async def test_late_unfollow_is_never_purged(
     settings: Settings, storage: Storage, repos: Repositories
 ) -> None:
-    author, reader, posts = await _pair(repos, 3)
+    author, reader, posts = await author_and_reader(repos, 3)
     await repos.timelines.put_many(reader, posts)  # the earlier backfill
     async with running_worker(settings):
         with pytest.raises(StorageUnavailableError):
-            await _service(storage, StallAfterSend(storage)).follows.unfollow(
+            await unlimited_service(storage, StallAfterSend(storage)).follows.unfollow(
                 reader, reader, author
             )
         await eventually(lambda: _drained(storage), timeout_s=30, what="queue drained")
     assert await repos.follows.is_following(reader, author)
-    assert sorted(await _ids(repos, reader)) == sorted(p.post_id for p in posts)
+    assert sorted(await timeline_ids(repos, reader)) == sorted(p.post_id for p in posts)

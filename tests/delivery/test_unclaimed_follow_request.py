@@ -11,7 +11,7 @@ import asyncio
 from datetime import UTC, datetime
 
 from tests.conftest import unique
-from tests.delivery.test_delivery_guarantees import _ids, _posts, _users
+from tests.delivery.helpers import add_posts, add_users, timeline_ids
 from timeline.delivery.outcomes import Continue, Done
 from timeline.delivery.processor import FanoutProcessor
 from timeline.delivery.settings import Timing
@@ -31,7 +31,8 @@ TIMING = Timing(write_deadline_s=1.0, sweep_delay_s=2.5, arrival_window_s=0.5)
 async def _state(repos: Repositories, reader: str, author: str, posts: list[Post]) -> str:
     return (
         f"follows={await repos.follows.is_following(reader, author)} "
-        f"timeline={sorted(await _ids(repos, reader))} live={sorted(p.post_id for p in posts)}"
+        f"timeline={sorted(await timeline_ids(repos, reader))} "
+        f"live={sorted(p.post_id for p in posts)}"
     )
 
 
@@ -39,8 +40,8 @@ async def test_stalled_follow_lands_after_its_message_finished(
     storage: Storage, repos: Repositories
 ) -> None:
     author, reader = unique("author"), unique("reader")
-    await _users(repos, author, reader)
-    posts = await _posts(repos, author, 2)
+    await add_users(repos, author, reader)
+    posts = await add_posts(repos, author, 2)
     follows = repos.follows
     async with PartitionWriter(storage, TIMELINES, linger_s=0) as writer:
         worker = FanoutProcessor.on(storage, writer, timing=TIMING)
@@ -80,11 +81,11 @@ async def test_stalled_unfollow_lands_after_both_passes(
     storage: Storage, repos: Repositories
 ) -> None:
     author, reader = unique("author"), unique("reader")
-    await _users(repos, author, reader)
+    await add_users(repos, author, reader)
     follows = repos.follows
     await follows.add(reader, author, datetime.now(UTC))
     await follows.sync_index(reader, author)
-    posts = await _posts(repos, author, 2)
+    posts = await add_posts(repos, author, 2)
     await repos.timelines.put_many(reader, posts)  # delivered while following
     async with PartitionWriter(storage, TIMELINES, linger_s=0) as writer:
         worker = FanoutProcessor.on(storage, writer, timing=TIMING)

@@ -19,7 +19,7 @@ from typing import Any, ClassVar, cast
 from azure.data.tables.aio import TableClient
 
 from tests.conftest import eventually
-from tests.delivery.test_delivery_guarantees import _ids, _pair
+from tests.delivery.helpers import author_and_reader, timeline_ids
 from timeline.config import Settings
 from timeline.delivery.outcomes import Continue
 from timeline.delivery.processor import FanoutProcessor
@@ -64,7 +64,7 @@ class _Slow:
 async def test_upsert_lands_after_the_sweep(
     settings: Settings, storage: Storage, repos: Repositories
 ) -> None:
-    author, reader, [post] = await _pair(repos)
+    author, reader, [post] = await author_and_reader(repos)
     async with (
         SlowEgtStorage(settings.connection_string(), StorageOptions(timeout_s=1.0)) as slow,
         PartitionWriter(slow, TIMELINES, linger_s=3600) as held,
@@ -104,5 +104,5 @@ async def test_upsert_lands_after_the_sweep(
         f"(deadline D={TIMING.write_deadline_s}s, T=1s, D+T=2s); EGT calls: {len(_Slow.calls)}"
     )
     print("post source row:", await repos.posts.get(author, post.post_id))
-    print("reader timeline:", await _ids(repos, reader), " deleted post:", post.post_id)
-    assert await _ids(repos, reader) == [], "a deleted post stays in a timeline for good"
+    print("reader timeline:", await timeline_ids(repos, reader), " deleted post:", post.post_id)
+    assert await timeline_ids(repos, reader) == [], "a deleted post stays in a timeline for good"

@@ -15,8 +15,7 @@ from pathlib import Path
 
 import orjson
 
-from tests.conftest import TEST_SECRET, eventually, make_settings, program_env, unique
-from tests.delivery.test_delivery_guarantees import opened
+from tests.conftest import TEST_SECRET, eventually, make_settings, opened, program_env, unique
 from timeline.model.keys import new_post_id, now_ticks
 from timeline.model.messages import Followed, PostCreated
 from timeline.storage.azurite import Azurite

@@ -16,8 +16,7 @@ import pytest
 
 import fanout_worker.worker as worker_module
 import timeline.storage.queue as queue_module
-from tests.conftest import eventually, make_settings, running_worker, unique
-from tests.delivery.test_delivery_guarantees import opened
+from tests.conftest import eventually, make_settings, opened, running_worker, unique
 from timeline.delivery.outcomes import Defer, Outcome
 from timeline.delivery.processor import FanoutProcessor
 from timeline.errors import StorageUnavailableError

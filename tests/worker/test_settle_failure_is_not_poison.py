@@ -12,8 +12,7 @@ from typing import Any
 import pytest
 
 import timeline.storage.queue as queue_module
-from tests.conftest import eventually, make_settings, running_worker, unique
-from tests.delivery.test_delivery_guarantees import opened
+from tests.conftest import eventually, make_settings, opened, running_worker, unique
 from timeline.errors import StorageUnavailableError
 from timeline.model.keys import now_ticks
 from timeline.model.messages import Followed

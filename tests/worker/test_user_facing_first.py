@@ -24,11 +24,11 @@ from tests.conftest import (
     api_client,
     eventually,
     make_settings,
+    opened,
     program_env,
     running_worker,
     unique,
 )
-from tests.delivery.test_delivery_guarantees import opened
 from timeline.config import Settings
 from timeline.errors import StorageUnavailableError
 from timeline.model.entities import Post
