@@ -1,0 +1,104 @@
+"""The chaos harness: a seeded random workload against real processes while things break.
+
+One API process and two (or more) worker processes on one or more Azurites (storage
+accounts). Several clients post, delete, follow, unfollow and re-follow at random (seeded)
+while the harness breaks things:
+
+- ``kill``: two accounts; workers are SIGKILLed (and restarted);
+- ``pause``: one account, which is frozen (SIGSTOP) for a few seconds at a time, or a
+  worker is killed;
+- ``rebalance``: data on two accounts, a third is added and ``timeline rebalance`` runs
+  under the load, is SIGKILLed once midway and run again, while workers are killed;
+- ``crashloop``: two accounts, three workers with the default prefetch and concurrency; one
+  of them is SIGKILLed every 0.5-1.5 s (an OOM-kill loop) and restarted, so leases of a few
+  seconds keep ending with no outcome and nothing may be poisoned for it.
+
+Then everything is left to settle and the end state is checked exactly, from the tables
+themselves:
+
+- every home timeline, paged as readers page it (merged with the large authors its owner
+  follows; the threshold is low, so authors cross it both ways under the load), holds
+  exactly the live posts of its owner and of the authors its owner follows (in
+  ``subjectFollowers``, the truth), each once, newest first, with the post's text;
+- the stored copies of every author a reader does not merge are exactly those posts; every
+  author has settled as copied or merged, and a merged author's every follower has a merge
+  row or an overflow row; every reader's merge-row count equals its merge rows;
+- every counter equals what it counts, and ``subjectFollowing`` mirrors the truth;
+- every queue is empty: nothing is left over and nothing was poisoned;
+- every row is on its partition's home account, and nowhere else.
+
+The fault injection is in ``cluster``, the workload in ``workload``, the end-state checks in
+``invariants``; ``run`` ties them together.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from pathlib import Path
+
+import aiohttp
+
+from tests.chaos.cluster import (
+    CRASHLOOP_WORKERS,
+    STORAGE_TIMEOUT_S,
+    VARIANTS,
+    Cluster,
+    break_things,
+)
+from tests.chaos.invariants import check_end_state, check_placement, settle
+from tests.chaos.report import Report
+from tests.chaos.workload import CLIENTS, Clients
+from tests.conftest import eventually
+from timeline.storage.accounts import Storage
+
+__all__ = ["Report", "run"]
+
+
+async def run(
+    seed: int,
+    variant: str,
+    duration_s: float,
+    workdir: Path,
+    workers: int = 2,
+    report: Report | None = None,
+) -> Report:
+    """One seeded run; raises AssertionError with the first broken invariant (``report``,
+    if given, holds what was seen up to then)."""
+    rng = random.Random(seed)
+    report = report or Report(seed, variant)
+    accounts, initial = VARIANTS[variant]
+    workers = CRASHLOOP_WORKERS if variant == "crashloop" else workers
+    cluster = Cluster(workdir, workers, accounts, initial)
+    await cluster.start()
+    try:
+        timeout = aiohttp.ClientTimeout(total=STORAGE_TIMEOUT_S * 3)
+        base = f"http://127.0.0.1:{cluster.port}"
+        async with aiohttp.ClientSession(base, timeout=timeout) as session:
+            await eventually(lambda: _ready(session), timeout_s=30, what="the API")
+            clients = Clients(session, rng, report)
+            await clients.register_all()
+            until = asyncio.get_running_loop().time() + duration_s
+            async with asyncio.TaskGroup() as group:
+                for _ in range(CLIENTS):
+                    group.create_task(clients.act(until))
+                group.create_task(break_things(cluster, rng, report, variant, until))
+                if variant == "rebalance":
+                    group.create_task(cluster.rebalance(rng, report))
+        assert not cluster.crashed(), f"processes died on their own: {cluster.crashed()}"
+        async with Storage(cluster.connection_strings) as storage:
+            await settle(storage, report)
+            await check_end_state(storage, sorted(clients.tokens), report)
+            await check_placement(storage)
+        report.regrades = cluster.regrades()
+    finally:
+        await cluster.stop()
+    return report
+
+
+async def _ready(session: aiohttp.ClientSession) -> bool:
+    try:
+        async with session.get("/readyz") as response:
+            return response.status == 200
+    except aiohttp.ClientError:
+        return False

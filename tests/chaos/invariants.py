@@ -1,0 +1,127 @@
+"""The invariant checks: once the load stops and the queues drain, the end state is
+checked exactly, from the tables themselves."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.chaos.cluster import MAX_MERGED
+from tests.chaos.report import Report
+from tests.conftest import eventually
+from timeline.errors import StorageUnavailableError
+from timeline.model.entities import Post
+from timeline.reads.home import HomeTimeline, Position
+from timeline.storage.accounts import Storage
+from timeline.storage.counters import count_of
+from timeline.storage.names import POSTS, SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING, TABLES
+from timeline.storage.placement import hash64
+from timeline.storage.queue import FanoutQueues
+from timeline.tables.audience import COPIED, MERGED
+from timeline.tables.repositories import Repositories
+
+SETTLE_TIMEOUT_S = 120.0
+
+
+async def settle(storage: Storage, report: Report) -> None:
+    """Wait until the work queues are empty: every message, second passes included, done."""
+    queue = FanoutQueues(storage)
+
+    async def idle() -> bool:
+        try:
+            return (await queue.depth())[0] == 0
+        except StorageUnavailableError:  # a busy machine: the next poll may answer
+            return False
+
+    await eventually(idle, timeout_s=SETTLE_TIMEOUT_S, what="the work queue to drain")
+    report.poisoned = poisoned = (await queue.depth())[1]
+    assert poisoned == 0, f"{poisoned} poisoned: {[m.reason for m in await queue.peek_poison()]}"
+
+
+async def check_end_state(storage: Storage, users: list[str], report: Report) -> None:
+    repos = Repositories.on(storage)
+    live = {user: await _all_posts(repos, user) for user in users}
+    follows = {
+        user: {edge.user_id for edge in await _all(repos.follows.followers_page, user)}
+        for user in users
+    }
+    report.live_posts = sum(len(posts) for posts in live.values())
+    modes = {user: await repos.audience.mode(user) for user in users}
+    assert {mode.state for mode in modes.values()} <= {COPIED, MERGED}, "a regrade never ended"
+    report.merged_authors = sum(mode.state == MERGED for mode in modes.values())
+    home = HomeTimeline(storage, max_merged=MAX_MERGED)
+    for reader in users:
+        authors = [reader, *(a for a in users if reader in follows[a])]
+        expected = {pid: text for author in authors for pid, text in live[author].items()}
+        served = await _home(home, reader)
+        assert len({post.post_id for post in served}) == len(served), f"{reader}: a repeat"
+        assert [post.row_key for post in served] == sorted(post.row_key for post in served)
+        assert {post.post_id: post.text for post in served} == expected, f"{reader}: home"
+        listed = set(await repos.audience.merged_authors(reader))
+        stale = {author for author in listed if modes[author].state != MERGED}
+        assert not stale, f"{reader} has merge rows of authors that are copied: {stale}"
+        assert listed <= set(authors), f"{reader} merges authors it does not follow"
+        assert len(listed) == await repos.audience.merge_count(reader), f"{reader}: merge count"
+        report.merge_rows += len(listed)
+        rows = [row for row in await _all(repos.timelines.page, reader) if row.author not in listed]
+        report.timeline_rows += len(rows)
+        actual = {post.post_id: post.text for post in rows}
+        unmerged = {pid: text for pid, text in expected.items() if _author(live, pid) not in listed}
+        missing, extra = unmerged.keys() - actual.keys(), actual.keys() - unmerged.keys()
+        assert (missing, extra) == (set(), set()), f"{reader}: missing {missing}, stale {extra}"
+        assert actual == unmerged, f"{reader}: a copy differs from its post"
+        for author in authors[1:]:
+            if modes[author].state == MERGED and author not in listed:
+                overflow = await repos.audience.copy_etag(author, reader)
+                assert overflow is not None, f"{reader} follows merged {author} without a row"
+                report.overflow_rows += 1
+    for user in users:
+        following = sorted(a for a in users if user in follows[a])
+        indexed = sorted(edge.user_id for edge in await _all(repos.follows.following_page, user))
+        assert indexed == following, f"{user}: subjectFollowing disagrees with the truth"
+        counts = [
+            await count_of(storage, t, user) for t in (POSTS, SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING)
+        ]
+        assert counts == [len(live[user]), len(follows[user]), len(following)], f"{user}: counters"
+
+
+async def check_placement(storage: Storage) -> None:
+    """The placement is settled on every account, and every row is on its home only."""
+    placement = await storage.confirmed_placement()
+    assert placement.settled, "a rebalance was left unfinished"
+    assert placement.accounts == storage.account_ids, "not every account is in use"
+    for account in range(len(storage.account_ids)):
+        for table in TABLES:
+            client = storage.account_table(account, table)
+            async with storage.guard():
+                keys = {entity["PartitionKey"] async for entity in client.list_entities()}
+            strays = [key for key in keys if placement.home(hash64(key)) != account]
+            assert not strays, f"{table} rows of {strays} on account {account}, not their home"
+
+
+async def _all(fetch: Any, key: str) -> list[Any]:
+    items: list[Any] = []
+    continuation = None
+    while True:
+        page = await fetch(key, 1000, continuation)
+        items.extend(page.items)
+        continuation = page.continuation
+        if continuation is None:
+            return items
+
+
+async def _home(home: HomeTimeline, reader: str) -> list[Post]:
+    """The whole home timeline, paged 7 at a time as a client would."""
+    posts: list[Post] = []
+    position: Position | None = Position()
+    while position is not None:
+        page, position = await home.page(reader, 7, position)
+        posts.extend(page)
+    return posts
+
+
+def _author(live: dict[str, dict[str, str]], post_id: str) -> str:
+    return next(author for author, posts in live.items() if post_id in posts)
+
+
+async def _all_posts(repos: Repositories, author: str) -> dict[str, str]:
+    return {post.post_id: post.text for post in await _all(repos.posts.page, author)}

@@ -1,0 +1,45 @@
+"""What one chaos run did."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Report:
+    """What one run did, for the closing line of ``make chaos``."""
+
+    seed: int
+    variant: str
+    kills: int = 0
+    pauses: int = 0
+    requests: Counter[str] = field(default_factory=Counter)
+    refused: int = 0
+    timeline_rows: int = 0
+    live_posts: int = 0
+    rebalanced: bool = False
+    merged_authors: int = 0
+    regrades: Counter[str] = field(default_factory=Counter)
+    merge_rows: int = 0
+    overflow_rows: int = 0
+    poisoned: int = 0
+
+    def line(self) -> dict[str, Any]:
+        return {
+            "seed": self.seed,
+            "variant": self.variant,
+            "kills": self.kills,
+            "pauses": self.pauses,
+            "requests": dict(self.requests),
+            "refused_or_unanswered": self.refused,
+            "live_posts": self.live_posts,
+            "timeline_rows": self.timeline_rows,
+            "rebalanced": self.rebalanced,
+            "merged_authors": self.merged_authors,
+            "regrades": dict(self.regrades),
+            "merge_rows": self.merge_rows,
+            "overflow_rows": self.overflow_rows,
+            "poisoned": self.poisoned,
+        }
