@@ -1,186 +1,27 @@
-"""``make run`` for real: the stack as subprocesses, stopped by SIGTERM, restarted with its data."""
+"""``timeline run`` scaled out: several storage accounts, API processes and workers, each
+role with its own metrics, one rate limit across the API processes."""
 
 from __future__ import annotations
 
 import asyncio
-import signal
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import eventually, program_env
+from tests.conftest import eventually
+from tests.tools.stack_helpers import (
+    StackProcess,
+    alice_posts_to_bob,
+    request,
+    start_until_ready,
+    stop_stack,
+)
 from timeline.config import CONNECTION_FILE
 from timeline.storage.azurite import PORTS_FILE, free_ports
 from timeline.tools.stack import port_taken
-
-
-class StackProcess:
-    def __init__(
-        self, data_dir: Path, port: int, azurite_ports: tuple[int, ...], **settings: object
-    ) -> None:
-        self.base = f"http://127.0.0.1:{port}"
-        self.env = program_env(
-            data_dir=data_dir,
-            port=port,
-            azurite_ports=",".join(map(str, azurite_ports)),
-            **settings,
-        )
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "timeline.tools.cli", "run"], env=self.env
-        )
-
-    def cli(self, *args: str) -> str:
-        done = subprocess.run(  # noqa: S603
-            [sys.executable, "-m", "timeline.tools.cli", *args],
-            env=self.env, capture_output=True, text=True, timeout=60, check=True,
-        )  # fmt: skip
-        return done.stdout
-
-    def stop(self) -> float:
-        """SIGTERM; return how long the stack took to exit (it must exit 0)."""
-        assert self.process is not None
-        started = time.monotonic()
-        self.process.send_signal(signal.SIGTERM)
-        assert self.process.wait(timeout=30) == 0
-        return time.monotonic() - started
-
-
-async def _request(
-    session: aiohttp.ClientSession, method: str, url: str, **kwargs: Any
-) -> tuple[int, Any]:
-    async with session.request(method, url, **kwargs) as response:
-        body = await response.json() if response.content_type == "application/json" else None
-        return response.status, body
-
-
-async def _ready(session: aiohttp.ClientSession, base: str) -> bool:
-    try:
-        status, _ = await _request(session, "GET", f"{base}/readyz")
-    except aiohttp.ClientError:
-        return False
-    return status == 200
-
-
-async def _alice_posts_to_bob(
-    session: aiohttp.ClientSession, base: str
-) -> tuple[dict[str, str], dict[str, Any]]:
-    """Register alice and bob, bob follows alice, alice posts, the post reaches bob's
-    timeline; return bob's auth header and the post."""
-    _, alice = await _request(session, "POST", f"{base}/users", json={"user_id": "alice"})
-    _, bob = await _request(session, "POST", f"{base}/users", json={"user_id": "bob"})
-    bob_auth = {"Authorization": f"Bearer {bob['token']}"}
-    alice_auth = {"Authorization": f"Bearer {alice['token']}"}
-    status, _ = await _request(
-        session, "PUT", f"{base}/users/bob/following/alice", headers=bob_auth
-    )
-    assert status == 204
-    status, post = await _request(
-        session, "POST", f"{base}/users/alice/posts", json={"text": "hi"}, headers=alice_auth
-    )
-    assert status == 202
-
-    async def delivered() -> bool:
-        _, page = await _request(session, "GET", f"{base}/users/bob/timeline", headers=bob_auth)
-        return [item["post_id"] for item in page["items"]] == [post["post_id"]]
-
-    await eventually(delivered, what="the post on bob's timeline")
-    return bob_auth, post
-
-
-@pytest.mark.filterwarnings("ignore::ResourceWarning")
-async def test_stack_runs_stops_and_keeps_data(tmp_path: Path) -> None:
-    port, *azurite_ports = free_ports(4)
-    stack = StackProcess(tmp_path / "data", port, tuple(azurite_ports))
-    base = stack.base
-    stack.start()
-    try:
-        async with aiohttp.ClientSession() as session:
-            await eventually(lambda: _ready(session, base), timeout_s=60, what="the stack")
-            bob_auth, post = await _alice_posts_to_bob(session, base)
-
-        assert "ready" in await asyncio.to_thread(stack.cli, "init")  # idempotent
-        assert await asyncio.to_thread(stack.cli, "poison", "list") == ""
-        minted = (await asyncio.to_thread(stack.cli, "token", "alice")).strip()
-        stats = await asyncio.to_thread(stack.cli, "stats")
-        assert "table users: 2" in stats
-        assert "queue fanout-0-poison (account 0): 0" in stats
-    finally:
-        stop_seconds = stack.stop()
-    assert stop_seconds < 20
-    assert not (tmp_path / "data" / CONNECTION_FILE).exists()
-
-    stack.start()
-    try:
-        async with aiohttp.ClientSession() as session:
-            await eventually(lambda: _ready(session, base), timeout_s=60, what="the restart")
-            status, page = await _request(
-                session, "GET", f"{base}/users/bob/timeline", headers=bob_auth
-            )
-            assert status == 200
-            assert [item["post_id"] for item in page["items"]] == [post["post_id"]]
-            status, profile = await _request(session, "GET", f"{base}/users/alice")
-            assert (status, profile["posts"], profile["followers"]) == (200, 1, 1)
-            status, _ = await _request(
-                session, "GET", f"{base}/users/alice/timeline",
-                headers={"Authorization": f"Bearer {minted}"},
-            )  # fmt: skip
-            assert status == 200
-    finally:
-        stack.stop()
-
-
-async def _line_with(stream: asyncio.StreamReader, marker: bytes) -> bytes:
-    """Read ``stream`` up to the first line containing ``marker``; fail if it ends first."""
-    seen: list[bytes] = []
-    while line := await stream.readline():
-        if marker in line:
-            return line
-        seen.append(line)
-    raise AssertionError(
-        f"no {marker!r} line before EOF:\n{b''.join(seen).decode(errors='replace')}"
-    )
-
-
-@pytest.mark.filterwarnings("ignore::ResourceWarning")
-async def test_stack_running_means_the_api_answers(tmp_path: Path) -> None:
-    port, *azurite_ports = free_ports(4)
-    stack = StackProcess(tmp_path / "data", port, tuple(azurite_ports))
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "timeline.tools.cli",
-        "run",
-        env=stack.env,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    assert process.stderr is not None
-    try:
-        line = await asyncio.wait_for(_line_with(process.stderr, b"stack running"), 90)
-        async with aiohttp.ClientSession() as session:  # one GET, no retry: it must answer now
-            status, body = await _request(session, "GET", f"{stack.base}/healthz")
-        assert (status, body) == (200, {"status": "ok"})
-        async with aiohttp.ClientSession() as session, session.get(f"{stack.base}/docs") as docs:
-            assert (docs.status, docs.content_type) == (200, "text/html")  # the line's docs URL
-        assert f"stack running: API {stack.base}/  docs {stack.base}/docs  " in line.decode()
-        assert f"  web client {stack.base}/ (1 API process, 1 worker, " in line.decode()
-    finally:
-        if process.returncode is None:
-            process.send_signal(signal.SIGTERM)
-        _, returncode = await asyncio.wait_for(  # the children share the pipe: keep draining it
-            asyncio.gather(process.stderr.read(), process.wait()), 30
-        )
-    assert returncode == 0
 
 
 def _stack_children(pid: int) -> dict[str, list[psutil.Process]]:
@@ -224,7 +65,7 @@ async def _a_rate_limit_holds_across_both_apis(
 ) -> None:
     """Carol posts over connections held by each API process in turn: with 4 posts a
     minute allowed, the fifth is refused, whichever process counts it."""
-    _, carol = await _request(session, "POST", f"{base}/users", json={"user_id": "carol"})
+    _, carol = await request(session, "POST", f"{base}/users", json={"user_id": "carol"})
     by_pid: dict[int, list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]] = {}
     opened = [await asyncio.open_connection("127.0.0.1", port) for _ in range(32)]
     try:
@@ -275,37 +116,6 @@ async def _raw_request(
     return status
 
 
-async def _start_until_ready(
-    stack: StackProcess,
-) -> tuple[asyncio.subprocess.Process, str, asyncio.Task[bytes]]:
-    """``timeline run`` with its log piped: the process, its ``stack running`` line, and the
-    task that keeps reading the log after it (the children share the pipe)."""
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "timeline.tools.cli",
-        "run",
-        env=stack.env,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    assert process.stderr is not None
-    try:
-        line = await asyncio.wait_for(_line_with(process.stderr, b"stack running"), 60)
-    except BaseException:
-        process.kill()
-        await process.wait()
-        raise
-    return process, line.decode(), asyncio.create_task(process.stderr.read())
-
-
-async def _stop(process: asyncio.subprocess.Process, log: asyncio.Task[bytes]) -> int:
-    """SIGTERM; the stack's exit code."""
-    if process.returncode is None:
-        process.send_signal(signal.SIGTERM)
-    _, returncode = await asyncio.wait_for(asyncio.gather(log, process.wait()), 30)
-    return returncode
-
-
 async def _metric_families(session: aiohttp.ClientSession, url: str) -> dict[str, float]:
     """Each family of a scrape with the sum of its samples."""
     async with session.get(url) as response:
@@ -344,13 +154,6 @@ def _two_free_ports_in_a_row() -> int:
     raise AssertionError("no two free ports in a row")
 
 
-def test_port_taken_sees_a_listener() -> None:
-    with socket.create_server(("127.0.0.1", 0)) as listener:
-        port = listener.getsockname()[1]
-        assert port_taken("127.0.0.1", port)
-    assert not port_taken("127.0.0.1", port)
-
-
 @pytest.mark.filterwarnings("ignore::ResourceWarning")
 async def test_stack_runs_several_accounts_api_processes_and_workers(tmp_path: Path) -> None:
     port, *azurite_ports = free_ports(4)
@@ -361,7 +164,7 @@ async def test_stack_runs_several_accounts_api_processes_and_workers(tmp_path: P
         embedded_accounts=2, api_processes=2, workers=2, worker_metrics_port=metrics,
         posts_per_minute=4,
     )  # fmt: skip
-    process, line, log = await _start_until_ready(stack)
+    process, line, log = await start_until_ready(stack)
     children: dict[str, list[psutil.Process]] = {}
     try:
         assert f"stack running: API {stack.base}/  docs {stack.base}/docs  " in line
@@ -394,14 +197,14 @@ async def test_stack_runs_several_accounts_api_processes_and_workers(tmp_path: P
         assert (data / "azurite" / PORTS_FILE).read_text() == ",".join(map(str, azurite_ports))
         assert (data / "azurite-1" / PORTS_FILE).is_file()
         async with aiohttp.ClientSession() as session:
-            bob_auth, post = await _alice_posts_to_bob(session, stack.base)
+            bob_auth, post = await alice_posts_to_bob(session, stack.base)
             await _each_role_serves_its_own_metrics(session, stack.base, metrics)
             await _a_rate_limit_holds_across_both_apis(session, stack.base, port, apis)
         stats = await asyncio.to_thread(stack.cli, "stats")
         assert "table users: 3" in stats
         assert "(account 1)" in stats
     finally:
-        returncode = await _stop(process, log)
+        returncode = await stop_stack(process, log)
     assert returncode == 0
     _, alive = psutil.wait_procs([p for found in children.values() for p in found], timeout=5)
     assert not alive, f"still running after the stack exited: {alive}"
@@ -409,14 +212,14 @@ async def test_stack_runs_several_accounts_api_processes_and_workers(tmp_path: P
 
     # The second Azurite's ports were picked free; it keeps them, or else the stored
     # placement, which names each account by its endpoint, would refuse it at restart.
-    process, line, log = await _start_until_ready(stack)
+    process, line, log = await start_until_ready(stack)
     try:
         async with aiohttp.ClientSession() as session:
-            status, page = await _request(
+            status, page = await request(
                 session, "GET", f"{stack.base}/users/bob/timeline", headers=bob_auth
             )
         assert status == 200
         assert [item["post_id"] for item in page["items"]] == [post["post_id"]]
     finally:
-        returncode = await _stop(process, log)
+        returncode = await stop_stack(process, log)
     assert returncode == 0
