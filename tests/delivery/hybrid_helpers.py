@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from typing import Any
 
 from tests.conftest import unique
 from tests.delivery.helpers import add_follow, remove_follow
@@ -120,3 +122,20 @@ async def regrade(processor: FanoutProcessor, author: str, merge: bool) -> Regra
     message = Regrade(author=author, merge=merge, token=uuid.uuid4().hex)
     await run_to_end(processor, message)
     return message
+
+
+def pause_after_first_call(
+    owner: object, method: str, reached: asyncio.Event, resume: asyncio.Event
+) -> None:
+    """Replace ``owner.method`` by one whose first answer sets ``reached`` and is held until
+    ``resume`` is set."""
+    call: Callable[..., Awaitable[Any]] = getattr(owner, method)
+
+    async def paused(*args: Any) -> Any:
+        result = await call(*args)
+        if not reached.is_set():
+            reached.set()
+            await resume.wait()
+        return result
+
+    setattr(owner, method, paused)

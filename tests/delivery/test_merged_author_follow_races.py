@@ -17,6 +17,7 @@ from tests.delivery.hybrid_helpers import (
     hybrid_processor,
     move_down_then_check_gone,
     new_users,
+    pause_after_first_call,
     regrade,
     run_to_end,
 )
@@ -47,17 +48,7 @@ async def test_backfill_that_read_copied_copies_merged_era_post_then_delete_skip
     async with PartitionWriter(storage, TIMELINES, linger_s=0) as writer:
         w1, w2 = hybrid_processor(storage, writer), hybrid_processor(storage, writer)
         read, resume = asyncio.Event(), asyncio.Event()
-        audience = w1._context.repos.audience
-        real_mode = audience.mode
-
-        async def slow_mode(subject: str):  # type: ignore[no-untyped-def]
-            mode = await real_mode(subject)
-            if not read.is_set():
-                read.set()
-                await resume.wait()
-            return mode
-
-        audience.mode = slow_mode  # type: ignore[method-assign,assignment]
+        pause_after_first_call(w1._context.repos.audience, "mode", read, resume)
         backfill = asyncio.ensure_future(
             w1.backfill(Followed(follower=fan, subject=author, requested=now_ticks()))
         )
@@ -145,16 +136,7 @@ async def test_merge_counter_drifts_below_the_rows_on_unfollow_refollow(
     async with PartitionWriter(storage, TIMELINES, linger_s=0) as writer:
         w1, w2 = hybrid_processor(storage, writer), hybrid_processor(storage, writer)
         head_read, resume = asyncio.Event(), asyncio.Event()
-        real_head = w2._context.repos.audience._head
-
-        async def slow_head(owner: str):  # type: ignore[no-untyped-def]
-            head = await real_head(owner)
-            if not head_read.is_set():
-                head_read.set()
-                await resume.wait()
-            return head
-
-        w2._context.repos.audience._head = slow_head  # type: ignore[method-assign,assignment]
+        pause_after_first_call(w2._context.repos.audience, "_head", head_read, resume)
         follows = w1._context.repos.follows
         real = follows.is_following
         calls = 0

@@ -103,13 +103,7 @@ async def test_stale_down_page_that_stalls_before_its_etag_reads_drops_a_new_mer
         follows.follower_ids_page = slow_page  # type: ignore[method-assign]
         stale = asyncio.ensure_future(w1.handle(down))
         await asyncio.wait_for(reached.wait(), 10)  # past the mode check, before _unmerge
-        await run_to_end(w2, down)  # the redelivered page, to the end
-        assert (await repos.audience.mode(author)).state == COPIED
-        for user in others:
-            await add_follow(repos, user, author)
-        await regrade(w2, author, merge=True)
-        assert (await repos.audience.mode(author)).state == MERGED
-        assert author in await repos.audience.merged_authors(fan)
+        await finish_down_then_up(storage, w2, down, others, fan)  # the redelivered page
         resume.set()
         await stale
         await sees_next_post(storage, w2, author, fan)
