@@ -1,8 +1,5 @@
 """Storage trouble delays work but never loses or poisons it: outages, message expiry,
-lease renewals behind hung table calls.
-
-Each test failed on the code before its fix.
-"""
+lease renewals behind hung table calls."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
 """A follow's backfill and an unfollow's purge: neither undoes the other, short pages,
-a backfill held back by the writer reads the follow again.
-
-Each test failed on the code before its fix.
-"""
+a backfill held back by the writer reads the follow again."""
 
 from __future__ import annotations
 

@@ -1,7 +1,4 @@
-"""One truth for a follow, exact counters, and no message without a change.
-
-Each test failed on the code before its fix.
-"""
+"""One truth for a follow, exact counters, and no message without a change."""
 
 from __future__ import annotations
 

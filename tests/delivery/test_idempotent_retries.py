@@ -1,7 +1,4 @@
-"""A request retried with its Idempotency-Key does its work once.
-
-Each test failed on the code before its fix.
-"""
+"""A request retried with its Idempotency-Key does its work once."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
 """A delivery that dies after buffering its copies, whose copies land after a delete or
-an unfollow has run its first pass: the second pass sweeps them.
-
-Each test failed on the code before its fix.
-"""
+an unfollow has run its first pass: the second pass sweeps them."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Follows, unfollows and re-follows of a merged author racing its backfill, purge,
 deletes and merge rows.
 
-Each interleaving is forced on real storage and broke an invariant before its fix.
+Each interleaving is forced on real storage.
 """
 
 from __future__ import annotations

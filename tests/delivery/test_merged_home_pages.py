@@ -1,6 +1,6 @@
 """A reader's home pages while an author is merged or was merged before.
 
-Each interleaving is forced on real storage and broke an invariant before its fix.
+Each interleaving is forced on real storage.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
 """A post either exists and is delivered, or is nowhere: a lost send answer, a crash at
-the send, a voided post id.
-
-Each test failed on the code before its fix.
-"""
+the send, a voided post id."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """A page of a move up or down that stalls while another worker finishes the move and
 the author moves back: the stale page must not leave a merge row wrong.
 
-Each interleaving is forced on real storage and broke an invariant before its fix.
+Each interleaving is forced on real storage.
 """
 
 from __future__ import annotations

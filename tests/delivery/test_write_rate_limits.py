@@ -1,7 +1,4 @@
-"""Every write is rate limited.
-
-Each test failed on the code before its fix.
-"""
+"""Every write is rate limited."""
 
 from __future__ import annotations
 
