@@ -6,7 +6,7 @@ Timing here: D = 1 s, T = 1 s, S = 2.5 s (> D + T, as config enforces); each EGT
 takes 0.5 s (< T); R's partition holds 6 deletes of already-missing rows (e.g. rows that an
 earlier pass already removed: every confirm pass re-deletes rows that are gone) plus the
 delivery's upsert. The delivering worker dies after buffering (before its re-check), as in
-the delivery-guarantee tests' crash after write.
+``_crash_after_write`` in tests/delivery/test_late_copies_are_swept.py.
 """
 
 from __future__ import annotations
