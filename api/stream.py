@@ -93,10 +93,10 @@ async def serve(
                 "X-Accel-Buffering": "no",
             }
         )
-        await response.prepare(request)
-        await response.write(f"retry: {RETRY_MS}\n\n".encode())
         lasts = service.accounts.token_expiry(token) - time.time()
         with contextlib.suppress(ConnectionResetError, TimeoutError):
+            await response.prepare(request)  # the client may have left during the set-up
+            await response.write(f"retry: {RETRY_MS}\n\n".encode())
             async with asyncio.timeout(lasts):
                 async for fresh in watch.updates(streams.timing, streams.stopping):
                     await response.write(_events(service, owner, fresh))
