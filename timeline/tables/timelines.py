@@ -19,8 +19,8 @@ from timeline.storage.calls import (
     transact,
 )
 from timeline.storage.names import TIMELINES
-from timeline.tables.rows import PARTITION, etag, get_entity, partition_page
-from timeline.tables.traces import sweep_traces, traced_deletes
+from timeline.tables.rows import META, PARTITION, etag, get_entity, partition_page
+from timeline.tables.traces import TRACES_END, expired_traces, traced_deletes
 
 
 class TimelinesRepository:
@@ -93,27 +93,26 @@ class TimelinesRepository:
         1,000: one key-only query, then EGT deletes, so one trim's work is bounded (a longer
         timeline shrinks by up to ``1000 - keep`` per trim). A newer entry landing meanwhile
         only pushes the doomed ones further back; an older one (a late backfill) may stay
-        past ``keep`` until the next trim. The trim also sweeps the timeline's expired
-        removal traces. Returns how many entries were deleted."""
+        past ``keep`` until the next trim. The same query reads the removal traces after
+        the entries, and the expired ones go with the doomed entries (no request more).
+        Returns how many entries were deleted."""
         page = await partition_page(
             self._storage,
             TIMELINES,
             owner,
-            select=["RowKey"],
+            select=["RowKey", "Timestamp"],
             limit=1000,
             continuation=None,
             posts_only=True,
+            until=TRACES_END,
         )
-        TRIM_REQUESTS.inc(1 + await self._sweep_traces(owner))
-        doomed = [entity["RowKey"] for entity in page.items][keep:]
+        TRIM_REQUESTS.inc()
+        doomed = [entity["RowKey"] for entity in page.items if entity["RowKey"] < META][keep:]
         deletes: list[Operation] = [
-            ("delete", {"PartitionKey": owner, "RowKey": key}) for key in doomed
+            ("delete", {"PartitionKey": owner, "RowKey": key})
+            for key in [*doomed, *expired_traces(page.items)]
         ]
         for batch in chunked(deletes):
             TRIM_REQUESTS.inc()
             await submit_batch(self._storage, TIMELINES, owner, batch)
         return len(doomed)
-
-    async def _sweep_traces(self, owner: str) -> int:
-        """Sweep expired removal traces; returns the storage requests it took."""
-        return 1 + int(await sweep_traces(self._storage, TIMELINES, owner) > 0)

@@ -8,8 +8,10 @@ row, so page reads, ``since`` reads, trims and counts (which all stop below ``~`
 one trace (with a newer ``Timestamp``: a stream may send its delete event twice).
 
 A trace lives until a sweep finds it older than ``TRACE_LIFETIME_S`` (longer than any
-stream's look-back): a timeline's traces go with its trim, a posts partition's with the
-author's next delete. A sweep deletes only traces unchanged since it read them.
+stream's look-back): a timeline's traces go with its next trim (whose one query reads them
+after the entries, so the sweep costs no request more unless it deletes), a posts
+partition's with the author's next delete (one query more per delete, which deletes only
+traces unchanged since it read them).
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ from timeline.tables.rows import PARTITION, if_unchanged, if_unchanged_etag
 
 TRACE_PREFIX = "~gone-"
 TRACE_RANGE = "RowKey ge @trace_low and RowKey lt @trace_high"
-TRACE_BOUNDS = {"trace_low": TRACE_PREFIX, "trace_high": TRACE_PREFIX[:-1] + "."}
+TRACES_END = TRACE_PREFIX[:-1] + "."
+"""Every trace key sorts below this (``-`` sorts just before ``.``)."""
+TRACE_BOUNDS = {"trace_low": TRACE_PREFIX, "trace_high": TRACES_END}
 TRACE_LIFETIME_S = 3600.0
 """How long a trace outlives its removal: the most a stream looks back (the setting's
 bound), so no stream misses one; a sweep after that removes it."""
@@ -71,6 +75,17 @@ def traced_deletes(partition: str, rows: list[tuple[str, str]]) -> list[tuple[An
         batch.append(("delete", keys, if_unchanged_etag(tag)))
         batch.append(trace_of(keys))
     return batch
+
+
+def expired_traces(rows: list[TableEntity], *, now: datetime | None = None) -> list[str]:
+    """The keys of the traces among ``rows`` (read with their ``Timestamp``) that expired."""
+    before = (now or datetime.now(UTC)) - timedelta(seconds=TRACE_LIFETIME_S)
+    expired: list[str] = []
+    for row in rows:
+        stamp = row.metadata["timestamp"]
+        if traced_row(row["RowKey"]) is not None and stamp is not None and stamp < before:
+            expired.append(row["RowKey"])
+    return expired
 
 
 async def sweep_traces(
