@@ -2,7 +2,8 @@
 
 Each event is one timeline entry (``event: post``, ``data:`` the post as JSON) with its
 position as the ``id:``, so a client that reconnects sends ``Last-Event-ID`` and resumes
-where it left off (``timeline.reads.live`` says why it may see a few entries again). A comment
+where it left off (``timeline.reads.live`` says why it may see a few entries again), or a
+removal (``event: delete``, ``data: {"post_id": ...}``: a delete or an unfollow's purge). A comment
 line goes out when nothing else has for the heartbeat interval, so proxies keep the
 connection and a dead client is noticed. A process serves at most ``TIMELINE_MAX_STREAMS``
 streams (503 beyond), and ``TIMELINE_MAX_STREAMS_PER_USER`` of one user (429 beyond), so
@@ -22,8 +23,7 @@ import orjson
 from aiohttp import web
 
 from timeline.errors import OverloadedError, RateLimitedError
-from timeline.model.entities import Post
-from timeline.reads.live import StreamTiming
+from timeline.reads.live import Removal, StreamTiming, Update
 from timeline.service.operations import TimelineService
 
 RETRY_MS = 2000
@@ -93,10 +93,10 @@ async def serve(
                 "X-Accel-Buffering": "no",
             }
         )
-        await response.prepare(request)
-        await response.write(f"retry: {RETRY_MS}\n\n".encode())
         lasts = service.accounts.token_expiry(token) - time.time()
         with contextlib.suppress(ConnectionResetError, TimeoutError):
+            await response.prepare(request)  # the client may have left during the set-up
+            await response.write(f"retry: {RETRY_MS}\n\n".encode())
             async with asyncio.timeout(lasts):
                 async for fresh in watch.updates(streams.timing, streams.stopping):
                     await response.write(_events(service, owner, fresh))
@@ -105,15 +105,19 @@ async def serve(
         return response
 
 
-def _events(service: TimelineService, owner: str, posts: list[Post]) -> bytes:
-    """The SSE frames of ``posts``, or a heartbeat comment when there are none."""
-    if not posts:
+def _events(service: TimelineService, owner: str, updates: list[Update]) -> bytes:
+    """The SSE frames of ``updates``, or a heartbeat comment when there are none. A removal
+    is ``event: delete`` with ``{"post_id"}`` and no ``id:`` (it is no position: a client
+    resumes from its newest post event)."""
+    if not updates:
         return b": heartbeat\n\n"
-    return b"".join(
-        b"event: post\nid: %s\ndata: %s\n\n"
-        % (
-            service.timelines.position_token(owner, post.row_key).encode(),
-            orjson.dumps(post.to_json()),
-        )
-        for post in posts
+    return b"".join(_event(service, owner, update) for update in updates)
+
+
+def _event(service: TimelineService, owner: str, update: Update) -> bytes:
+    if isinstance(update, Removal):
+        return b"event: delete\ndata: %s\n\n" % orjson.dumps({"post_id": update.post_id})
+    return b"event: post\nid: %s\ndata: %s\n\n" % (
+        service.timelines.position_token(owner, update.row_key).encode(),
+        orjson.dumps(update.to_json()),
     )

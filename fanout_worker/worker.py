@@ -25,6 +25,7 @@ from timeline.storage.accounts import Storage, split_connection_strings
 from timeline.storage.names import LEGACY_SHARD, TIMELINES
 from timeline.storage.queue import FanoutQueue, FanoutQueues, Lane
 from timeline.storage.writer import PartitionWriter
+from timeline.tables.traces import trace
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +84,7 @@ class Worker:
                 linger_s=settings.worker_linger_s,
                 max_in_flight=settings.worker_write_concurrency,
                 max_buffered=settings.worker_max_buffered,
+                trace=trace,
             )
             shards = await self._shards(storage)
             processor = FanoutProcessor.on(

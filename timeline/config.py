@@ -75,9 +75,9 @@ class Settings(BaseSettings):
     max_streams_per_user: int = Field(default=4, ge=1)
     """Live streams of one user one API process serves at once (429 beyond)."""
     stream_poll_s: float = Field(default=2.0, ge=0.1, le=60)
-    """How often a live stream reads its timeline: one page read per stream per poll."""
+    """How often a live stream reads what landed: one query per source per poll."""
     stream_lookback_s: float = Field(default=120.0, ge=0, le=3600)
-    """How far below its newest event a stream re-reads, for entries that land late."""
+    """How late after it was made an entry may land and still be streamed."""
     stream_heartbeat_s: float = Field(default=15.0, ge=1, le=300)
     token_ttl_s: int = Field(default=30 * 24 * 3600, ge=60)
     credentials_cache_s: float = Field(default=5.0, gt=0, le=300)

@@ -194,6 +194,7 @@
     newest: null, // the position of the newest item read from a page or the stream ...
     newestPost: null, // ... and that item
     generation: 0, // bumped on sign-out/reload so late answers of an old session are dropped
+    shown: 0, // counts insertions: a page read judges only what was shown before it began
   };
 
   function renderPost(post, { fresh = false } = {}) {
@@ -230,7 +231,9 @@
       }
     }
     $("timeline-list").insertBefore(element, before ? before.element : null);
-    timeline.posts.set(post.post_id, { post, element });
+    timeline.shown += 1;
+    const local = Boolean(options.local); // composed here: a page may not hold it yet
+    timeline.posts.set(post.post_id, { post, element, shown: timeline.shown, local });
     updateEmpty();
     return true;
   }
@@ -262,6 +265,33 @@
     entry.element.remove();
     timeline.posts.delete(postId);
     updateEmpty();
+  }
+
+  // A ``delete`` event: the post left the timeline (deleted, or its author unfollowed).
+  function removeStreamed(data) {
+    let removed;
+    try {
+      removed = JSON.parse(data);
+    } catch (_) {
+      return;
+    }
+    if (removed && typeof removed.post_id === "string") removePost(removed.post_id);
+  }
+
+  // Items shown before a first page read began that the page should hold but does not:
+  // gone since (deleted, or unfollowed). The page covers everything newer than its oldest
+  // item, or everything when no older page follows.
+  function goneFrom(page, before) {
+    const read = new Set(page.items.map((post) => post.post_id));
+    const oldest = page.items.length ? page.items[page.items.length - 1] : null;
+    const gone = [];
+    for (const [postId, entry] of timeline.posts) {
+      if (read.has(postId)) entry.local = false;
+      if (read.has(postId) || entry.shown > before || entry.local) continue;
+      const covered = page.continuation === null || (oldest && newerFirst(entry.post, oldest) <= 0);
+      if (covered) gone.push(postId);
+    }
+    return gone;
   }
 
   function updateEmpty() {
@@ -327,14 +357,17 @@
 
   // The first page merged into the list: what landed below the newest item shown (a follow's
   // backfill, or a post that landed while the stream was connecting) shows in its place,
-  // and nothing shown goes away. Used after a follow, when the stream connects, and by
+  // and what the page no longer holds (a post deleted, or purged by an unfollow, while the
+  // list was shown) goes away. Used after a follow, when the stream connects, and by
   // "Refresh".
   async function mergeFirstPage() {
     const generation = timeline.generation;
+    const before = timeline.shown;
     try {
       const page = await api("GET", timelinePath({}));
       if (generation !== timeline.generation) return 0;
       let added = 0;
+      goneFrom(page, before).forEach(removePost);
       page.items.forEach((post) => {
         if (!belowLoaded(post) && insertPost(post, { fresh: true })) added += 1;
       });
@@ -537,6 +570,7 @@
       };
       const parser = new SseParser((event) => {
         if (generation !== timeline.generation) return;
+        if (event.type === "delete") return removeStreamed(event.data);
         if (event.type !== "post") return;
         let post;
         try {
@@ -812,7 +846,7 @@
           });
           $("compose-text").value = "";
           updateCount();
-          insertPost(post, { fresh: true });
+          insertPost(post, { fresh: true, local: true });
           showMessage("compose-message", "Posted.", "ok");
           loadProfile();
         } catch (error) {
@@ -872,6 +906,7 @@
   window.timelineClient = Object.freeze({
     SseParser,
     dropLiveConnection: () => live.controller && live.controller.abort(),
+    stopLiveUpdates: () => live.stop(),
   });
 
   wire();

@@ -19,6 +19,7 @@ from loadtest.bench.harness import TEXT, fresh_storage
 from loadtest.bench.hybrid import MERGED_AUTHORS, _seed_reads
 from loadtest.bench.measure import delta, quantile
 from loadtest.bench.sizes import Sizes
+from loadtest.bench.stream_polls import poll_requests
 from timeline.model.entities import Post
 from timeline.model.keys import new_post_id, now_ticks
 from timeline.model.tokens import TokenSigner
@@ -49,7 +50,9 @@ async def stream(sizes: Sizes) -> dict[str, Any]:
             latencies = await _event_latencies(
                 server, signer, plain, TimelinesRepository(storage), sizes
             )
+        polls = await poll_requests([azurite.connection_string for azurite in azurites])
     return {
+        **polls,
         "stream_clients": sizes.stream_clients,
         "stream_poll_s": POLL_S,
         "stream_requests_per_client_minute": costs[plain],

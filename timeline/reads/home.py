@@ -71,6 +71,10 @@ class HomeTimeline:
         self._guesses: OrderedDict[str, tuple[str, ...]] = OrderedDict()
         self._guess_capacity = guesses
 
+    @property
+    def storage(self) -> Storage:
+        return self._storage
+
     async def page(
         self, owner: str, limit: int, position: Position
     ) -> tuple[list[Post], Position | None]:

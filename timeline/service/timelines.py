@@ -96,17 +96,15 @@ class Timelines:
     ) -> TimelineWatch:
         """What a live stream of the owner's timeline sends: entries newer than the position
         ``since`` names (a ``Last-Event-ID``), or, without one, those that land from now.
-        A poll sends at most a timeline's worth (the cap), however old the position."""
+        The catch-up of an old position sends at most a timeline's worth (the cap)."""
         require_self(actor, owner)
         most = self._cap or MAX_STREAM_ENTRIES
         watch = TimelineWatch(self._home, owner, lookback_s=lookback_s, max_entries=most)
+        position = None
         if since is not None:
             scope = f"timeline:{owner}"
-            watch.start_after(self._signer.decode_position(scope, since, name=since_name))
-            return watch
-        newest, _ = await self._home.page(owner, 1, Position())
-        watch.start_after(newest[0].row_key if newest else None)
-        await watch.skip_present()
+            position = self._signer.decode_position(scope, since, name=since_name)
+        await watch.open(position)
         return watch
 
     def position_token(self, owner: str, row_key: str) -> str:

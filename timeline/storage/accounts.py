@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager, suppress
 from dataclasses import dataclass
 
+import aiohttp
 from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
 from azure.data.tables import TableEntity
 from azure.data.tables import TableServiceClient as SyncTableServiceClient
@@ -62,6 +63,8 @@ class StorageOptions:
     """Queue shards of a new placement (default: one per account); must match a stored one."""
     limiter: AdaptiveLimiter | None = None
     """Bounds this process's table calls in flight (the worker's; the API runs unbounded)."""
+    trace_configs: tuple[aiohttp.TraceConfig, ...] = ()
+    """Hooks on every HTTP request of table calls (tests and benchmarks count requests)."""
 
 
 class Storage:

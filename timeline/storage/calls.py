@@ -44,7 +44,9 @@ async def query_page(
 
 
 Operation = tuple[str, dict[str, Any]]
-"""``("upsert", entity)`` or ``("delete", keys)``: idempotent, so safe to retry."""
+"""``("upsert", entity)`` or ``("delete", keys)``: idempotent, so safe to retry. A
+``("trace", entity)`` is an upsert that belongs to the delete just before it (it records the
+removal): it goes when that delete is dropped."""
 
 
 async def submit_batch(
@@ -53,7 +55,8 @@ async def submit_batch(
     """Write ≤ 100 idempotent operations on one partition: a plain call for one, else an EGT.
 
     Deleting an already-missing row is not an error: inside a batch it fails the whole
-    transaction, so that operation is dropped and the rest resent.
+    transaction, so that operation is dropped (with the trace that follows it, if any) and
+    the rest resent.
     """
     batch = list(operations)
     while batch:
@@ -66,7 +69,10 @@ async def submit_batch(
                 index = error.index
                 if error.status_code != 404 or index is None or batch[index][0] != "delete":
                     raise
-                del batch[index]
+                end = index + 1
+                while end < len(batch) and batch[end][0] == "trace":
+                    end += 1
+                del batch[index:end]
 
 
 async def submit_fresh(
@@ -105,7 +111,9 @@ def size_kind(verb: str, rows: int) -> str:
 
 def _transaction_operation(operation: Operation) -> tuple[Any, ...]:
     kind, entity = operation
-    return (kind, entity, {"mode": UpdateMode.REPLACE}) if kind == "upsert" else (kind, entity)
+    if kind == "delete":
+        return (kind, entity)
+    return ("upsert", entity, {"mode": UpdateMode.REPLACE})
 
 
 def chunked(items: Iterable[Any], size: int = MAX_BATCH_OPERATIONS) -> Iterable[list[Any]]:

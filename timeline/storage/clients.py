@@ -42,7 +42,9 @@ class Clients:
     def open(self) -> None:
         """Build the sessions and every table client."""
         connector = aiohttp.TCPConnector(limit=self._options.table_connections)
-        self._session = aiohttp.ClientSession(connector=connector)
+        self._session = aiohttp.ClientSession(
+            connector=connector, trace_configs=list(self._options.trace_configs)
+        )
         self._queue_session = aiohttp.ClientSession()
         self._control_session = aiohttp.ClientSession()
         self.tables = [

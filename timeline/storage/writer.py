@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
@@ -32,7 +33,13 @@ from timeline.model.keys import now_ticks
 from timeline.model.priority import Priority
 from timeline.retry import backoff_delay, retry_after_of
 from timeline.storage.accounts import Storage
-from timeline.storage.calls import Operation, submit_batch, submit_fresh
+from timeline.storage.calls import (
+    MAX_BATCH_OPERATIONS,
+    Operation,
+    chunked,
+    submit_batch,
+    submit_fresh,
+)
 from timeline.storage.tracker import Tracker
 from timeline.storage.write_buffer import Pending, WriteBuffer
 
@@ -51,8 +58,12 @@ class PartitionWriter:
         max_in_flight: int = 64,
         max_buffered: int = 20_000,
         max_attempts: int = 6,
+        trace: Callable[[str, str], Operation] | None = None,
     ) -> None:
+        """``trace``: the operation that records a delete of (partition, row key), sent in
+        the same transaction as the delete (``timeline.tables.traces``); None: none."""
         self._storage = storage
+        self._trace = trace
         self._table = table
         self._max_attempts = max_attempts
         self._buffer = WriteBuffer(linger_s=linger_s, max_buffered=max_buffered)
@@ -206,8 +217,9 @@ class PartitionWriter:
         upserts = [pending for pending in batch if pending.properties is not None]
         deletes = [pending for pending in batch if pending.properties is None]
         written = await self._attempts(partition, upserts) if upserts else []
-        if deletes:
-            written += await self._attempts(partition, deletes)
+        per_request = MAX_BATCH_OPERATIONS // 2 if self._trace else MAX_BATCH_OPERATIONS
+        for chunk in chunked(deletes, per_request):
+            written += await self._attempts(partition, chunk)
         return written
 
     async def _attempts(self, partition: str, batch: list[Pending]) -> list[Pending]:
@@ -221,7 +233,7 @@ class PartitionWriter:
         def unexpired() -> list[Operation]:
             nonlocal remaining
             remaining = _drop_expired(remaining)
-            return [pending.operation(partition) for pending in remaining]
+            return [op for pending in remaining for op in self._operations(pending, partition)]
 
         for attempt in range(1, self._max_attempts + 1):
             try:
@@ -240,6 +252,13 @@ class PartitionWriter:
                 WRITE_RETRIES.inc()
                 await asyncio.sleep(backoff_delay(attempt, retry_after=retry_after_of(error)))
         return remaining
+
+    def _operations(self, pending: Pending, partition: str) -> list[Operation]:
+        """A row's operation, and a delete's trace after it (see ``__init__``)."""
+        operation = pending.operation(partition)
+        if operation[0] != "delete" or self._trace is None:
+            return [operation]
+        return [operation, self._trace(partition, pending.row_key)]
 
 
 def _drop_expired(batch: list[Pending]) -> list[Pending]:

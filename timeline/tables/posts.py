@@ -35,6 +35,7 @@ from timeline.tables.rows import (
     if_unchanged,
     partition_page,
 )
+from timeline.tables.traces import sweep_traces, trace_of
 
 KEY_ROWS = f"{META}idem-"
 """An idempotency key's row: ``~idem-{HMAC of the key}``, its post and its record."""
@@ -167,7 +168,9 @@ class PostsRepository:
         return row is None or bool(row.get("void"))
 
     async def delete(self, author: str, post_id: str) -> bool:
-        """Delete the post and uncount it, atomically; False when it was not there."""
+        """Delete the post and uncount it, atomically, leaving its removal trace (for merged
+        readers' streams); then sweep the author's expired traces. False when it was not
+        there."""
         for _ in range(ATTEMPTS):
             entity = await self._row(author, post_id)
             if entity is None or entity.get("void"):
@@ -175,7 +178,9 @@ class PostsRepository:
             keys = {"PartitionKey": author, "RowKey": post_row_key(post_id)}
             row: TransactionOperation = ("delete", keys, if_unchanged(entity))
             try:
-                await transact_counted(self._storage, POSTS, author, [row], -1)
+                await transact_counted(self._storage, POSTS, author, [row, trace_of(keys)], -1)
+                with suppress(StorageUnavailableError):  # housekeeping: the next delete sweeps
+                    await sweep_traces(self._storage, POSTS, author)
                 return True
             except TableTransactionError as error:
                 if failed_index(error, 404, 412) != 0:

@@ -10,8 +10,8 @@ from timeline.metrics import TRIM_REQUESTS
 from timeline.model.entities import POST_SELECT, Page, Post
 from timeline.storage.accounts import Storage
 from timeline.storage.calls import (
+    MAX_BATCH_OPERATIONS,
     Operation,
-    TransactionOperation,
     chunked,
     failed_index,
     query_page,
@@ -19,7 +19,8 @@ from timeline.storage.calls import (
     transact,
 )
 from timeline.storage.names import TIMELINES
-from timeline.tables.rows import PARTITION, etag, get_entity, if_unchanged_etag, partition_page
+from timeline.tables.rows import META, PARTITION, etag, get_entity, partition_page
+from timeline.tables.traces import TRACES_END, expired_traces, traced_deletes
 
 
 class TimelinesRepository:
@@ -58,23 +59,21 @@ class TimelinesRepository:
 
     async def remove_unchanged(self, owner: str, rows: list[tuple[str, str]]) -> int:
         """Delete each row only if it still has the etag it was read with; a row rewritten
-        since (a re-follow's backfill) stays. Returns how many were deleted."""
+        since (a re-follow's backfill) stays. Each delete leaves its trace in the same
+        transaction (``timeline.tables.traces``). Returns how many were deleted."""
         deleted = 0
-        for chunk in chunked(rows):
-            batch: list[TransactionOperation] = [
-                ("delete", {"PartitionKey": owner, "RowKey": key}, if_unchanged_etag(tag))
-                for key, tag in chunk
-            ]
+        for chunk in chunked(rows, MAX_BATCH_OPERATIONS // 2):
+            batch = traced_deletes(owner, chunk)
             while batch:
                 try:
                     await transact(self._storage, TIMELINES, owner, batch)
-                    deleted += len(batch)
+                    deleted += len(batch) // 2
                     break
                 except TableTransactionError as error:
                     index = failed_index(error, 404, 412)
                     if index is None:
                         raise
-                    del batch[index]
+                    del batch[index : index + 2]  # the delete and its trace
         return deleted
 
     async def page(self, owner: str, limit: int, continuation: dict[str, str] | None) -> Page[Post]:
@@ -94,20 +93,24 @@ class TimelinesRepository:
         1,000: one key-only query, then EGT deletes, so one trim's work is bounded (a longer
         timeline shrinks by up to ``1000 - keep`` per trim). A newer entry landing meanwhile
         only pushes the doomed ones further back; an older one (a late backfill) may stay
-        past ``keep`` until the next trim. Returns how many were deleted."""
+        past ``keep`` until the next trim. The same query reads the removal traces after
+        the entries, and the expired ones go with the doomed entries (no request more).
+        Returns how many entries were deleted."""
         page = await partition_page(
             self._storage,
             TIMELINES,
             owner,
-            select=["RowKey"],
+            select=["RowKey", "Timestamp"],
             limit=1000,
             continuation=None,
             posts_only=True,
+            until=TRACES_END,
         )
         TRIM_REQUESTS.inc()
-        doomed = [entity["RowKey"] for entity in page.items][keep:]
+        doomed = [entity["RowKey"] for entity in page.items if entity["RowKey"] < META][keep:]
         deletes: list[Operation] = [
-            ("delete", {"PartitionKey": owner, "RowKey": key}) for key in doomed
+            ("delete", {"PartitionKey": owner, "RowKey": key})
+            for key in [*doomed, *expired_traces(page.items)]
         ]
         for batch in chunked(deletes):
             TRIM_REQUESTS.inc()

@@ -1,0 +1,161 @@
+"""Removals on a live stream: a delete and an unfollow's purge arrive as ``delete`` events;
+the removal traces that carry them never show in reads and are swept once expired."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import orjson
+import pytest
+from aiohttp import ClientResponse
+
+from tests.conftest import unique
+from tests.reads import test_since_and_stream as since_tests
+from tests.reads.test_since_and_stream import Live, _merged_author
+from timeline.model.entities import Post
+from timeline.model.keys import new_post_id, now_ticks
+from timeline.storage.accounts import Storage
+from timeline.storage.calls import query_page
+from timeline.storage.counters import count_of
+from timeline.storage.names import POSTS, TIMELINES
+from timeline.tables import traces
+from timeline.tables.repositories import Repositories
+from timeline.tables.traces import TRACE_BOUNDS, TRACE_RANGE, sweep_traces, trace_key
+
+live = since_tests.live
+"""The API and a worker on an Azurite of the test's own (the fixture of the stream tests)."""
+
+
+async def _next_events(response: ClientResponse, count: int) -> list[tuple[str, Any]]:
+    """The next ``count`` events as (event, data), ignoring comments."""
+    events: list[tuple[str, Any]] = []
+    fields: dict[str, str] = {}
+    async with asyncio.timeout(60):
+        while len(events) < count:
+            line = (await response.content.readline()).decode().rstrip("\n")
+            if line == "" and "data" in fields:
+                events.append((fields["event"], orjson.loads(fields["data"])))
+                fields = {}
+            elif line and not line.startswith(":"):
+                name, _, value = line.partition(": ")
+                fields[name] = value
+    return events
+
+
+async def test_a_delete_and_an_unfollow_purge_arrive_as_delete_events(live: Live) -> None:
+    reader, friend, other = [await live.user(p) for p in ("reader", "friend", "other")]
+    for subject in (friend, other):
+        await live.api.follow(reader, live.tokens[reader], subject)
+    stream = await live.stream(reader)
+    assert stream.status == 200
+    doomed, purged = await live.post(friend, "doomed"), await live.post(other, "purged")
+    posts = await _next_events(stream, 2)
+    assert sorted(data["post_id"] for _, data in posts) == sorted([doomed, purged])
+
+    deleted = await live.client.delete(
+        f"/users/{friend}/posts/{doomed}",
+        headers={"Authorization": f"Bearer {live.tokens[friend]}"},
+    )
+    assert deleted.status == 204
+    assert await _next_events(stream, 1) == [("delete", {"post_id": doomed})]
+
+    await live.api.unfollow(reader, live.tokens[reader], other)
+    assert await _next_events(stream, 1) == [("delete", {"post_id": purged})]
+    stream.close()
+
+
+async def test_a_merged_authors_delete_arrives_as_a_delete_event(live: Live) -> None:
+    reader = await live.user("reader")
+    large = await _merged_author(live)
+    await live.api.follow(reader, live.tokens[reader], large)
+    stream = await live.stream(reader)
+    made = await live.post(large, "merged")
+    assert await _next_events(stream, 1) == [("post", (await _post_json(live, reader, made)))]
+    deleted = await live.client.delete(
+        f"/users/{large}/posts/{made}", headers={"Authorization": f"Bearer {live.tokens[large]}"}
+    )
+    assert deleted.status == 204
+    events = await _next_events(stream, 1)  # the copy in the author's own timeline goes too
+    assert events == [("delete", {"post_id": made})]
+    stream.close()
+
+
+async def _post_json(live: Live, reader: str, post_id: str) -> dict[str, Any]:
+    page = await live.page(reader)
+    return next(item for item in page["items"] if item["post_id"] == post_id)
+
+
+async def _traces(storage: Storage, table: str, partition: str) -> list[str]:
+    page = await query_page(
+        storage.reader(table, partition),
+        f"PartitionKey eq @pk and {TRACE_RANGE}",
+        {"pk": partition, **TRACE_BOUNDS},
+        select=["RowKey"],
+        limit=1000,
+        continuation=None,
+    )
+    return [row["RowKey"] for row in page.items]
+
+
+async def test_traces_are_never_in_pages_trims_or_counts(
+    storage: Storage, repos: Repositories
+) -> None:
+    owner = unique("reader")
+    posts = [Post(new_post_id(now_ticks() + i), "friend", str(i)) for i in range(6)]
+    await repos.timelines.put_many(owner, posts)
+    rows = [
+        (post.row_key, await repos.timelines.etag_of(owner, post.row_key)) for post in posts[:3]
+    ]
+    assert await repos.timelines.remove_unchanged(owner, [(k, t) for k, t in rows if t]) == 3
+    assert sorted(await _traces(storage, TIMELINES, owner)) == sorted(
+        trace_key(post.row_key) for post in posts[:3]
+    )
+    page = await repos.timelines.page(owner, 100, None)
+    assert [post.post_id for post in page.items] == [post.post_id for post in posts[3:][::-1]]
+    assert await repos.timelines.trim(owner, 3) == 0  # three entries, however many traces
+
+    author = unique("author")
+    made = [
+        await repos.posts.add(Post(new_post_id(now_ticks() + i), author, "x")) for i in range(2)
+    ]
+    assert await repos.posts.delete(author, made[0].post_id)
+    assert await _traces(storage, POSTS, author) == [trace_key(made[0].row_key)]
+    assert await count_of(storage, POSTS, author) == 1
+    assert [post.post_id for post in (await repos.posts.page(author, 10, None)).items] == [
+        made[1].post_id
+    ]
+
+
+async def test_traces_expire_swept_by_the_trim_and_the_next_delete(
+    storage: Storage, repos: Repositories, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    owner, author = unique("reader"), unique("author")
+    posts = [Post(new_post_id(now_ticks() + i), "friend", str(i)) for i in range(3)]
+    await repos.timelines.put_many(owner, posts)
+    etag = await repos.timelines.etag_of(owner, posts[0].row_key)
+    assert etag is not None
+    await repos.timelines.remove_unchanged(owner, [(posts[0].row_key, etag)])
+    made = [
+        await repos.posts.add(Post(new_post_id(now_ticks() + i), author, "x")) for i in range(2)
+    ]
+    await repos.posts.delete(author, made[0].post_id)
+
+    # young traces stay: a stream that looks back may still need them
+    assert await sweep_traces(storage, TIMELINES, owner) == 0
+    await repos.timelines.trim(owner, 10)
+    assert len(await _traces(storage, TIMELINES, owner)) == 1
+    later = datetime.now(UTC) + timedelta(seconds=traces.TRACE_LIFETIME_S + 5)
+    assert await sweep_traces(storage, TIMELINES, owner, now=later) == 1
+    assert await _traces(storage, TIMELINES, owner) == []
+
+    # the trim sweeps a timeline's expired traces; the next delete an author's
+    await repos.timelines.remove_unchanged(
+        owner, [(posts[1].row_key, str(await repos.timelines.etag_of(owner, posts[1].row_key)))]
+    )
+    monkeypatch.setattr(traces, "TRACE_LIFETIME_S", -5.0)  # every trace is expired
+    await repos.timelines.trim(owner, 10)
+    assert await _traces(storage, TIMELINES, owner) == []
+    assert await repos.posts.delete(author, made[1].post_id)
+    assert await _traces(storage, POSTS, author) == []
