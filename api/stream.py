@@ -7,8 +7,9 @@ removal (``event: delete``, ``data: {"post_id": ...}``: a delete or an unfollow'
 line goes out when nothing else has for the heartbeat interval, so proxies keep the
 connection and a dead client is noticed. A process serves at most ``TIMELINE_MAX_STREAMS``
 streams (503 beyond), and ``TIMELINE_MAX_STREAMS_PER_USER`` of one user (429 beyond), so
-one user cannot take them all. A stream ends when its bearer token expires (the client's
-reconnect then gets the 401), and all of them end when the process shuts down.
+one user cannot take them all. A stream ends when its bearer token expires or, within
+``TIMELINE_STREAM_TOKEN_RECHECK_S``, is revoked (the client's reconnect then gets the 401),
+and all of them end when the process shuts down.
 """
 
 from __future__ import annotations
@@ -22,7 +23,12 @@ from collections.abc import Iterator
 import orjson
 from aiohttp import web
 
-from timeline.errors import OverloadedError, RateLimitedError
+from timeline.errors import (
+    AuthenticationError,
+    OverloadedError,
+    RateLimitedError,
+    RetryableError,
+)
 from timeline.reads.live import Removal, StreamTiming, Update
 from timeline.service.operations import TimelineService
 
@@ -98,11 +104,27 @@ async def serve(
             await response.prepare(request)  # the client may have left during the set-up
             await response.write(f"retry: {RETRY_MS}\n\n".encode())
             async with asyncio.timeout(lasts):
+                checked = time.monotonic()
                 async for fresh in watch.updates(streams.timing, streams.stopping):
+                    if time.monotonic() - checked >= streams.timing.token_recheck_s:
+                        if not await _still_valid(service, token):
+                            break
+                        checked = time.monotonic()
                     await response.write(_events(service, owner, fresh))
                     if request.transport is None or request.transport.is_closing():
                         break
         return response
+
+
+async def _still_valid(service: TimelineService, token: str) -> bool:
+    """False once the token is revoked; a storage outage keeps the stream (checked later)."""
+    try:
+        await service.accounts.authenticate(token)
+    except AuthenticationError:
+        return False
+    except RetryableError:
+        return True
+    return True
 
 
 def _events(service: TimelineService, owner: str, updates: list[Update]) -> bytes:

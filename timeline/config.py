@@ -79,6 +79,8 @@ class Settings(BaseSettings):
     stream_lookback_s: float = Field(default=120.0, ge=0, le=3600)
     """How late after it was made an entry may land and still be streamed."""
     stream_heartbeat_s: float = Field(default=15.0, ge=1, le=300)
+    stream_token_recheck_s: float = Field(default=30.0, ge=0.1, le=3600)
+    """How often an open stream checks that its token is not revoked (it ends if it is)."""
     token_ttl_s: int = Field(default=30 * 24 * 3600, ge=60)
     credentials_cache_s: float = Field(default=5.0, gt=0, le=300)
     """How long an API process trusts its read of a user's revocations and of the key ring:
@@ -177,6 +179,7 @@ class Settings(BaseSettings):
             poll_s=self.stream_poll_s,
             lookback_s=self.stream_lookback_s,
             heartbeat_s=self.stream_heartbeat_s,
+            token_recheck_s=self.stream_token_recheck_s,
         )
 
     def storage_options(self, limiter: AdaptiveLimiter | None = None) -> StorageOptions:

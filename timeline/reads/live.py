@@ -64,6 +64,8 @@ class StreamTiming:
     poll_s: float
     lookback_s: float
     heartbeat_s: float
+    token_recheck_s: float = 30.0
+    """How often an open stream checks again that its token is not revoked."""
 
 
 @dataclass(frozen=True, slots=True)
