@@ -8,16 +8,12 @@ import contextlib
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import orjson
-import pytest
 from aiohttp import ClientResponse
-from aiohttp.test_utils import TestClient
 
 from tests.conftest import (
     TEST_SECRET,
@@ -25,100 +21,21 @@ from tests.conftest import (
     eventually,
     make_settings,
     program_env,
-    running_worker,
     unique,
 )
 from tests.helpers import Api, bearer, error_of
+from tests.reads.conftest import Live, merged_author
 from timeline.model.entities import Post
 from timeline.model.keys import new_post_id, now_ticks
 from timeline.model.tokens import TokenSigner
 from timeline.storage.accounts import Storage
 from timeline.storage.azurite import Azurite, free_ports
-from timeline.tables.audience import MERGED
 from timeline.tables.repositories import Repositories
-
-THRESHOLD = 3
-LOOKBACK_S = 300
-"""Longer than any test here, so a resumed stream's window holds every post it made."""
-
-
-@dataclass
-class Live:
-    client: TestClient[Any, Any]
-    api: Api
-    repos: Repositories
-    tokens: dict[str, str]
-
-    async def user(self, prefix: str) -> str:
-        user = unique(prefix)
-        self.tokens[user] = await self.api.register(user)
-        return user
-
-    async def post(self, author: str, text: str = "hello") -> str:
-        return str((await self.api.post(author, self.tokens[author], text))["post_id"])
-
-    async def page(self, reader: str, **params: Any) -> dict[str, Any]:
-        return await self.api.timeline(reader, self.tokens[reader], **params)
-
-    async def newer(self, reader: str, since: str, limit: int = 250) -> list[list[str]]:
-        """Every page of a newer-than read, as post ids."""
-        pages: list[list[str]] = []
-        continuation = None
-        while True:
-            page = await self.page(reader, since=since, limit=limit, continuation=continuation)
-            pages.append([item["post_id"] for item in page["items"]])
-            continuation = page["continuation"]
-            if continuation is None:
-                return pages
-
-    async def shows(self, reader: str, post_ids: list[str]) -> None:
-        async def landed() -> bool:
-            page = await self.page(reader)
-            return [item["post_id"] for item in page["items"][: len(post_ids)]] == post_ids
-
-        await eventually(landed, what=f"{post_ids} on top of {reader}'s timeline")
-
-    async def stream(self, reader: str, **headers: str) -> ClientResponse:
-        return await self.client.get(
-            f"/users/{reader}/timeline/stream", headers=bearer(self.tokens[reader]) | headers
-        )
-
-
-@pytest.fixture
-async def live(private_azurite: Azurite, tmp_path: Path) -> AsyncIterator[Live]:
-    settings = make_settings(
-        private_azurite.connection_string,
-        tmp_path,
-        fanout_on_read_followers=THRESHOLD,
-        stream_poll_s=0.1,
-        stream_heartbeat_s=1,
-        stream_lookback_s=LOOKBACK_S,
-        max_streams=3,
-        max_streams_per_user=2,
-    )
-    async with Storage(settings.connection_string()) as storage:
-        await storage.create_all()
-        async with api_client(settings) as client, running_worker(settings):
-            yield Live(client, Api(client), Repositories.on(storage), {})
-
-
-async def _merged_author(live: Live) -> str:
-    """An author whose posts reach readers merged at read time, not copied."""
-    author = await live.user("large")
-    for _ in range(THRESHOLD):
-        fan = await live.user("fan")
-        await live.api.follow(fan, live.tokens[fan], author)
-
-    async def merged() -> bool:
-        return (await live.repos.audience.mode(author)).state == MERGED
-
-    await eventually(merged, timeout_s=60, what=f"{author} merged")
-    return author
 
 
 async def test_since_returns_only_newer_posts_paged_down_to_it(live: Live) -> None:
     reader, friend = await live.user("reader"), await live.user("friend")
-    large = await _merged_author(live)
+    large = await merged_author(live)
     for subject in (friend, large):
         await live.api.follow(reader, live.tokens[reader], subject)
     older = [await live.post(author) for author in (friend, large, reader)]
@@ -204,7 +121,7 @@ async def test_stream_sends_posts_as_they_land_and_resumes_from_last_event_id(
     live: Live,
 ) -> None:
     reader, friend = await live.user("reader"), await live.user("friend")
-    large = await _merged_author(live)
+    large = await merged_author(live)
     for subject in (friend, large):
         await live.api.follow(reader, live.tokens[reader], subject)
     before = await live.post(friend)

@@ -12,8 +12,7 @@ import pytest
 from aiohttp import ClientResponse
 
 from tests.conftest import unique
-from tests.reads import test_since_and_stream as since_tests
-from tests.reads.test_since_and_stream import Live, _merged_author
+from tests.reads.conftest import Live, merged_author
 from timeline.model.entities import Post
 from timeline.model.keys import new_post_id, now_ticks
 from timeline.storage.accounts import Storage
@@ -23,9 +22,6 @@ from timeline.storage.names import POSTS, TIMELINES
 from timeline.tables import traces
 from timeline.tables.repositories import Repositories
 from timeline.tables.traces import TRACE_BOUNDS, TRACE_RANGE, sweep_traces, trace_key
-
-live = since_tests.live
-"""The API and a worker on an Azurite of the test's own (the fixture of the stream tests)."""
 
 
 async def _next_events(response: ClientResponse, count: int) -> list[tuple[str, Any]]:
@@ -68,7 +64,7 @@ async def test_a_delete_and_an_unfollow_purge_arrive_as_delete_events(live: Live
 
 async def test_a_merged_authors_delete_arrives_as_a_delete_event(live: Live) -> None:
     reader = await live.user("reader")
-    large = await _merged_author(live)
+    large = await merged_author(live)
     await live.api.follow(reader, live.tokens[reader], large)
     stream = await live.stream(reader)
     made = await live.post(large, "merged")
