@@ -62,6 +62,9 @@ class StorageOptions:
     """Queue shards of a new placement (default: one per account); must match a stored one."""
     limiter: AdaptiveLimiter | None = None
     """Bounds this process's table calls in flight (the worker's; the API runs unbounded)."""
+    lean: bool = True
+    """Queries and batches take the lean path (``timeline.storage.lean``); False: the SDK's
+    own calls."""
 
 
 class Storage:
