@@ -84,7 +84,7 @@ async def query_page(
             "Accept": _QUERY_ACCEPT,
         },
     )
-    response = await client._client.send_request(request)
+    response = await _send(client, request)
     if response.status_code != 200:
         _process_table_error(HttpResponseError(response=response))
     rows = orjson.loads(response.content)["value"]
@@ -160,8 +160,16 @@ async def submit_transaction(client: TableClient, operations: Sequence[Sequence[
         },
         content=body,
     )
-    response = await client._client.send_request(request)
+    response = await _send(client, request)
     _raise_for_batch(response, client.table_name)
+
+
+async def _send(client: TableClient, request: HttpRequest) -> AsyncHttpResponse:
+    """Through the client's pipeline, streamed (so its content-decoding policy does not
+    parse the body a second time), then read whole."""
+    response = await client._client.send_request(request, stream=True)
+    await response.read()
+    return response
 
 
 def _raise_for_batch(response: AsyncHttpResponse, table: str) -> None:
