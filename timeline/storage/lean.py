@@ -77,7 +77,7 @@ async def query_page(
     request = HttpRequest(
         "GET",
         f"/{quote(client.table_name, safe='')}()",
-        params=params,
+        params={name: quote(value, safe="") for name, value in params.items()},  # as the SDK
         headers={
             "x-ms-version": client.api_version,
             "DataServiceVersion": "3.0",
