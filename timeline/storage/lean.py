@@ -88,12 +88,17 @@ async def query_page(
     if response.status_code != 200:
         _process_table_error(HttpResponseError(response=response))
     rows = orjson.loads(response.content)["value"]
-    headers = response.headers
-    next_partition = headers.get("x-ms-continuation-NextPartitionKey")
-    next_row = headers.get("x-ms-continuation-NextRowKey")
-    token = {"PartitionKey": next_partition, "RowKey": next_row}
-    # the SDK's pager gives the headers as they came, a missing one as None
-    return Page([to_entity(row) for row in rows], token if next_partition or next_row else None)  # type: ignore[arg-type]
+    return Page([to_entity(row) for row in rows], _continuation(response))
+
+
+def _continuation(response: AsyncHttpResponse) -> dict[str, str] | None:
+    """The next page's token as the SDK's pager gives it: both headers as they came (a
+    missing one as None), or None when neither came."""
+    next_partition = response.headers.get("x-ms-continuation-NextPartitionKey")
+    next_row = response.headers.get("x-ms-continuation-NextRowKey")
+    if not (next_partition or next_row):
+        return None
+    return cast(dict[str, str], {"PartitionKey": next_partition, "RowKey": next_row})
 
 
 def to_entity(row: dict[str, Any]) -> TableEntity:
