@@ -5,22 +5,28 @@ continuations; and the switch that picks the path."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from azure.core import MatchConditions
+from azure.core.credentials import AzureNamedKeyCredential
 from azure.core.exceptions import HttpResponseError
 from azure.data.tables import (
+    AccountSasPermissions,
     RequestTooLargeError,
+    ResourceTypes,
     TableEntity,
     TableTransactionError,
     UpdateMode,
+    generate_account_sas,
 )
 from azure.data.tables.aio import TableClient
 
 from tests.conftest import unique
 from timeline.config import Settings
 from timeline.storage.accounts import Storage, StorageOptions
+from timeline.storage.azurite import ACCOUNT, ACCOUNT_KEY, Azurite
 from timeline.storage.calls import (
     Operation,
     TransactionOperation,
@@ -300,3 +306,30 @@ async def test_clients_carry_the_switch(paths: dict[str, Storage]) -> None:
         client = storage.table(TIMELINES, "x")
         assert isinstance(client, RoutedTableClient)
         assert client.lean is (path == "lean")
+
+
+@pytest.mark.parametrize("path", PATHS)
+async def test_a_sas_connection_string_authenticates_both_paths(
+    azurite: Azurite, storage: Storage, path: str
+) -> None:
+    """The lean path signs nothing itself: a SAS credential (the SDK's policy) works too.
+    (Azurite wants the container resource type for a query, on either path.)"""
+    sas = generate_account_sas(
+        AzureNamedKeyCredential(ACCOUNT, ACCOUNT_KEY),
+        resource_types=ResourceTypes(service=True, container=True, object=True),
+        permission=AccountSasPermissions(
+            read=True, write=True, delete=True, list=True, update=True, add=True
+        ),
+        expiry=datetime.now(UTC) + timedelta(hours=1),
+    )
+    endpoint = f"http://127.0.0.1:{azurite.ports[2]}/{ACCOUNT}"
+    text = f"TableEndpoint={endpoint};SharedAccessSignature={sas}"
+    async with Storage(text, StorageOptions(lean=path == "lean")) as signed:
+        client = signed.table(TIMELINES, "x")
+        assert isinstance(client, RoutedTableClient)
+        assert client.lean is (path == "lean")
+        partition = unique("sas")
+        batch: list[Operation] = [("upsert", row(partition, k)) for k in "abc"]
+        await submit_batch(signed, TIMELINES, partition, batch)
+        rows, _ = await read_all(signed, partition, limit=2)
+    assert [r["RowKey"] for r in rows] == ["a", "b", "c"]
