@@ -104,6 +104,8 @@ class Settings(BaseSettings):
     """A stopping API process has exited within this, whatever its clients do."""
     storage_timeout_s: float = Field(default=5.0, gt=0)
     storage_retries: int = Field(default=2, ge=0)
+    storage_lean: bool = True
+    """Queries and batches skip the SDK's model layer (``docs/lean-storage.md``)."""
 
     worker_concurrency: int = Field(default=1024, ge=1)
     worker_storage_concurrency: int = Field(default=256, ge=2)
@@ -190,6 +192,7 @@ class Settings(BaseSettings):
             placement_lease_s=self.placement_lease_s,
             queue_shards=self.queue_shards,
             limiter=limiter,
+            lean=self.storage_lean,
         )
 
     def worker_limiter(self, accounts: int = 1) -> AdaptiveLimiter:

@@ -13,6 +13,8 @@ from azure.data.tables import TableEntity, TableTransactionError, UpdateMode
 from azure.data.tables.aio import TableClient
 
 from timeline.model.entities import Page
+from timeline.storage import lean
+from timeline.storage.clients import RoutedTableClient
 
 if TYPE_CHECKING:
     from timeline.storage.accounts import Storage
@@ -31,6 +33,10 @@ async def query_page(
     continuation: dict[str, str] | None,
 ) -> Page[TableEntity]:
     """Exactly one storage query: up to ``limit`` entities and the storage continuation."""
+    if _lean(client):
+        return await lean.query_page(
+            client, query_filter, parameters, select=select, limit=limit, continuation=continuation
+        )
     entities: Any = client.query_entities(
         query_filter, parameters=parameters, select=select, results_per_page=limit
     )
@@ -101,7 +107,19 @@ async def _send(client: TableClient, operations: list[Operation]) -> None:
         else:
             await client.upsert_entity(entity, mode=UpdateMode.REPLACE)
         return
-    await client.submit_transaction([_transaction_operation(op) for op in operations])
+    await _submit(client, [_transaction_operation(op) for op in operations])
+
+
+def _lean(client: TableClient) -> bool:
+    """Whether this client takes the lean path (a wrapped or foreign client never does)."""
+    return isinstance(client, RoutedTableClient) and client.lean
+
+
+async def _submit(client: TableClient, operations: list[TransactionOperation]) -> None:
+    if _lean(client):
+        await lean.submit_transaction(client, operations)
+    else:
+        await client.submit_transaction(operations)
 
 
 def size_kind(verb: str, rows: int) -> str:
@@ -137,7 +155,7 @@ async def transact(
     """One Entity Group Transaction, all or nothing; raises ``TableTransactionError`` with the
     failing operation's index (conflicts and failed conditions are the caller's to judge)."""
     async with storage.guard(kind=size_kind("write", len(operations))):
-        await storage.table(table, partition_key).submit_transaction(operations)
+        await _submit(storage.table(table, partition_key), operations)
 
 
 def failed_index(error: TableTransactionError, *statuses: int) -> int | None:
