@@ -110,8 +110,8 @@ async def _worker_process(settings: Settings, log: Path) -> AsyncIterator[str]:
         await asyncio.wait_for(process.wait(), 60)
 
 
-async def _messages_done(client: TestClient[Any, Any], metrics: str) -> float:
-    """Messages the worker process has completed, read from its ``/metrics`` (0 before it
+async def _backfills_done(client: TestClient[Any, Any], metrics: str) -> float:
+    """Backfills the worker process has completed, read from its ``/metrics`` (0 before it
     serves them): observing it costs the storage under test nothing."""
     try:
         async with client.session.get(metrics) as response:
@@ -122,8 +122,25 @@ async def _messages_done(client: TestClient[Any, Any], metrics: str) -> float:
         sample.value
         for family in text_string_to_metric_families(text)
         for sample in family.samples
-        if sample.name == "fanout_messages_total" and sample.labels["outcome"] == "done"
+        if sample.name == "fanout_messages_total"
+        and sample.labels == {"type": "follow", "outcome": "done"}
     )
+
+
+async def _post_ten(
+    client: TestClient[Any, Any], user: str, headers: dict[str, str]
+) -> tuple[float, str]:
+    """Ten posts by ``user`` through the API: the slowest answer's seconds and the last
+    post's id."""
+    slowest, post_id = 0.0, ""
+    for _ in range(10):
+        started = time.monotonic()
+        path, body = f"/users/{user}/posts", {"text": "fresh"}
+        response = await client.post(path, json=body, headers=headers)
+        slowest = max(slowest, time.monotonic() - started)
+        assert response.status == 202
+        post_id = (await response.json())["post_id"]
+    return slowest, post_id
 
 
 async def _register(client: TestClient[Any, Any], user: str) -> dict[str, str]:
@@ -144,18 +161,10 @@ async def test_a_fresh_post_overtakes_a_backlog_of_backfills(
         async with _worker_process(settings, tmp_path / "worker.log") as metrics:
 
             async def backfilling() -> bool:
-                return await _messages_done(client, metrics) > 0
+                return await _backfills_done(client, metrics) > 0
 
             await eventually(backfilling, timeout_s=60, what="the worker to start the backlog")
-            slowest = 0.0
-            for _ in range(10):
-                started = time.monotonic()
-                response = await client.post(
-                    "/users/author/posts", json={"text": "fresh"}, headers=author
-                )
-                slowest = max(slowest, time.monotonic() - started)
-                assert response.status == 202
-            post_id = (await response.json())["post_id"]
+            slowest, post_id = await _post_ten(client, "author", author)
 
             async def delivered() -> bool:
                 page = await client.get("/users/reader/timeline?limit=20", headers=reader)
