@@ -10,11 +10,14 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 
+from prometheus_client import Counter
+
 from fanout_worker.worker import Worker
 from tests.conftest import eventually, make_settings, program_env, running_worker, unique
 from timeline.config import Settings
 from timeline.delivery.outcomes import Continue
 from timeline.delivery.processor import FanoutProcessor
+from timeline.metrics import DELIVERIES, STORAGE_UNAVAILABLE
 from timeline.model.entities import Post, User
 from timeline.model.keys import new_post_id, now_ticks
 from timeline.model.messages import PostCreated, PostDeleted
@@ -54,6 +57,10 @@ async def _author_with_followers(
     post = Post(new_post_id(now_ticks()), author, "hello")
     await repos.posts.add(post)
     return author, post
+
+
+async def _counter_above(counter: Counter, value: float) -> bool:
+    return bool(counter._value.get() > value)
 
 
 async def test_message_failing_too_often_is_poisoned(
@@ -217,13 +224,19 @@ async def test_worker_survives_storage_outage_and_stops_in_bounded_time(
         async with opened(settings) as storage:
             repos, queue = Repositories.on(storage), FanoutQueue(storage)
             author, post = await _author_with_followers(storage, repos, 3000)
-            await asyncio.sleep(6)  # Azurite persists every 5 s: the seed survives a restart
+            await asyncio.to_thread(azurite.stop)  # SIGTERM: Azurite writes the seed to disk
+            await asyncio.to_thread(azurite.start)
             worker = Worker(settings, settings.connection_string())
             running = asyncio.create_task(worker.async_run())
+            delivered = DELIVERIES._value.get()
             await queue.send(PostCreated(author=author, post_id=post.post_id))
-            await asyncio.sleep(1.5)  # mid fan-out
+            await eventually(lambda: _counter_above(DELIVERIES, delivered), what="mid fan-out")
             await asyncio.to_thread(azurite.stop)
-            await asyncio.sleep(3)  # the worker keeps failing, backing off, not dying
+            unavailable = STORAGE_UNAVAILABLE._value.get()
+            await eventually(  # the worker keeps failing, backing off, not dying
+                lambda: _counter_above(STORAGE_UNAVAILABLE, unavailable + 2),
+                what="the worker to meet the outage more than once",
+            )
             assert not running.done()
             await asyncio.to_thread(azurite.start)
 
@@ -237,7 +250,6 @@ async def test_worker_survives_storage_outage_and_stops_in_bounded_time(
             for i in range(3000):
                 assert await _timeline_ids(repos, f"f{i:05d}") == [post.post_id]
 
-            await asyncio.sleep(0.5)
             await asyncio.to_thread(azurite.stop)
             worker.stop()  # storage is down again: stopping must not wait for it
             await asyncio.wait_for(running, 30)
@@ -262,8 +274,11 @@ async def test_stop_is_bounded_while_storage_is_down(
         author, post = await _author_with_followers(storage, repos, 5000)
         await queue.send(PostCreated(author=author, post_id=post.post_id))
     worker = Worker(settings, settings.connection_string())
+    written = DELIVERIES._value.get()
     running = asyncio.create_task(worker.async_run())
-    await asyncio.sleep(2)  # thousands of writes buffered behind 2 request slots
+    await eventually(  # the first writes landed: thousands more wait behind 2 request slots
+        lambda: _counter_above(DELIVERIES, written), what="the fan-out writing"
+    )
     await asyncio.to_thread(private_azurite.kill)
     worker.stop()
     await asyncio.wait_for(running, 30)
