@@ -23,6 +23,7 @@ from timeline.storage.accounts import Storage
 from timeline.storage.calls import TransactionOperation, failed_index, query_page
 from timeline.storage.counters import count_of, transact_counted
 from timeline.storage.names import SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING
+from timeline.tables.expiries import CLAIM, ExpiriesRepository
 from timeline.tables.rows import (
     ATTEMPTS,
     META,
@@ -45,6 +46,7 @@ class FollowsRepository:
 
     def __init__(self, storage: Storage) -> None:
         self._storage = storage
+        self._expiries = ExpiriesRepository(storage)
 
     async def add(
         self, follower: str, subject: str, since: datetime, request: str | None = None
@@ -54,6 +56,7 @@ class FollowsRepository:
         ``request`` names the API request (see ``claim``): the change is made together with
         its claim row, so it fails if the worker already gave up waiting for it."""
         edge = {"PartitionKey": subject, "RowKey": follower, "since": since}
+        await self._file_claim(subject, request)
         try:
             await transact_counted(
                 self._storage,
@@ -71,6 +74,7 @@ class FollowsRepository:
 
     async def remove(self, follower: str, subject: str, request: str | None = None) -> bool:
         """Remove the follow and uncount it, atomically; False if there was none."""
+        await self._file_claim(subject, request)
         for _ in range(ATTEMPTS):
             edge = await get_entity(self._storage, SUBJECT_FOLLOWERS, subject, follower)
             if edge is None:
@@ -90,7 +94,14 @@ class FollowsRepository:
         """Claim an API request's follow change as abandoned, so that if its write is still on
         its way it fails; False when the change was already made."""
         [(_, row)] = _claim_rows(subject, request)
+        await self._file_claim(subject, request)
         return await create_entity(self._storage, SUBJECT_FOLLOWERS, row)
+
+    async def _file_claim(self, subject: str, request: str | None) -> None:
+        """File the claim row in ``expiries`` before it can exist (it ends with its
+        lifetime, ``timeline.tables.expiries``)."""
+        if request is not None:
+            await self._expiries.note(CLAIM, SUBJECT_FOLLOWERS, subject, claim_row_key(request))
 
     async def sync_index(self, follower: str, subject: str) -> None:
         """Make ``subjectFollowing`` agree with the truth for one pair.
@@ -203,10 +214,14 @@ def request_id(follower: str, requested_ticks: int) -> str:
     return f"{follower}-{requested_ticks}"
 
 
+def claim_row_key(request: str) -> str:
+    return f"{META}req-{request}"
+
+
 def _claim_rows(subject: str, request: str | None) -> list[TransactionOperation]:
     if request is None:
         return []
-    return [("create", {"PartitionKey": subject, "RowKey": f"{META}req-{request}"})]
+    return [("create", {"PartitionKey": subject, "RowKey": claim_row_key(request)})]
 
 
 def _raise_if_abandoned(error: TableTransactionError) -> None:

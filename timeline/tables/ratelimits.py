@@ -22,9 +22,10 @@ window would not. These limits protect the service from runaway clients, not bil
 quotas, so a bounded 2x burst is fine; in exchange a check is one row and two requests,
 where a moving window would store a row per hit. The window's end is written with the clock
 of the process that opened it, so clock skew between hosts (normally well under a second)
-only moves window edges by that much. Rows are reused when their window has ended and never
-deleted by the service (one per user and limit, one per client address): ``reset`` empties
-the table.
+only moves window edges by that much. A row is reused when its window has ended; each
+window opened is filed in ``expiries`` (one more write per window, not per hit), and the
+worker's sweep deletes the row once its window has ended unless a new one opened since
+(``fanout_worker.sweeper``); ``reset`` empties the table.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from timeline.errors import RateLimitedError, StorageUnavailableError
 from timeline.retry import backoff_delay
 from timeline.storage.accounts import Storage
 from timeline.storage.names import RATE_LIMITS
+from timeline.tables.expiries import RATE_LIMIT, ExpiriesRepository
 
 _ROW = "window"
 _ATTEMPTS = 20
@@ -77,6 +79,7 @@ class TableWindowStorage(LimitsStorage):
     def __init__(self, storage: Storage) -> None:
         super().__init__()
         self._storage = storage
+        self._expiries = ExpiriesRepository(storage)
 
     @property
     def base_exceptions(self) -> type[Exception] | tuple[type[Exception], ...]:
@@ -88,7 +91,10 @@ class TableWindowStorage(LimitsStorage):
         partition = partition_of(key)
         for attempt in range(1, _ATTEMPTS + 1):
             row = await self._read(partition)
-            count, expires_at = _counted(row, time.time(), amount, expiry)
+            now = time.time()
+            count, expires_at = _counted(row, now, amount, expiry)
+            if _live(row, now) is None:  # a new window: filed to end with it, before it exists
+                await self._expiries.note(RATE_LIMIT, RATE_LIMITS, partition, _ROW, at=expires_at)
             try:
                 await self._write(partition, row, count, expires_at)
                 return count
