@@ -239,6 +239,7 @@ class Settings(BaseSettings):
             write_deadline_s=self.worker_write_deadline_s,
             sweep_delay_s=sweep,
             arrival_window_s=self.worker_arrival_window_s,
+            follow_cooldown_s=self.follow_cooldown_s,
         )
 
     def claim_lifetime(self) -> float:

@@ -13,7 +13,7 @@ import pytest
 
 from fanout_worker.sweeper import GRACE_S, Sweeper
 from tests.conftest import storage_on, unique
-from timeline.model.entities import Post
+from timeline.model.entities import Post, User
 from timeline.model.idempotency import IdempotencyKeys
 from timeline.model.keys import new_post_id, now_ticks, post_row_key
 from timeline.model.tokens import TokenSigner
@@ -30,7 +30,6 @@ from timeline.tables.posts import KEY_ROWS
 from timeline.tables.ratelimits import RateLimits, TableWindowStorage, partition_of
 from timeline.tables.repositories import Repositories
 from timeline.tables.rows import get_entity
-from timeline.tables.users import User
 
 LIFETIME_S = 3600.0
 LATER = LIFETIME_S + GRACE_S + 120

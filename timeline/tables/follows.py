@@ -11,7 +11,9 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -97,6 +99,13 @@ class FollowsRepository:
         await self._file_claim(subject, request)
         return await create_entity(self._storage, SUBJECT_FOLLOWERS, row)
 
+    async def claimed(self, subject: str, request: str) -> bool:
+        """Whether the request's claim row exists (its change made, or given up on)."""
+        row = await get_entity(
+            self._storage, SUBJECT_FOLLOWERS, subject, claim_row_key(request), select=["RowKey"]
+        )
+        return row is not None
+
     async def _file_claim(self, subject: str, request: str | None) -> None:
         """File the claim row in ``expiries`` before it can exist (it ends with its
         lifetime, ``timeline.tables.expiries``)."""
@@ -129,6 +138,19 @@ class FollowsRepository:
                 if failed_index(error, 409, 412, 404) is None:
                     raise
         raise contention()
+
+    async def history(self, follower: str, subject: str) -> PairHistory:
+        """The pair's index row (its follow and unfollow times): one point read."""
+        index = await get_entity(self._storage, SUBJECT_FOLLOWING, follower, subject)
+        if index is None:
+            return PairHistory()
+        since = index.get("since")
+        return PairHistory(
+            active=bool(index.get("active")),
+            since=since.timestamp() if isinstance(since, datetime) else 0.0,
+            left_at=float(index.get(LEFT_AT) or 0),
+            left_before=float(index.get(LEFT_BEFORE) or 0),
+        )
 
     async def repair_index(self, follower: str, subject: str) -> None:
         """Sync the index only if it disagrees with the truth (a change made elsewhere, or a
@@ -237,9 +259,36 @@ def _index_row(
 ) -> dict[str, Any]:
     source = truth if truth is not None else index
     since = source.get("since") if source is not None else None
-    return {
+    row = {
         "PartitionKey": follower,
         "RowKey": subject,
         "since": since or datetime.now(UTC),
         "active": truth is not None,
     }
+    history = {key: index[key] for key in (LEFT_AT, LEFT_BEFORE) if index and key in index}
+    if truth is None and index is not None and index.get("active"):  # an unfollow, recorded
+        history = {LEFT_AT: time.time(), LEFT_BEFORE: float(index.get(LEFT_AT) or 0)}
+    return row | history
+
+
+LEFT_AT, LEFT_BEFORE = "left_at", "left_before"
+"""An index row's history: when the pair was last seen unfollowed (Unix seconds) and the
+time before that, written as the row turns inactive (what damps a toggling pair,
+``timeline.delivery.follow``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PairHistory:
+    """A follow pair's index row as read: active now, followed since, and its last two
+    unfollows (0: none recorded)."""
+
+    active: bool = False
+    since: float = 0.0
+    left_at: float = 0.0
+    left_before: float = 0.0
+
+    @property
+    def previous_unfollow(self) -> float:
+        """The unfollow before the current one, if the row already records the current
+        (inactive), else the latest (the current unfollow's sync has not landed yet)."""
+        return self.left_before if not self.active else self.left_at
