@@ -9,12 +9,13 @@ gives it a storage backend (``TableWindowStorage``).
 
 **Cost.** A limit of 0 makes no storage calls. Otherwise a check that passes is two storage
 requests (read the row, then replace it on the condition that its ETag is unchanged, or
-create it); a check that is refused is three (the same two, then one read of the window's
-end for ``Retry-After``). Each lost race (another process counted the same key between the
-read and the write) costs two more, with a short jittered pause, so n concurrent hits on one
-key cost O(n^2) requests at worst (20 at once on Azurite: about 170 requests, 0.75 s); a
-request gives up after ``_ATTEMPTS`` rounds with a retryable 503. Different keys never
-contend: each key is its own partition, spread over the storage accounts like any other.
+create it), three when it opens a window (its filing in ``expiries``); a check that is
+refused is three (the same two, then one read of the window's end for ``Retry-After``). Each
+lost race (another process counted the same key between the read and the write) costs two
+more, with a short jittered pause, so n concurrent hits on one key cost O(n^2) requests at
+worst (20 at once on Azurite: about 170 requests, 0.75 s); a request gives up after
+``_ATTEMPTS`` rounds with a retryable 503. Different keys never contend: each key is its own
+partition, spread over the storage accounts like any other.
 
 **Why fixed windows are acceptable.** A fixed window lets a client make up to twice the limit
 in a short span across the end of one window and the start of the next, where a moving
