@@ -25,6 +25,7 @@ from timeline.storage.azurite import Azurite
 from timeline.storage.names import EXPIRIES, POSTS, RATE_LIMITS, SUBJECT_FOLLOWERS
 from timeline.storage.placement import hash64
 from timeline.storage.queue import FanoutQueue
+from timeline.storage.rebalance import Rebalancer
 from timeline.tables.expiries import CLAIM, ExpiriesRepository, index_row_key
 from timeline.tables.follows import claim_row_key, request_id
 from timeline.tables.posts import KEY_ROWS
@@ -264,3 +265,42 @@ async def test_rows_on_every_account_are_swept(two_azurites: list[Azurite]) -> N
 
 async def _row(storage: Storage, table: str, partition: str, row: str) -> bool:
     return await get_entity(storage, table, partition, row) is not None
+
+
+async def test_a_rebalance_neither_resurrects_nor_orphans(two_azurites: list[Azurite]) -> None:
+    """Claims and their index rows on one account; a second account is added. A sweep while
+    the rebalance has slots frozen removes what is not moving and leaves what is (a delete
+    there would be lost to the copy, or land on a partition being copied); once the
+    rebalance is done, a sweep removes the rest: no row and no index row is left on either
+    account."""
+    subjects = [unique("s") for _ in range(40)]
+    async with storage_on(two_azurites[:1]) as storage:
+        await storage.create_all()
+        repos = Repositories.on(storage)
+        for subject in subjects:
+            await repos.follows.claim(subject, request_id("f", now_ticks()))
+    deferred: list[int] = []
+    later = time.time() + LATER
+
+    async with storage_on(two_azurites) as storage:
+
+        async def sweep_while_frozen(_seconds: float) -> None:
+            if not deferred:
+                await storage.refresh_placement()
+                deferred.append((await _sweeper(storage).sweep(now=later)).deferred)
+
+        await Rebalancer(
+            storage, margin_s=0, steps=3, progress=False, sleep=sweep_while_frozen
+        ).run()
+        assert deferred[0] > 0, "some claims were in frozen, moving partitions"
+        left = [s for s in subjects if await _rows(storage, SUBJECT_FOLLOWERS, s)]
+        assert 0 < len(left) <= deferred[0]  # a frozen claim, or a frozen index row, waits
+        placement = await storage.refresh_placement()  # the next round reads it settled
+        assert placement is not None
+        assert placement.settled
+        await _sweeper(storage).sweep(now=later)
+        for account in range(2):
+            for table in (SUBJECT_FOLLOWERS, EXPIRIES):
+                client = storage.account_table(account, table)
+                async with storage.guard():
+                    assert [row async for row in client.list_entities()] == [], (account, table)
