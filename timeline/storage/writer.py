@@ -47,7 +47,11 @@ log = logging.getLogger(__name__)
 
 
 class PartitionWriter:
-    """Buffers writes to one table by partition; sends full or lingered partitions as EGTs."""
+    """Buffers writes to one table by partition; sends full or lingered partitions as EGTs.
+
+    About 200 lines: admission, the per-partition buffer's flush and the commit callbacks
+    share one lock-free state machine, read best in one place (the buffer itself is
+    ``write_buffer.py``)."""
 
     def __init__(
         self,
