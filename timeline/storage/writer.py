@@ -49,9 +49,9 @@ log = logging.getLogger(__name__)
 class PartitionWriter:
     """Buffers writes to one table by partition; sends full or lingered partitions as EGTs.
 
-    About 200 lines: admission, the per-partition buffer's flush and the commit callbacks
-    share one lock-free state machine, read best in one place (the buffer itself is
-    ``write_buffer.py``)."""
+    About 200 lines: admission, the send loop, retries with their deadline check and close
+    share the buffer and the in-flight count, and read best in one place (the buffer's
+    bookkeeping itself is ``write_buffer.py``)."""
 
     def __init__(
         self,
