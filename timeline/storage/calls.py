@@ -29,10 +29,12 @@ async def query_page(
     select: list[str] | None,
     limit: int,
     continuation: dict[str, str] | None,
+    **options: Any,
 ) -> Page[TableEntity]:
-    """Exactly one storage query: up to ``limit`` entities and the storage continuation."""
+    """Exactly one storage query: up to ``limit`` entities and the storage continuation
+    (``options`` go to the SDK call, e.g. a ``raw_response_hook``)."""
     entities: Any = client.query_entities(
-        query_filter, parameters=parameters, select=select, results_per_page=limit
+        query_filter, parameters=parameters, select=select, results_per_page=limit, **options
     )
     pager = entities.by_page(continuation_token=continuation)  # the SDK's token is a dict
     try:
