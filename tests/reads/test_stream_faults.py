@@ -25,7 +25,7 @@ from timeline.model.entities import Page
 from timeline.reads import landed as landed_module
 from timeline.reads.landed import Landed
 from timeline.reads.live import Removal, TimelineWatch
-from timeline.storage.calls import submit_batch
+from timeline.storage.calls import query_page, submit_batch
 from timeline.storage.names import TIMELINES
 from timeline.tables.follows import FollowsRepository
 from timeline.tables.timelines import TimelinesRepository
@@ -153,7 +153,7 @@ async def test_an_empty_page_with_a_continuation_is_followed(
         await storage_put(storage, reader, posts)
         probe = {"PartitionKey": reader, "RowKey": "!probe"}  # first in key order; no post
         await submit_batch(storage, TIMELINES, reader, [("upsert", probe)])
-        real = landed_module.query_page
+        real = query_page
         cut: list[bool] = []
 
         async def cut_short(*args: Any, **kwargs: Any) -> Any:

@@ -16,7 +16,7 @@ from timeline.storage.names import TIMELINES
 from timeline.tables import timelines as timelines_module
 from timeline.tables import traces
 from timeline.tables.repositories import Repositories
-from timeline.tables.rows import get_entity
+from timeline.tables.rows import get_entity, partition_page
 from timeline.tables.traces import TRACE_BOUNDS, TRACE_RANGE, trace_key
 
 
@@ -46,12 +46,14 @@ async def test_the_trim_keeps_a_trace_rewritten_after_its_read(
     await repos.timelines.put_many(owner, [post])
     await _remove(repos, owner, post)
     monkeypatch.setattr(traces, "TRACE_LIFETIME_S", -5.0)  # every trace counts as expired
-    real = timelines_module.partition_page
+    real = partition_page
 
     async def read_then_race(*args: Any, **kwargs: Any) -> Any:
         page = await real(*args, **kwargs)
+        monkeypatch.setattr(traces, "TRACE_LIFETIME_S", 3600.0)  # the purge's own sweep
         await repos.timelines.put_many(owner, [post])  # copied again (re-follow) ...
         await _remove(repos, owner, post)  # ... and purged again: its trace rewritten
+        monkeypatch.setattr(traces, "TRACE_LIFETIME_S", -5.0)
         return page
 
     monkeypatch.setattr(timelines_module, "partition_page", read_then_race)
