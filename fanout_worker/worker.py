@@ -14,6 +14,7 @@ from fanout_worker.isolation import Isolation, triage
 from fanout_worker.lease import Lease
 from fanout_worker.metrics import sample_depth, watch_limiter
 from fanout_worker.settling import Settler, outcome_of
+from fanout_worker.sweeper import Sweeper
 from timeline.config import Settings
 from timeline.delivery.processor import FanoutProcessor
 from timeline.errors import ConfigurationError, MalformedMessageError, StorageUnavailableError
@@ -96,12 +97,23 @@ class Worker:
                 hybrid=settings.hybrid(FanoutQueues(storage)),
             )
             await writer.start()
+            sweeps = self._start_sweeps(storage)
             try:
                 if shards:
                     await self._consume(shards, processor, burst)
             finally:
+                if sweeps is not None:
+                    sweeps.cancel()
                 await self._shutdown(writer)
         log.info("fan-out worker stopped")
+
+    def _start_sweeps(self, storage: Storage) -> asyncio.Task[None] | None:
+        """The expiry sweep in the background (``fanout_worker.sweeper``), unless turned off."""
+        interval = self._settings.expiry_sweep_interval_s
+        if not interval:
+            return None
+        sweeper = Sweeper(storage, claim_lifetime_s=self._settings.claim_lifetime())
+        return asyncio.create_task(sweeper.run(self._stopping, interval))
 
     async def _shards(self, storage: Storage) -> list[FanoutQueue]:
         """Every queue shard (and the single queue of a deployment from before shards, while

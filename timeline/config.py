@@ -104,6 +104,8 @@ class Settings(BaseSettings):
     """A stopping API process has exited within this, whatever its clients do."""
     storage_timeout_s: float = Field(default=5.0, gt=0)
     storage_retries: int = Field(default=2, ge=0)
+    storage_lean: bool = True
+    """Queries and batches skip the SDK's model layer (``docs/lean-storage.md``)."""
 
     worker_concurrency: int = Field(default=1024, ge=1)
     worker_storage_concurrency: int = Field(default=256, ge=2)
@@ -133,6 +135,12 @@ class Settings(BaseSettings):
     worker_arrival_window_s: float = Field(default=30.0, gt=0)
     worker_idle_sleep_s: float = Field(default=0.5, ge=0)
     worker_shutdown_grace_s: float = Field(default=10.0, ge=0)
+    claim_lifetime_s: float = Field(default=3600.0, gt=0)
+    """How long a follow request's claim row and a void post row are kept."""
+    expiry_sweep_interval_s: float = Field(default=60.0, ge=0)
+    """How often each worker sweeps the ``expiries`` index (0: never)."""
+    follow_cooldown_s: float | None = Field(default=None, gt=0)
+    """How long a follow pair must stay unfollowed before its copies are purged."""
     worker_metrics_port: int | None = Field(default=None, ge=0, le=65535)
     worker_shards: tuple[int, ...] | None = None
     """Queue shards this worker consumes, e.g. ``0-3,7`` (default: all of them): with many
@@ -190,6 +198,7 @@ class Settings(BaseSettings):
             placement_lease_s=self.placement_lease_s,
             queue_shards=self.queue_shards,
             limiter=limiter,
+            lean=self.storage_lean,
         )
 
     def worker_limiter(self, accounts: int = 1) -> AdaptiveLimiter:
@@ -239,7 +248,19 @@ class Settings(BaseSettings):
             write_deadline_s=self.worker_write_deadline_s,
             sweep_delay_s=sweep,
             arrival_window_s=self.worker_arrival_window_s,
+            follow_cooldown_s=self.follow_cooldown_s,
         )
+
+    def claim_lifetime(self) -> float:
+        """A claim must outlive the wait for the request it guards (the arrival window)
+        and the storage call that may still carry that request's write."""
+        earliest = self.worker_arrival_window_s + self.storage_timeout_s
+        if self.claim_lifetime_s <= earliest:
+            raise ConfigurationError(
+                f"TIMELINE_CLAIM_LIFETIME_S must exceed the arrival window plus the storage "
+                f"timeout ({earliest:g} s)"
+            )
+        return self.claim_lifetime_s
 
     def connection_string(self) -> str:
         """Every configured account, one per line (``Storage`` splits them), else the

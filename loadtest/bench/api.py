@@ -19,7 +19,14 @@ from typing import Any
 import aiohttp
 from tqdm import tqdm
 
-from loadtest.bench.harness import bounded, fresh_storage, scrubbed_env, timeline_entity, write_rows
+from loadtest.bench.harness import (
+    SDK_PATH,
+    bounded,
+    fresh_storage,
+    scrubbed_env,
+    timeline_entity,
+    write_rows,
+)
 from loadtest.bench.measure import cpu_seconds, delta, profiled, scrape
 from loadtest.bench.sizes import Sizes
 from timeline.model.keys import now_ticks
@@ -125,8 +132,12 @@ async def api(sizes: Sizes, profile: Path | None = None) -> dict[str, float]:
             await cost(server, reads[: len(reads) // 10], "api: warming up")
             read_ms, read_requests = await cost(server, reads, "api: timeline reads", profile)
             post_ms, post_requests = await cost(server, posts, "api: posts", profile)
+        async with api_process(azurites, **SDK_PATH) as server:
+            await cost(server, reads[: len(reads) // 10], "api (sdk): warming up")
+            sdk_read_ms, _ = await cost(server, reads, "api (sdk): timeline reads")
     return {
         "api_cpu_ms_per_read": read_ms,
+        "api_cpu_ms_per_read_sdk": sdk_read_ms,
         "api_storage_requests_per_read": read_requests,
         "api_cpu_ms_per_post": post_ms,
         "api_storage_requests_per_post": post_requests,

@@ -41,6 +41,15 @@ BENCH_OPTIONS = StorageOptions(timeout_s=30, placement_lease_s=3600)
 saturated Azurite must not stop the bench from routing."""
 
 
+SDK_PATH = {"TIMELINE_STORAGE_LEAN": "false"}
+"""Settings of a process on the plain SDK calls, to compare with the lean storage path."""
+
+
+def suffixed(result: dict[str, float], suffix: str, keep: tuple[str, ...] = ()) -> dict[str, float]:
+    """``result`` with ``suffix`` appended to every key but ``keep``."""
+    return {key if key in keep else f"{key}{suffix}": value for key, value in result.items()}
+
+
 def scrubbed_env(**settings: str) -> dict[str, str]:
     """This process's environment without any ``TIMELINE_`` setting, plus ``settings``: a
     child configured only by what the bench chose."""

@@ -8,9 +8,11 @@ import time
 from loadtest.bench.ceiling import adjacent_ceiling
 from loadtest.bench.harness import (
     DELIVERIES,
+    SDK_PATH,
     follower_rows,
     fresh_storage,
     steady_posts,
+    suffixed,
     wait_for,
     worker,
     write_rows,
@@ -22,8 +24,18 @@ from timeline.storage.names import SUBJECT_FOLLOWERS
 
 
 async def live(sizes: Sizes, ceiling: float) -> dict[str, float]:
+    """Live fan-out with the lean storage path (then the lag phase on the same worker), and
+    the same posting on the plain SDK calls (keys ending ``_sdk``, no lag phase)."""
+    lean = await one_live(sizes, ceiling, "live", with_lag=True)
+    sdk = await one_live(sizes, ceiling, "live (sdk)", with_lag=False, **SDK_PATH)
+    return lean | suffixed(sdk, "_sdk")
+
+
+async def one_live(
+    sizes: Sizes, ceiling: float, label: str, *, with_lag: bool, **settings: str
+) -> dict[str, float]:
     """Authors with disjoint followers, posting round-robin at 1.2 times the single ceiling:
-    consecutive posts never share a follower. The lag phase then runs on the same worker."""
+    consecutive posts never share a follower. ``settings``: the worker's extra variables."""
     async with fresh_storage() as (azurites, storage):
         authors = [f"author{a:04d}" for a in range(sizes.live_authors)]
         rows = [
@@ -33,14 +45,14 @@ async def live(sizes: Sizes, ceiling: float) -> dict[str, float]:
                 author, (f"fan{a:04d}x{f:04d}" for f in range(sizes.live_followers))
             )
         ]
-        await write_rows(storage, SUBJECT_FOLLOWERS, rows, "live: seeding followers")
+        await write_rows(storage, SUBJECT_FOLLOWERS, rows, f"{label}: seeding followers")
         per_post = sizes.live_followers + 1  # the author's own timeline too
-        probes = [await adjacent_ceiling(storage, sizes, "live: probe before")]
-        async with worker(azurites) as process:
+        probes = [await adjacent_ceiling(storage, sizes, f"{label}: probe before")]
+        async with worker(azurites, **settings) as process:
             before, cpu_before = await process.metrics(), process.cpu_s()
             started = time.monotonic()
             posted = await steady_posts(
-                storage, authors, 1.2 * ceiling / per_post, sizes.live_seconds, "live: posting"
+                storage, authors, 1.2 * ceiling / per_post, sizes.live_seconds, f"{label}: posting"
             )
             after, cpu_after = await process.metrics(), process.cpu_s()
             elapsed = time.monotonic() - started
@@ -56,7 +68,9 @@ async def live(sizes: Sizes, ceiling: float) -> dict[str, float]:
                 / max(1, deliveries),
             }
             target = before.get(DELIVERIES, 0) + posted * per_post
-            await wait_for(process, DELIVERIES, target, "live: draining")
-            result |= await lag(storage, process, authors, per_post, result["live_eps"], sizes)
-        probes.append(await adjacent_ceiling(storage, sizes, "live: probe after"))
+            await wait_for(process, DELIVERIES, target, f"{label}: draining")
+            if with_lag:
+                eps = result["live_eps"]
+                result |= await lag(storage, process, authors, per_post, eps, sizes)
+        probes.append(await adjacent_ceiling(storage, sizes, f"{label}: probe after"))
         return result | {"live_adjacent_single_eps": statistics.mean(probes)}

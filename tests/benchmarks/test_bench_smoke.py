@@ -23,6 +23,8 @@ POSITIVE = {
     "stream_requests_per_client_minute", "stream_requests_per_client_minute_merging_5",
     "stream_event_latency_p50_ms", "follow_storm_p50_ms", "follow_storm_p99_ms",
     "follow_storm_storage_requests_per_follow", "follow_storm_point_write_p50_ms",
+    "worker_cpu_ms_per_delivery_live_sdk", "worker_cpu_ms_per_delivery_burst_sdk",
+    "burst_eps_sdk", "live_eps_sdk", "api_cpu_ms_per_read_sdk",
 }  # fmt: skip
 """Keys of the several-accounts, CPU and API-cost measurements: present, and positive."""
 

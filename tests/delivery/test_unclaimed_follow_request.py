@@ -64,7 +64,7 @@ async def test_stalled_follow_lands_after_its_message_finished(
         await asyncio.sleep(TIMING.sweep_delay_s)
         assert isinstance(await worker.handle(first.message), Done)
         # A's stalled write lands, long after the arrival window; every message is done
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(1.0)  # the lateness is the behaviour under test, not a wait for sync
         try:
             landed = await follows.add(
                 reader, author, datetime.now(UTC), request=request_id(reader, a.requested)
@@ -104,8 +104,9 @@ async def test_stalled_unfollow_lands_after_both_passes(
         tf = now_ticks()
         assert await follows.add(reader, author, datetime.now(UTC), request=request_id(reader, tf))
         await follows.sync_index(reader, author)
-        assert isinstance(
-            await worker.handle(Followed(follower=reader, subject=author, requested=tf)), Done
+        assert isinstance(  # within the cool-down of an unfollow: damped, one more pass
+            await worker.handle(Followed(follower=reader, subject=author, requested=tf)),
+            Done | Continue,
         )
         # both sweeps: R follows -> reconcile, Done
         await asyncio.sleep(TIMING.sweep_delay_s)

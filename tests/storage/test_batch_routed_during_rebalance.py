@@ -40,6 +40,8 @@ class _Slow:
 
     def __init__(self, client: Any) -> None:
         self._client = client
+        self.sent = asyncio.Event()
+        """Set once a write is on its way."""
 
     def __getattr__(self, name: str) -> Any:
         attribute = getattr(self._client, name)
@@ -47,6 +49,7 @@ class _Slow:
             return attribute
 
         async def slow(*args: Any, **kwargs: Any) -> Any:
+            self.sent.set()
             await asyncio.sleep(0.9)
             return await attribute(*args, **kwargs)
 
@@ -97,7 +100,7 @@ async def test_a_delete_batch_routed_before_a_freeze_never_lands_after_the_copy(
         ]
         batch = [*missing, ("delete", {"PartitionKey": owner, "RowKey": "r1"})]
         deleting = asyncio.create_task(_until_acknowledged(process, owner, batch))
-        await asyncio.sleep(0.05)
+        await slow.sent.wait()  # the batch is on its way to the old home
         await Rebalancer(admin, margin_s=MARGIN_S, steps=1, progress=False).run()
         refused = await deleting  # acknowledged
         assert await admin.refresh_placement() is not None

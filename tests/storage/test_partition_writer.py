@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import make_settings, unique
+from tests.conftest import eventually, make_settings, unique
 from timeline.errors import DeadlineExceededError
 from timeline.metrics import WRITE_RETRIES
 from timeline.model.entities import Post
@@ -154,7 +154,11 @@ async def test_batches_are_retried_across_a_storage_outage(
                 )
             await asyncio.to_thread(durable_azurite.stop)
             flushing = asyncio.create_task(writer.flush())
-            await asyncio.sleep(1.0)  # the batch fails and backs off while storage is down
+
+            async def failed_and_retrying() -> bool:
+                return bool(WRITE_RETRIES._value.get() > retries_before)
+
+            await eventually(failed_and_retrying, what="the batch to fail and back off")
             await asyncio.to_thread(durable_azurite.start)
             await asyncio.wait_for(flushing, 60)
             await tracker.wait()

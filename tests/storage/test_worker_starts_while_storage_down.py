@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import make_settings, running_worker
+from tests.conftest import eventually, make_settings, running_worker
 from timeline.storage.accounts import Storage, StorageOptions
 from timeline.storage.azurite import Azurite
 from timeline.storage.queue import FanoutQueue
@@ -33,15 +33,22 @@ async def test_a_worker_started_in_a_blip_consumes_every_stored_shard(
         settings = make_settings(
             private_azurite.connection_string, tmp_path, storage_timeout_s=1.0, storage_retries=0
         )
+        answering = asyncio.Event()
         if blip:
             private_azurite.signal(signal.SIGSTOP)
-            asyncio.get_running_loop().call_later(2.5, private_azurite.signal, signal.SIGCONT)
-        async with running_worker(settings):
-            await asyncio.sleep(4)  # storage answers again; the worker runs
+
+            def resume() -> None:
+                private_azurite.signal(signal.SIGCONT)
+                answering.set()
+
+            asyncio.get_running_loop().call_later(2.5, resume)
+        else:
+            answering.set()
+        async with running_worker(settings):  # started while storage does not answer
+            await answering.wait()
             await shard3.send_raw("not a fan-out message")  # a worker poisons this at once
-            for _ in range(100):
-                work, poison = await shard3.depth()
-                if poison == 1:
-                    return
-                await asyncio.sleep(0.1)
-        pytest.fail(f"fanout-3 is never consumed (work {work}, poison {poison})")
+
+            async def consumed() -> bool:
+                return (await shard3.depth())[1] == 1
+
+            await eventually(consumed, timeout_s=30, what="fanout-3 to be consumed")

@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import asyncio
 
-from tests.conftest import unique
+from tests.conftest import eventually, unique
 from timeline.model.keys import new_post_id, now_ticks
 from timeline.model.priority import Priority, running_as
 from timeline.storage.accounts import Storage
 from timeline.storage.names import TIMELINES
 from timeline.storage.tracker import Tracker
+from timeline.storage.write_buffer import BACKGROUND_SHARE
 from timeline.storage.writer import PartitionWriter
 
 BUFFERED = 200
+LOW_SHARE = int(BUFFERED * BACKGROUND_SHARE)
 
 
 async def test_a_high_row_is_buffered_while_background_rows_fill_the_buffer(
@@ -35,7 +37,11 @@ async def test_a_high_row_is_buffered_while_background_rows_fill_the_buffer(
 
         with running_as(Priority.LOW):  # backfills try to fill the whole buffer
             rows = [asyncio.create_task(backfill_row(index)) for index in range(BUFFERED)]
-            await asyncio.sleep(0.1)
+
+            async def share_full() -> bool:
+                return writer.buffered >= LOW_SHARE
+
+            await eventually(share_full, timeout_s=10, what="the backfills to fill their share")
         assert 0 < writer.buffered < BUFFERED  # background rows fill only their share
         fresh = Tracker()
         with running_as(Priority.HIGH):  # a fresh post's copy

@@ -86,8 +86,13 @@ async def test_upsert_lands_after_the_sweep(
         task.cancel()  # the delivering worker dies before its re-check
         with contextlib.suppress(asyncio.CancelledError):
             await task
+        sent = held.requests
         flushing = asyncio.create_task(held.flush())  # sent well before the 1 s deadline
-        await asyncio.sleep(0.1)
+
+        async def on_its_way() -> bool:
+            return held.requests > sent
+
+        await eventually(on_its_way, timeout_s=5, what="the held delivery to be sent")
 
         deleting = FanoutProcessor.on(storage, prompt, timing=TIMING)
         first = await deleting.retract(PostDeleted(author=author, post_id=post.post_id))

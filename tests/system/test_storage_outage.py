@@ -20,6 +20,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import eventually, program_env, unique
 from tests.helpers import Api, bearer, error_of
@@ -37,6 +38,8 @@ class Stack:
     session: aiohttp.ClientSession
     logs: list[Path]
     secret: str
+    worker_metrics: str
+    """The worker's ``/metrics`` URL."""
     issued_tokens: list[str] = field(default_factory=list)
     idempotency_keys: list[str] = field(default_factory=list)
 
@@ -68,6 +71,18 @@ class Stack:
     def assert_no_secret_in(self, text: str, where: str) -> None:
         for secret in self.secrets():
             assert secret not in text, f"a secret appears in {where}"
+
+    async def worker_counter(self, name: str) -> float:
+        """The worker's counter ``name`` (its ``_total`` sample), read from its ``/metrics``."""
+        async with self.session.get(self.worker_metrics) as response:
+            text = await response.text()
+        samples = [
+            sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if sample.name == f"{name}_total"
+        ]
+        return sum(samples)
 
     def assert_running(self) -> None:
         assert self.api.returncode is None, "the API process died"
@@ -103,13 +118,14 @@ async def _answers(session: aiohttp.ClientSession, path: str, status: int) -> bo
 async def stack(tmp_path: Path) -> AsyncIterator[Stack]:
     azurite = Azurite(location=tmp_path / "azurite")
     await asyncio.to_thread(azurite.start)
-    port = free_ports(1)[0]
+    port, metrics_port = free_ports(2)
     secret = secrets.token_urlsafe(32)
     env = program_env(
         storage_connection_string=azurite.connection_string,
         data_dir=tmp_path,
         auth_secret=secret,
         port=port,
+        worker_metrics_port=metrics_port,
         posts_per_minute=0,
         storage_timeout_s=STORAGE_TIMEOUT_S,
         worker_idle_sleep_s=0.05,
@@ -124,7 +140,8 @@ async def stack(tmp_path: Path) -> AsyncIterator[Stack]:
     async with aiohttp.ClientSession(f"http://127.0.0.1:{port}") as session:
         try:
             await eventually(lambda: _answers(session, "/readyz", 200), what="the API ready")
-            running = Stack(azurite, api, worker, session, logs, secret)
+            metrics = f"http://127.0.0.1:{metrics_port}/metrics"
+            running = Stack(azurite, api, worker, session, logs, secret, metrics)
             yield running
         finally:
             with contextlib.suppress(ProcessLookupError):
@@ -154,6 +171,7 @@ async def test_storage_outage_under_running_api_and_worker(stack: Stack) -> None
 
     await eventually(lambda: reader_has([warm_up["post_id"]]), what="the pipeline working")
 
+    unavailable = await stack.worker_counter("timeline_storage_unavailable")
     # Accepted while the worker is paused, so still queued when storage goes away.
     stack.worker.send_signal(signal.SIGSTOP)
     accepted = [(await api.post(author, author_token, f"queued {i}"))["post_id"] for i in range(3)]
@@ -184,7 +202,12 @@ async def test_storage_outage_under_running_api_and_worker(stack: Stack) -> None
         assert elapsed < STORAGE_TIMEOUT_S + 1.5, f"{method} {path} hung for {elapsed:.1f}s"
     assert await _answers(session, "/healthz", 200), "liveness does not depend on storage"
 
-    await asyncio.sleep(3)  # the worker meets the outage: it must back off, not die
+    async def worker_met_the_outage() -> bool:
+        """Its storage calls failed more than once: it backed off and tried again."""
+        stack.assert_running()
+        return await stack.worker_counter("timeline_storage_unavailable") > unavailable + 2
+
+    await eventually(worker_met_the_outage, what="the worker to meet the outage")
     stack.assert_running()
     await asyncio.to_thread(stack.azurite.start)
 

@@ -17,7 +17,7 @@ from timeline.config import Settings
 from timeline.errors import RateLimitedError, StorageUnavailableError
 from timeline.storage.accounts import Storage
 from timeline.storage.azurite import Azurite
-from timeline.storage.names import RATE_LIMITS
+from timeline.storage.names import EXPIRIES, RATE_LIMITS
 from timeline.tables.ratelimits import RateLimits, TableWindowStorage
 
 
@@ -69,8 +69,8 @@ def _count_routed(storage: Storage, monkeypatch: pytest.MonkeyPatch) -> Counter[
 
     def counting(name: str, route: Callable[[str, str], TableClient]) -> Any:
         def routed_call(table: str, partition_key: str) -> TableClient:
-            assert table == RATE_LIMITS
-            routed[name] += 1
+            assert table in (RATE_LIMITS, EXPIRIES)
+            routed[name if table == RATE_LIMITS else "filed"] += 1
             return route(table, partition_key)
 
         return routed_call
@@ -83,7 +83,8 @@ def _count_routed(storage: Storage, monkeypatch: pytest.MonkeyPatch) -> Counter[
 async def test_what_a_check_costs(
     settings: Settings, storage: Storage, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Off: nothing. Passed: one read and one conditional write. Refused: one more read."""
+    """Off: nothing. Passed: one read and one conditional write (and, opening a window, its
+    filing in ``expiries``). Refused: one more read."""
     async with Storage(settings.connection_string(), settings.storage_options()) as own:
         routed = _count_routed(own, monkeypatch)
         limits = RateLimits.per_minute(own, posts=0, writes=1, registrations=0)
@@ -91,10 +92,10 @@ async def test_what_a_check_costs(
         await limits.posts.check(user)
         assert routed == Counter()
         await limits.writes.check(user)
-        assert routed == Counter(reads=1, writes=1)
+        assert routed == Counter(reads=1, writes=1, filed=1)
         with pytest.raises(RateLimitedError):
             await limits.writes.check(user)
-        assert routed == Counter(reads=3, writes=2)
+        assert routed == Counter(reads=3, writes=2, filed=1)
 
 
 async def test_limiters_and_their_limits_keep_separate_counts(storage: Storage) -> None:

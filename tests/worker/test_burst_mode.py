@@ -7,8 +7,8 @@ import asyncio
 from pathlib import Path
 
 from fanout_worker.worker import Worker
-from tests.conftest import make_settings
-from tests.worker.test_worker_loop import _author_with_followers, _timeline_ids, opened
+from tests.conftest import make_settings, opened
+from tests.worker.helpers import author_with_followers, timeline_ids
 from timeline.model.messages import PostCreated
 from timeline.storage.azurite import Azurite
 from timeline.storage.queue import FanoutQueue
@@ -23,7 +23,7 @@ async def test_burst_returns_once_every_page_is_delivered(
     )
     async with opened(settings) as storage:
         repos, queue = Repositories.on(storage), FanoutQueue(storage)
-        posts = [await _author_with_followers(storage, repos, 230) for _ in range(2)]
+        posts = [await author_with_followers(storage, repos, 230) for _ in range(2)]
         for author, post in posts:
             await queue.send(PostCreated(author=author, post_id=post.post_id))
 
@@ -33,9 +33,9 @@ async def test_burst_returns_once_every_page_is_delivered(
         # returned early (before the later pages, queued while the first ran) fails here
         assert await queue.depth() == (0, 0)
         for author, post in posts:
-            assert await _timeline_ids(repos, author) == [post.post_id]
+            assert await timeline_ids(repos, author) == [post.post_id]
         for i in range(230):  # the two authors share the follower ids: both posts arrive
-            assert sorted(await _timeline_ids(repos, f"f{i:05d}")) == sorted(
+            assert sorted(await timeline_ids(repos, f"f{i:05d}")) == sorted(
                 post.post_id for _, post in posts
             )
 

@@ -16,7 +16,8 @@ import pytest
 
 import fanout_worker.worker as worker_module
 import timeline.storage.queue as queue_module
-from tests.conftest import eventually, make_settings, opened, running_worker, unique
+from fanout_worker.worker import Worker
+from tests.conftest import make_settings, opened, unique
 from timeline.delivery.outcomes import Outcome
 from timeline.delivery.processor import FanoutProcessor
 from timeline.model.keys import now_ticks
@@ -67,13 +68,10 @@ async def test_outcome_after_cancelled_renewal(
             Followed(follower=unique("f"), subject=unique("s"), requested=now_ticks() - 10**9)
         )
         caplog.set_level(logging.ERROR)
-        async with running_worker(settings):
-
-            async def drained() -> bool:
-                return (await queue.depth()) == (0, 0) and len(HANDLED) >= 1
-
-            await eventually(drained, timeout_s=30, what="the message to be done")
-            await asyncio.sleep(0.5)
+        # burst: returns once the message is deleted and every task (and its log) is done
+        worker = Worker(settings, settings.connection_string())
+        await asyncio.wait_for(worker.async_run(burst=True), 60)
+        assert await queue.depth() == (0, 0)
     failures = [r for r in caplog.records if "message task failed" in r.getMessage()]
     assert len(HANDLED) == 1
     assert not failures

@@ -16,8 +16,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 from aiohttp.test_utils import TestClient
+from prometheus_client.parser import text_string_to_metric_families
 
 import timeline.storage.queue as queue_module
 from tests.conftest import (
@@ -44,7 +46,7 @@ from timeline.model.messages import (
 )
 from timeline.model.priority import Priority
 from timeline.storage.accounts import Storage
-from timeline.storage.azurite import Azurite
+from timeline.storage.azurite import Azurite, free_ports
 from timeline.storage.calls import chunked, submit_batch
 from timeline.storage.names import POSTS, SUBJECT_FOLLOWERS
 from timeline.storage.queue import FanoutQueue, Lane
@@ -87,22 +89,58 @@ async def _seed_backlog(storage: Storage, queue: FanoutQueue) -> None:
 
 
 @contextlib.asynccontextmanager
-async def _worker_process(settings: Settings, log: Path) -> AsyncIterator[None]:
+async def _worker_process(settings: Settings, log: Path) -> AsyncIterator[str]:
+    """A worker process; yields its ``/metrics`` URL."""
+    metrics_port = free_ports(1)[0]
     env = program_env(
         storage_connection_string=settings.connection_string(),
         data_dir=settings.data_dir,
         auth_secret=settings.auth_secret,
         worker_idle_sleep_s=0.05,
+        worker_metrics_port=metrics_port,
     )
     with log.open("wb") as sink:
         process = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "fanout_worker", env=env, stdout=sink, stderr=sink
         )
     try:
-        yield
+        yield f"http://127.0.0.1:{metrics_port}/metrics"
     finally:
         process.send_signal(signal.SIGTERM)
         await asyncio.wait_for(process.wait(), 60)
+
+
+async def _backfills_done(client: TestClient[Any, Any], metrics: str) -> float:
+    """Backfills the worker process has completed, read from its ``/metrics`` (0 before it
+    serves them): observing it costs the storage under test nothing."""
+    try:
+        async with client.session.get(metrics) as response:
+            text = await response.text()
+    except aiohttp.ClientError:
+        return 0.0
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "fanout_messages_total"
+        and sample.labels == {"type": "follow", "outcome": "done"}
+    )
+
+
+async def _post_ten(
+    client: TestClient[Any, Any], user: str, headers: dict[str, str]
+) -> tuple[float, str]:
+    """Ten posts by ``user`` through the API: the slowest answer's seconds and the last
+    post's id."""
+    slowest, post_id = 0.0, ""
+    for _ in range(10):
+        started = time.monotonic()
+        path, body = f"/users/{user}/posts", {"text": "fresh"}
+        response = await client.post(path, json=body, headers=headers)
+        slowest = max(slowest, time.monotonic() - started)
+        assert response.status == 202
+        post_id = (await response.json())["post_id"]
+    return slowest, post_id
 
 
 async def _register(client: TestClient[Any, Any], user: str) -> dict[str, str]:
@@ -120,24 +158,18 @@ async def test_a_fresh_post_overtakes_a_backlog_of_backfills(
         await _seed_backlog(storage, queue)
         author, reader = await _register(client, "author"), await _register(client, "reader")
         assert (await client.put("/users/reader/following/author", headers=reader)).status == 204
-        async with _worker_process(settings, tmp_path / "worker.log"):
+        async with _worker_process(settings, tmp_path / "worker.log") as metrics:
 
             async def backfilling() -> bool:
-                return bool(await queue.lanes[Priority.LOW].depth() < BACKFILLS)
+                return await _backfills_done(client, metrics) > 0
 
             await eventually(backfilling, timeout_s=60, what="the worker to start the backlog")
-            slowest = 0.0
-            for _ in range(10):
-                started = time.monotonic()
-                response = await client.post(
-                    "/users/author/posts", json={"text": "fresh"}, headers=author
-                )
-                slowest = max(slowest, time.monotonic() - started)
-                assert response.status == 202
-            post_id = (await response.json())["post_id"]
+            slowest, post_id = await _post_ten(client, "author", author)
 
             async def delivered() -> bool:
                 page = await client.get("/users/reader/timeline?limit=20", headers=reader)
+                if page.status != 200:  # the reader, not what is measured: ask again
+                    return False
                 return post_id in [item["post_id"] for item in (await page.json())["items"]]
 
             await eventually(delivered, timeout_s=15, what="the fresh post to reach its reader")

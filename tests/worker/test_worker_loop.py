@@ -7,21 +7,21 @@ import contextlib
 import subprocess
 import sys
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
 from pathlib import Path
 
+from prometheus_client import Counter
+
 from fanout_worker.worker import Worker
-from tests.conftest import eventually, make_settings, program_env, running_worker, unique
+from tests.conftest import eventually, make_settings, program_env, running_worker
+from tests.worker.helpers import author_with_followers, timeline_ids
 from timeline.config import Settings
 from timeline.delivery.outcomes import Continue
 from timeline.delivery.processor import FanoutProcessor
-from timeline.model.entities import Post, User
-from timeline.model.keys import new_post_id, now_ticks
+from timeline.metrics import DELIVERIES, STORAGE_UNAVAILABLE
 from timeline.model.messages import PostCreated, PostDeleted
 from timeline.storage.accounts import Storage
 from timeline.storage.azurite import Azurite
-from timeline.storage.calls import chunked
-from timeline.storage.names import SUBJECT_FOLLOWERS, TIMELINES
+from timeline.storage.names import TIMELINES
 from timeline.storage.queue import FanoutQueue
 from timeline.storage.writer import PartitionWriter
 from timeline.tables.repositories import Repositories
@@ -38,22 +38,8 @@ async def opened(settings: Settings) -> AsyncIterator[Storage]:
         yield storage
 
 
-async def _author_with_followers(
-    storage: Storage, repos: Repositories, followers: int
-) -> tuple[str, Post]:
-    """An author with ``followers`` follower rows (written in EGT batches) and one post."""
-    author = unique("author")
-    now = datetime.now(UTC)
-    await repos.users.create(User(author, author, created_at=now))
-    rows = [
-        ("upsert", {"PartitionKey": author, "RowKey": f"f{i:05d}", "since": now})
-        for i in range(followers)
-    ]
-    for batch in chunked(rows):
-        await storage.table(SUBJECT_FOLLOWERS, author).submit_transaction(batch)
-    post = Post(new_post_id(now_ticks()), author, "hello")
-    await repos.posts.add(post)
-    return author, post
+async def _counter_above(counter: Counter, value: float) -> bool:
+    return bool(counter._value.get() > value)
 
 
 async def test_message_failing_too_often_is_poisoned(
@@ -67,7 +53,7 @@ async def test_message_failing_too_often_is_poisoned(
     )
     async with opened(settings) as storage:
         repos, queue = Repositories.on(storage), FanoutQueue(storage)
-        author, post = await _author_with_followers(storage, repos, 2)
+        author, post = await author_with_followers(storage, repos, 2)
         await storage.table(TIMELINES, author).delete_table()  # every delivery now fails
         await queue.send(PostCreated(author=author, post_id=post.post_id))
         async with running_worker(settings):
@@ -112,7 +98,7 @@ async def test_lease_is_renewed_for_long_work(private_azurite: Azurite, tmp_path
     )
     async with opened(settings) as storage:
         repos, queue = Repositories.on(storage), FanoutQueue(storage)
-        author, post = await _author_with_followers(storage, repos, 2000)
+        author, post = await author_with_followers(storage, repos, 2000)
         await queue.send(PostCreated(author=author, post_id=post.post_id))
         async with running_worker(settings), running_worker(settings):
             await eventually(lambda: _work_depth_is(queue, 0), timeout_s=60, what="fan-out done")
@@ -127,7 +113,7 @@ async def test_stop_drains_in_flight_messages(private_azurite: Azurite, tmp_path
     settings = make_settings(private_azurite.connection_string, tmp_path)
     async with opened(settings) as storage:
         repos, queue = Repositories.on(storage), FanoutQueue(storage)
-        author, post = await _author_with_followers(storage, repos, 200)
+        author, post = await author_with_followers(storage, repos, 200)
         await queue.send(PostCreated(author=author, post_id=post.post_id))
         async with running_worker(settings):
             await eventually(lambda: _in_flight(queue), what="the message being leased")
@@ -148,10 +134,6 @@ async def _in_flight(queue: FanoutQueue) -> bool:
     return work == 1 and not await queue.peek_work()
 
 
-async def _timeline_ids(repos: Repositories, owner: str) -> list[str]:
-    return [post.post_id for post in (await repos.timelines.page(owner, 10, None)).items]
-
-
 async def test_huge_fan_out_is_split_into_continuation_messages(
     private_azurite: Azurite, tmp_path: Path
 ) -> None:
@@ -160,7 +142,7 @@ async def test_huge_fan_out_is_split_into_continuation_messages(
     )
     async with opened(settings) as storage:
         repos, queue = Repositories.on(storage), FanoutQueue(storage)
-        author, post = await _author_with_followers(storage, repos, 230)
+        author, post = await author_with_followers(storage, repos, 230)
         followers = [f"f{i:05d}" for i in range(230)]
         message = PostCreated(author=author, post_id=post.post_id)
 
@@ -170,9 +152,9 @@ async def test_huge_fan_out_is_split_into_continuation_messages(
             again = await processor.deliver(message)  # a redelivery of the same page
         # one message did one page of work and asks to be rewritten for the next page;
         # doing the page again asks for the same next page and queues nothing (no fork)
-        delivered = [f for f in followers if await _timeline_ids(repos, f)]
+        delivered = [f for f in followers if await timeline_ids(repos, f)]
         assert delivered == followers[:50]
-        assert await _timeline_ids(repos, author) == [post.post_id]
+        assert await timeline_ids(repos, author) == [post.post_id]
         assert isinstance(first, Continue)
         assert first == again
         assert isinstance(first.message, PostCreated)
@@ -186,7 +168,7 @@ async def test_huge_fan_out_is_split_into_continuation_messages(
                 lambda: _work_depth_is(queue, 0), timeout_s=60, what="the chunked fan-out"
             )
         for follower in followers:
-            assert await _timeline_ids(repos, follower) == [post.post_id]
+            assert await timeline_ids(repos, follower) == [post.post_id]
 
         await queue.send(PostDeleted(author=author, post_id=post.post_id))
         async with running_worker(settings), running_worker(settings):
@@ -194,7 +176,7 @@ async def test_huge_fan_out_is_split_into_continuation_messages(
                 lambda: _work_depth_is(queue, 0), timeout_s=60, what="the chunked delete"
             )
         for owner in [author, *followers]:
-            assert await _timeline_ids(repos, owner) == []
+            assert await timeline_ids(repos, owner) == []
         assert await repos.posts.get(author, post.post_id) is None
         assert (await queue.depth())[1] == 0
 
@@ -216,28 +198,33 @@ async def test_worker_survives_storage_outage_and_stops_in_bounded_time(
     try:
         async with opened(settings) as storage:
             repos, queue = Repositories.on(storage), FanoutQueue(storage)
-            author, post = await _author_with_followers(storage, repos, 3000)
-            await asyncio.sleep(6)  # Azurite persists every 5 s: the seed survives a restart
+            author, post = await author_with_followers(storage, repos, 3000)
+            await asyncio.to_thread(azurite.stop)  # SIGTERM: Azurite writes the seed to disk
+            await asyncio.to_thread(azurite.start)
             worker = Worker(settings, settings.connection_string())
             running = asyncio.create_task(worker.async_run())
+            delivered = DELIVERIES._value.get()
             await queue.send(PostCreated(author=author, post_id=post.post_id))
-            await asyncio.sleep(1.5)  # mid fan-out
+            await eventually(lambda: _counter_above(DELIVERIES, delivered), what="mid fan-out")
             await asyncio.to_thread(azurite.stop)
-            await asyncio.sleep(3)  # the worker keeps failing, backing off, not dying
+            unavailable = STORAGE_UNAVAILABLE._value.get()
+            await eventually(  # the worker keeps failing, backing off, not dying
+                lambda: _counter_above(STORAGE_UNAVAILABLE, unavailable + 2),
+                what="the worker to meet the outage more than once",
+            )
             assert not running.done()
             await asyncio.to_thread(azurite.start)
 
             async def everyone_has_it() -> bool:
                 for i in range(0, 3000, 97):
-                    if await _timeline_ids(repos, f"f{i:05d}") != [post.post_id]:
+                    if await timeline_ids(repos, f"f{i:05d}") != [post.post_id]:
                         return False
                 return (await queue.depth())[0] == 0
 
             await eventually(everyone_has_it, timeout_s=90, what="recovery after the outage")
             for i in range(3000):
-                assert await _timeline_ids(repos, f"f{i:05d}") == [post.post_id]
+                assert await timeline_ids(repos, f"f{i:05d}") == [post.post_id]
 
-            await asyncio.sleep(0.5)
             await asyncio.to_thread(azurite.stop)
             worker.stop()  # storage is down again: stopping must not wait for it
             await asyncio.wait_for(running, 30)
@@ -259,11 +246,14 @@ async def test_stop_is_bounded_while_storage_is_down(
     )
     async with opened(settings) as storage:
         repos, queue = Repositories.on(storage), FanoutQueue(storage)
-        author, post = await _author_with_followers(storage, repos, 5000)
+        author, post = await author_with_followers(storage, repos, 5000)
         await queue.send(PostCreated(author=author, post_id=post.post_id))
     worker = Worker(settings, settings.connection_string())
+    written = DELIVERIES._value.get()
     running = asyncio.create_task(worker.async_run())
-    await asyncio.sleep(2)  # thousands of writes buffered behind 2 request slots
+    await eventually(  # the first writes landed: thousands more wait behind 2 request slots
+        lambda: _counter_above(DELIVERIES, written), what="the fan-out writing"
+    )
     await asyncio.to_thread(private_azurite.kill)
     worker.stop()
     await asyncio.wait_for(running, 30)
@@ -279,7 +269,7 @@ async def test_worker_killed_mid_fan_out_is_taken_over(
     )
     async with opened(settings) as storage:
         repos, queue = Repositories.on(storage), FanoutQueue(storage)
-        author, post = await _author_with_followers(storage, repos, 2500)
+        author, post = await author_with_followers(storage, repos, 2500)
         followers = [f"f{i:05d}" for i in range(2500)]
         env = program_env(
             storage_connection_string=private_azurite.connection_string,
@@ -294,17 +284,17 @@ async def test_worker_killed_mid_fan_out_is_taken_over(
         await queue.send(PostCreated(author=author, post_id=post.post_id))
 
         async def started() -> bool:
-            return bool(await _timeline_ids(repos, followers[0]))
+            return bool(await timeline_ids(repos, followers[0]))
 
         await eventually(started, timeout_s=30, what="the first deliveries")
         victim.kill()
         await asyncio.to_thread(victim.wait)
-        delivered = [f for f in followers[::50] if await _timeline_ids(repos, f)]
+        delivered = [f for f in followers[::50] if await timeline_ids(repos, f)]
         assert len(delivered) < len(followers[::50]), "killed too late to prove a takeover"
 
         async with running_worker(settings):
             await eventually(lambda: _work_depth_is(queue, 0), timeout_s=90, what="takeover")
         for follower in followers:
-            assert await _timeline_ids(repos, follower) == [post.post_id]
-        assert await _timeline_ids(repos, author) == [post.post_id]
+            assert await timeline_ids(repos, follower) == [post.post_id]
+        assert await timeline_ids(repos, author) == [post.post_id]
         assert (await queue.depth()) == (0, 0)

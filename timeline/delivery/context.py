@@ -73,4 +73,6 @@ class Context:
     async def abandoned(self, message: Followed | Unfollowed) -> bool:
         """Give up waiting for the API's write: claim its request, so it can never land."""
         request = request_id(message.follower, message.requested)
+        if await self.repos.follows.claimed(message.subject, request):
+            return False  # decided already (a replay): a read, not a write
         return await self.repos.follows.claim(message.subject, request)

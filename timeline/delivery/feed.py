@@ -75,10 +75,13 @@ class Feed:
             await self._writer.delete(owner, row_key, tracker)
         await tracker.wait()
 
-    async def copy_newest(self, follower: str, subject: str) -> None:
-        """Copy the subject's newest posts into the follower's timeline; undo what lost its
-        reason by the time the copies landed. Race-sensitive: the follow and mode are read
-        inside the admission, so the copies are written within the deadline of that read."""
+    async def copy_newest(self, follower: str, subject: str, *, missing_only: bool = False) -> None:
+        """Copy the subject's newest posts into the follower's timeline (``missing_only``:
+        those it lacks); undo what lost its reason by the time the copies landed.
+        Race-sensitive: the follow and mode are read inside the admission, so the copies are
+        written within the deadline of that read. Rewriting every copy is what makes a purge
+        that read them before this follow keep them (their etags change); a copy not
+        rewritten (``missing_only``) relies on the follow's second pass instead."""
         follows, audience = self._repos.follows, self._repos.audience
         async with self._ctx.admission(BACKFILL_POSTS) as deadline:
             following, mode, overflow = await asyncio.gather(
@@ -92,15 +95,24 @@ class Feed:
                 return  # it merges the subject (a copy of a post made since could outlive
                 # the post: its delete sweeps only overflow readers)
             posts = await self._repos.posts.newest(subject, BACKFILL_POSTS)
-            written = await self.push_rows(follower, posts, deadline)
+            held = await self._held(follower, subject) if missing_only else set()
+            fresh = [post for post in posts if post.row_key not in held]
+            written = await self.push_rows(follower, fresh, deadline)
         await written.wait()
         if await follows.is_following(follower, subject):
             surviving = await self._repos.posts.surviving(subject, posts)
             gone = [post.row_key for post in posts if post.post_id not in surviving]
             await self.unpush_rows(follower, gone)
-        else:
-            await self.purge(follower, subject)
+        elif not missing_only:
+            await self.purge(follower, subject)  # else the unfollow's passes purge, once quiet
         await self.trim([follower])
+
+    async def _held(self, follower: str, subject: str) -> set[str]:
+        """Row keys of the subject's copies in the follower's timeline."""
+        held: set[str] = set()
+        async for rows in self._repos.timelines.rows_by_author(follower, subject):
+            held.update(key for key, _ in rows)
+        return held
 
     async def purge(self, follower: str, subject: str) -> None:
         """Remove the subject's copies from the follower's timeline, unless followed again.

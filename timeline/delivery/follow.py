@@ -1,8 +1,18 @@
 """A follow (``Followed``) and an unfollow (``Unfollowed``): the follower's timeline gets the
 subject's newest posts (or a merge row, for an author merged at read time), or loses them,
-now and once more ``sweep_delay_s`` later."""
+now and once more ``sweep_delay_s`` later.
+
+A *toggling* pair (unfollowed within ``cooldown_s``, by the pair's index row) is damped: an
+unfollow that comes within the cool-down of the previous one leaves the copies in place and
+its second pass purges only once the pair has stayed unfollowed for the cool-down; a follow
+within the cool-down of an unfollow copies only the posts the timeline lacks (then once
+more, ``sweep_delay_s`` later, for what a purge in flight took meanwhile). So a pair toggled
+n times costs one purge and one backfill, not n (docs/guarantees.md, "Follow toggles").
+"""
 
 from __future__ import annotations
+
+import time
 
 from timeline.delivery.context import Context
 from timeline.delivery.feed import Feed
@@ -25,6 +35,10 @@ class FollowChanges:
         reason by the time the copies landed."""
         follower, subject = message.follower, message.subject
         follows = self._repos.follows
+        if message.confirm:
+            if await follows.is_following(follower, subject):
+                await self._feed.copy_newest(follower, subject, missing_only=True)
+            return DONE
         if not await follows.is_following(follower, subject):
             if self._ctx.young(message.requested):
                 return Defer("the follow is not stored yet")
@@ -35,11 +49,32 @@ class FollowChanges:
                 return DONE  # never made, or unfollowed since (its passes remove copies)
         else:
             await self._ctx.abandoned(message)  # made by another request: this one never lands
+        damped = False
         if not await self._merge_for(follower, subject):
-            await self._feed.copy_newest(follower, subject)
+            damped = await self._toggling(follower, subject)
+            await self._feed.copy_newest(follower, subject, missing_only=damped)
         await follows.sync_index(follower, subject)
         await queue_regrade_if_due(self._repos, self._ctx.hybrid, subject)
+        if damped:
+            again = message.model_copy(update={"confirm": True})
+            return Continue(again, delay_s=self._ctx.timing.sweep_delay_s)
         return DONE
+
+    async def _toggling(self, follower: str, subject: str) -> bool:
+        """Whether this follow comes within the cool-down of an unfollow of the pair."""
+        history = await self._repos.follows.history(follower, subject)
+        return time.time() - history.left_at < self._ctx.timing.cooldown_s
+
+    async def _purge_deferred(self, follower: str, subject: str) -> bool:
+        """Whether an unfollow's first pass leaves the purge to its second: the previous
+        unfollow of the pair was within the cool-down (a toggling pair)."""
+        history = await self._repos.follows.history(follower, subject)
+        return time.time() - history.previous_unfollow < self._ctx.timing.cooldown_s
+
+    async def _unquiet_for(self, follower: str, subject: str) -> float:
+        """Seconds until the pair has stayed unfollowed for the cool-down (0: it has)."""
+        history = await self._repos.follows.history(follower, subject)
+        return max(0.0, history.left_at + self._ctx.timing.cooldown_s - time.time())
 
     async def _merge_for(self, follower: str, subject: str) -> bool:
         """True if the subject is merged at read time and the follower got a merge row. If a
@@ -69,7 +104,13 @@ class FollowChanges:
             if not message.confirm:
                 await self._ctx.abandoned(message)  # made by another request: this one never lands
             await self._feed.unmerge_if_unfollowed(follower, subject)
-            await self._feed.purge(follower, subject)
+            if message.confirm:
+                wait = await self._unquiet_for(follower, subject)
+                if wait > 0:  # unfollowed again lately: purge once the pair is quiet
+                    return Continue(message, delay_s=wait)
+                await self._feed.purge(follower, subject)
+            elif not await self._purge_deferred(follower, subject):
+                await self._feed.purge(follower, subject)
         elif message.confirm:
             await self._feed.reconcile(follower, subject)
         elif self._ctx.young(message.requested):

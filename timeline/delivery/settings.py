@@ -38,3 +38,11 @@ class Timing:
     longest a sent write can take (the storage timeout), with margin."""
     arrival_window_s: float = 30.0
     """How long after the API queued a message its own storage write may still arrive."""
+    follow_cooldown_s: float | None = None
+    """How recent an unfollow makes a follow pair *toggling* (its purge waits until it has
+    been unfollowed this long; its backfill copies only what is missing); None: the sweep
+    delay."""
+
+    @property
+    def cooldown_s(self) -> float:
+        return self.sweep_delay_s if self.follow_cooldown_s is None else self.follow_cooldown_s

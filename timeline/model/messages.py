@@ -81,6 +81,9 @@ class Followed(_Message):
     requested: int = Field(default=0, ge=0)
     """When the API sent it (.NET ticks): until the API's write is due, a missing follow
     may still be on its way."""
+    confirm: bool = False
+    """The delayed second pass of a damped backfill: copies what a purge that was in flight
+    took away after the first pass looked."""
 
 
 class Unfollowed(_Message):

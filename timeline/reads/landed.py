@@ -19,6 +19,7 @@ overlap), so an idle read after a burst stops re-reading it, and never stays bel
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from email.utils import parsedate_to_datetime
@@ -77,8 +78,8 @@ class Landed:
         reading = Reading()
         continuation: dict[str, str] | None = None
 
-        def hook(response: Any) -> None:
-            date = response.http_response.headers.get("Date")
+        def served(headers: Mapping[str, str]) -> None:
+            date = headers.get("Date")
             reading.served = parsedate_to_datetime(date) if date else None
 
         for _ in range(MAX_PAGES):
@@ -90,7 +91,7 @@ class Landed:
                     select=self._select,
                     limit=ROWS_PER_REQUEST,
                     continuation=continuation,
-                    raw_response_hook=hook,
+                    on_headers=served,
                 )
             reading.rows += page.items
             continuation = page.continuation

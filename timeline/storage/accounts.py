@@ -65,6 +65,9 @@ class StorageOptions:
     """Bounds this process's table calls in flight (the worker's; the API runs unbounded)."""
     trace_configs: tuple[aiohttp.TraceConfig, ...] = ()
     """Hooks on every HTTP request of table calls (tests and benchmarks count requests)."""
+    lean: bool = True
+    """Queries and batches take the lean path (``timeline.storage.lean``); False: the SDK's
+    own calls."""
 
 
 class Storage:

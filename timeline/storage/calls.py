@@ -6,13 +6,15 @@ partition's account at the moment it is sent."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from azure.data.tables import TableEntity, TableTransactionError, UpdateMode
 from azure.data.tables.aio import TableClient
 
 from timeline.model.entities import Page
+from timeline.storage import lean
+from timeline.storage.clients import RoutedTableClient
 
 if TYPE_CHECKING:
     from timeline.storage.accounts import Storage
@@ -29,10 +31,23 @@ async def query_page(
     select: list[str] | None,
     limit: int,
     continuation: dict[str, str] | None,
-    **options: Any,
+    on_headers: Callable[[Mapping[str, str]], None] | None = None,
 ) -> Page[TableEntity]:
     """Exactly one storage query: up to ``limit`` entities and the storage continuation
-    (``options`` go to the SDK call, e.g. a ``raw_response_hook``)."""
+    (``on_headers`` is given the response's headers, e.g. for the server's ``Date``)."""
+    if _lean(client):
+        return await lean.query_page(
+            client,
+            query_filter,
+            parameters,
+            select=select,
+            limit=limit,
+            continuation=continuation,
+            on_headers=on_headers,
+        )
+    options: dict[str, Any] = {}
+    if on_headers is not None:
+        options["raw_response_hook"] = lambda response: on_headers(response.http_response.headers)
     entities: Any = client.query_entities(
         query_filter, parameters=parameters, select=select, results_per_page=limit, **options
     )
@@ -103,7 +118,19 @@ async def _send(client: TableClient, operations: list[Operation]) -> None:
         else:
             await client.upsert_entity(entity, mode=UpdateMode.REPLACE)
         return
-    await client.submit_transaction([_transaction_operation(op) for op in operations])
+    await _submit(client, [_transaction_operation(op) for op in operations])
+
+
+def _lean(client: TableClient) -> bool:
+    """Whether this client takes the lean path (a wrapped or foreign client never does)."""
+    return isinstance(client, RoutedTableClient) and client.lean
+
+
+async def _submit(client: TableClient, operations: list[TransactionOperation]) -> None:
+    if _lean(client):
+        await lean.submit_transaction(client, operations)
+    else:
+        await client.submit_transaction(operations)
 
 
 def size_kind(verb: str, rows: int) -> str:
@@ -139,7 +166,7 @@ async def transact(
     """One Entity Group Transaction, all or nothing; raises ``TableTransactionError`` with the
     failing operation's index (conflicts and failed conditions are the caller's to judge)."""
     async with storage.guard(kind=size_kind("write", len(operations))):
-        await storage.table(table, partition_key).submit_transaction(operations)
+        await _submit(storage.table(table, partition_key), operations)
 
 
 def failed_index(error: TableTransactionError, *statuses: int) -> int | None:

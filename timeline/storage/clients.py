@@ -20,6 +20,13 @@ CONTROL = "~control"
 """Each account's ``timelineMeta`` client on the control connection pool."""
 
 
+class RoutedTableClient(TableClient):
+    """A table client that knows whether its queries and batches take the lean path
+    (``timeline.storage.lean``) or the SDK's own calls."""
+
+    lean = False
+
+
 class Clients:
     """Owns the aiohttp sessions and the table and queue clients of every account.
 
@@ -102,7 +109,7 @@ class Clients:
     ) -> TableClient:
         """A table client; ``control`` ones (placement, membership) have a connection pool
         of their own, so a backlog of timeline writes never starves the placement lease."""
-        return TableClient.from_connection_string(
+        client = RoutedTableClient.from_connection_string(
             connection_string,
             name,
             retry_total=self._options.retries,
@@ -110,3 +117,6 @@ class Clients:
             retry_backoff_max=1,
             **self._transport_kwargs(self._control_session if control else None),
         )
+        assert isinstance(client, RoutedTableClient)
+        client.lean = self._options.lean
+        return client

@@ -8,7 +8,10 @@ TIMELINES = "timelines"
 SUBJECT_FOLLOWERS = "subjectFollowers"
 SUBJECT_FOLLOWING = "subjectFollowing"
 RATE_LIMITS = "rateLimits"
-TABLES = (USERS, POSTS, TIMELINES, SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING, RATE_LIMITS)
+EXPIRIES = "expiries"
+"""The time index of auxiliary rows to remove once they can no longer matter
+(``timeline.tables.expiries``)."""
+TABLES = (USERS, POSTS, TIMELINES, SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING, RATE_LIMITS, EXPIRIES)
 """Tables whose partitions are spread over the accounts by ``timeline.storage.placement``."""
 META_TABLE = "timelineMeta"
 """Service-wide rows (the auth secret) on the placement home, beside ``placement``; on every

@@ -11,7 +11,9 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -23,6 +25,7 @@ from timeline.storage.accounts import Storage
 from timeline.storage.calls import TransactionOperation, failed_index, query_page
 from timeline.storage.counters import count_of, transact_counted
 from timeline.storage.names import SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING
+from timeline.tables.expiries import CLAIM, ExpiriesRepository
 from timeline.tables.rows import (
     ATTEMPTS,
     META,
@@ -45,6 +48,7 @@ class FollowsRepository:
 
     def __init__(self, storage: Storage) -> None:
         self._storage = storage
+        self._expiries = ExpiriesRepository(storage)
 
     async def add(
         self, follower: str, subject: str, since: datetime, request: str | None = None
@@ -54,6 +58,7 @@ class FollowsRepository:
         ``request`` names the API request (see ``claim``): the change is made together with
         its claim row, so it fails if the worker already gave up waiting for it."""
         edge = {"PartitionKey": subject, "RowKey": follower, "since": since}
+        await self._file_claim(subject, request)
         try:
             await transact_counted(
                 self._storage,
@@ -71,6 +76,7 @@ class FollowsRepository:
 
     async def remove(self, follower: str, subject: str, request: str | None = None) -> bool:
         """Remove the follow and uncount it, atomically; False if there was none."""
+        await self._file_claim(subject, request)
         for _ in range(ATTEMPTS):
             edge = await get_entity(self._storage, SUBJECT_FOLLOWERS, subject, follower)
             if edge is None:
@@ -90,7 +96,21 @@ class FollowsRepository:
         """Claim an API request's follow change as abandoned, so that if its write is still on
         its way it fails; False when the change was already made."""
         [(_, row)] = _claim_rows(subject, request)
+        await self._file_claim(subject, request)
         return await create_entity(self._storage, SUBJECT_FOLLOWERS, row)
+
+    async def claimed(self, subject: str, request: str) -> bool:
+        """Whether the request's claim row exists (its change made, or given up on)."""
+        row = await get_entity(
+            self._storage, SUBJECT_FOLLOWERS, subject, claim_row_key(request), select=["RowKey"]
+        )
+        return row is not None
+
+    async def _file_claim(self, subject: str, request: str | None) -> None:
+        """File the claim row in ``expiries`` before it can exist (it ends with its
+        lifetime, ``timeline.tables.expiries``)."""
+        if request is not None:
+            await self._expiries.note(CLAIM, SUBJECT_FOLLOWERS, subject, claim_row_key(request))
 
     async def sync_index(self, follower: str, subject: str) -> None:
         """Make ``subjectFollowing`` agree with the truth for one pair.
@@ -118,6 +138,19 @@ class FollowsRepository:
                 if failed_index(error, 409, 412, 404) is None:
                     raise
         raise contention()
+
+    async def history(self, follower: str, subject: str) -> PairHistory:
+        """The pair's index row (its follow and unfollow times): one point read."""
+        index = await get_entity(self._storage, SUBJECT_FOLLOWING, follower, subject)
+        if index is None:
+            return PairHistory()
+        since = index.get("since")
+        return PairHistory(
+            active=bool(index.get("active")),
+            since=since.timestamp() if isinstance(since, datetime) else 0.0,
+            left_at=float(index.get(LEFT_AT) or 0),
+            left_before=float(index.get(LEFT_BEFORE) or 0),
+        )
 
     async def repair_index(self, follower: str, subject: str) -> None:
         """Sync the index only if it disagrees with the truth (a change made elsewhere, or a
@@ -203,10 +236,14 @@ def request_id(follower: str, requested_ticks: int) -> str:
     return f"{follower}-{requested_ticks}"
 
 
+def claim_row_key(request: str) -> str:
+    return f"{META}req-{request}"
+
+
 def _claim_rows(subject: str, request: str | None) -> list[TransactionOperation]:
     if request is None:
         return []
-    return [("create", {"PartitionKey": subject, "RowKey": f"{META}req-{request}"})]
+    return [("create", {"PartitionKey": subject, "RowKey": claim_row_key(request)})]
 
 
 def _raise_if_abandoned(error: TableTransactionError) -> None:
@@ -222,9 +259,36 @@ def _index_row(
 ) -> dict[str, Any]:
     source = truth if truth is not None else index
     since = source.get("since") if source is not None else None
-    return {
+    row = {
         "PartitionKey": follower,
         "RowKey": subject,
         "since": since or datetime.now(UTC),
         "active": truth is not None,
     }
+    history = {key: index[key] for key in (LEFT_AT, LEFT_BEFORE) if index and key in index}
+    if truth is None and index is not None and index.get("active"):  # an unfollow, recorded
+        history = {LEFT_AT: time.time(), LEFT_BEFORE: float(index.get(LEFT_AT) or 0)}
+    return row | history
+
+
+LEFT_AT, LEFT_BEFORE = "left_at", "left_before"
+"""An index row's history: when the pair was last seen unfollowed (Unix seconds) and the
+time before that, written as the row turns inactive (what damps a toggling pair,
+``timeline.delivery.follow``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PairHistory:
+    """A follow pair's index row as read: active now, followed since, and its last two
+    unfollows (0: none recorded)."""
+
+    active: bool = False
+    since: float = 0.0
+    left_at: float = 0.0
+    left_before: float = 0.0
+
+    @property
+    def previous_unfollow(self) -> float:
+        """The unfollow before the current one, if the row already records the current
+        (inactive), else the latest (the current unfollow's sync has not landed yet)."""
+        return self.left_before if not self.active else self.left_at

@@ -25,6 +25,7 @@ from timeline.storage.calls import (
 )
 from timeline.storage.counters import transact_counted
 from timeline.storage.names import POSTS
+from timeline.tables.expiries import IDEMPOTENCY, VOID, ExpiriesRepository
 from timeline.tables.rows import (
     ATTEMPTS,
     META,
@@ -58,6 +59,7 @@ class PostsRepository:
 
     def __init__(self, storage: Storage) -> None:
         self._storage = storage
+        self._expiries = ExpiriesRepository(storage)
 
     async def add(self, post: Post, record: IdempotencyRecord | None = None) -> Post:
         """Store the post and count it, atomically, with its idempotency key's row; a
@@ -65,7 +67,11 @@ class PostsRepository:
         request)."""
         rows: list[TransactionOperation] = [("create", post.to_entity(post.author))]
         if record is not None:
-            rows.append(("create", self._key_row(post.author, record, post.post_id)))
+            key_row = self._key_row(post.author, record, post.post_id)
+            rows.append(("create", key_row))
+            await self._expiries.note(
+                IDEMPOTENCY, POSTS, post.author, key_row["RowKey"], at=record.expires_at
+            )  # filed first: it ends once the key's window has
         try:
             await transact_counted(self._storage, POSTS, post.author, rows, +1)
         except TableTransactionError as error:
@@ -161,7 +167,9 @@ class PostsRepository:
     async def void(self, author: str, post_id: str) -> bool:
         """Claim a post id the API never stored in time, so a late write of it fails and the
         post can never appear unfanned; False when a real post was stored first."""
-        entity = {"PartitionKey": author, "RowKey": post_row_key(post_id), "void": True}
+        row_key = post_row_key(post_id)
+        entity = {"PartitionKey": author, "RowKey": row_key, "void": True}
+        await self._expiries.note(VOID, POSTS, author, row_key)
         if await create_entity(self._storage, POSTS, entity):
             return True
         row = await self._row(author, post_id)

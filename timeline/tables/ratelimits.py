@@ -9,12 +9,13 @@ gives it a storage backend (``TableWindowStorage``).
 
 **Cost.** A limit of 0 makes no storage calls. Otherwise a check that passes is two storage
 requests (read the row, then replace it on the condition that its ETag is unchanged, or
-create it); a check that is refused is three (the same two, then one read of the window's
-end for ``Retry-After``). Each lost race (another process counted the same key between the
-read and the write) costs two more, with a short jittered pause, so n concurrent hits on one
-key cost O(n^2) requests at worst (20 at once on Azurite: about 170 requests, 0.75 s); a
-request gives up after ``_ATTEMPTS`` rounds with a retryable 503. Different keys never
-contend: each key is its own partition, spread over the storage accounts like any other.
+create it), three when it opens a window (its filing in ``expiries``); a check that is
+refused is three (the same two, then one read of the window's end for ``Retry-After``). Each
+lost race (another process counted the same key between the read and the write) costs two
+more, with a short jittered pause, so n concurrent hits on one key cost O(n^2) requests at
+worst (20 at once on Azurite: about 170 requests, 0.75 s); a request gives up after
+``_ATTEMPTS`` rounds with a retryable 503. Different keys never contend: each key is its own
+partition, spread over the storage accounts like any other.
 
 **Why fixed windows are acceptable.** A fixed window lets a client make up to twice the limit
 in a short span across the end of one window and the start of the next, where a moving
@@ -22,9 +23,10 @@ window would not. These limits protect the service from runaway clients, not bil
 quotas, so a bounded 2x burst is fine; in exchange a check is one row and two requests,
 where a moving window would store a row per hit. The window's end is written with the clock
 of the process that opened it, so clock skew between hosts (normally well under a second)
-only moves window edges by that much. Rows are reused when their window has ended and never
-deleted by the service (one per user and limit, one per client address): ``reset`` empties
-the table.
+only moves window edges by that much. A row is reused when its window has ended; each
+window opened is filed in ``expiries`` (one more write per window, not per hit), and the
+worker's sweep deletes the row once its window has ended unless a new one opened since
+(``fanout_worker.sweeper``); ``reset`` empties the table.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from timeline.errors import RateLimitedError, StorageUnavailableError
 from timeline.retry import backoff_delay
 from timeline.storage.accounts import Storage
 from timeline.storage.names import RATE_LIMITS
+from timeline.tables.expiries import RATE_LIMIT, ExpiriesRepository
 
 _ROW = "window"
 _ATTEMPTS = 20
@@ -77,6 +80,7 @@ class TableWindowStorage(LimitsStorage):
     def __init__(self, storage: Storage) -> None:
         super().__init__()
         self._storage = storage
+        self._expiries = ExpiriesRepository(storage)
 
     @property
     def base_exceptions(self) -> type[Exception] | tuple[type[Exception], ...]:
@@ -88,7 +92,10 @@ class TableWindowStorage(LimitsStorage):
         partition = partition_of(key)
         for attempt in range(1, _ATTEMPTS + 1):
             row = await self._read(partition)
-            count, expires_at = _counted(row, time.time(), amount, expiry)
+            now = time.time()
+            count, expires_at = _counted(row, now, amount, expiry)
+            if _live(row, now) is None:  # a new window: filed to end with it, before it exists
+                await self._expiries.note(RATE_LIMIT, RATE_LIMITS, partition, _ROW, at=expires_at)
             try:
                 await self._write(partition, row, count, expires_at)
                 return count

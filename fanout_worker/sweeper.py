@@ -1,0 +1,163 @@
+"""The end of every auxiliary row: the worker's sweep of the ``expiries`` index.
+
+Every round reads, on each account, the index rows that are due (a claim or a void post
+older than ``claim_lifetime_s``; an idempotency key or a rate-limit window past its stored
+end), each plus ``GRACE_S``; for each it judges the row it names from storage, deletes it
+when it can no longer matter, then deletes the index row. Nothing is decided from memory:
+
+- a claim (``~req-…``) is removed unconditionally once due: by then the API request it
+  guards gave up long ago (a request's write is one storage call, bounded by the storage
+  timeout) and the worker has judged it (``arrival_window_s``);
+- a void post row is removed only while it is still void;
+- an idempotency key row only while its stored record has expired, and a rate-limit row
+  only while its stored window has ended, each on the condition that it is unchanged since
+  read (a key reused or a window reopened meanwhile is a new row, filed anew).
+
+Two sweepers, or one killed between any two calls, only repeat work: every delete is of a
+row that is due either way, or conditional on the etag read, and a missing row is fine.
+A row a rebalance has frozen refuses the delete (a retryable error), so its index row
+stays for the next round: no delete ever lands on a partition being copied.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from contextlib import suppress
+from dataclasses import dataclass
+
+from azure.core.exceptions import HttpResponseError, ResourceModifiedError, ResourceNotFoundError
+from azure.data.tables import TableEntity
+
+from timeline.errors import StorageUnavailableError
+from timeline.model.idempotency import is_live
+from timeline.storage.accounts import Storage
+from timeline.storage.names import TABLES
+from timeline.tables.expiries import (
+    CLAIM,
+    CREATED,
+    DUE,
+    IDEMPOTENCY,
+    RATE_LIMIT,
+    VOID,
+    ExpiriesRepository,
+    Expiry,
+)
+from timeline.tables.rows import if_unchanged
+
+log = logging.getLogger(__name__)
+
+GRACE_S = 120.0
+"""Past its due time, how long an index row waits more: longer than any one storage call
+(the one that writes the named row after its index row) can still be landing."""
+MAX_ROWS = 20_000
+"""Index rows one round handles at most (the next round takes the rest)."""
+_AT_ONCE = 16
+
+
+@dataclass
+class SweepReport:
+    removed: int = 0
+    """Named rows deleted."""
+    dropped: int = 0
+    """Index rows deleted."""
+    deferred: int = 0
+    """Index rows left for a later round (storage refused, e.g. a partition moving)."""
+
+
+class Sweeper:
+    """Removes what ``expiries`` says is due, judging each row from storage."""
+
+    def __init__(self, storage: Storage, *, claim_lifetime_s: float) -> None:
+        self._storage = storage
+        self._expiries = ExpiriesRepository(storage)
+        self._claim_lifetime_s = claim_lifetime_s
+
+    async def run(self, stopping: asyncio.Event, interval_s: float) -> None:
+        """Sweep every ``interval_s`` (jittered, so several workers drift apart) until
+        ``stopping``; a round that fails is logged and the next one tries again."""
+        while not stopping.is_set():
+            try:
+                report = await self.sweep()
+                if report.dropped or report.deferred:
+                    log.info("expiry sweep: %s", report)
+            except (StorageUnavailableError, HttpResponseError) as error:
+                log.warning("expiry sweep failed: %s", error)
+            with suppress(TimeoutError):
+                await asyncio.wait_for(stopping.wait(), interval_s * random.uniform(0.5, 1.5))  # noqa: S311
+
+    async def sweep(self, *, now: float | None = None) -> SweepReport:
+        """One round over every account: every due index row (up to ``MAX_ROWS``)."""
+        moment = time.time() if now is None else now
+        report = SweepReport()
+        groups = ((CREATED, moment - self._claim_lifetime_s - GRACE_S), (DUE, moment - GRACE_S))
+        for account in range(len(self._storage.account_ids)):
+            for group, before in groups:
+                await self._sweep_group(account, group, before, moment, report)
+        return report
+
+    async def _sweep_group(
+        self, account: int, group: str, before: float, now: float, report: SweepReport
+    ) -> None:
+        continuation: dict[str, str] | None = None
+        while report.dropped + report.deferred < MAX_ROWS:
+            page = await self._expiries.due_page(account, group, before, continuation)
+            for start in range(0, len(page.items), _AT_ONCE):
+                chunk = page.items[start : start + _AT_ONCE]
+                await asyncio.gather(*(self._settle(expiry, now, report) for expiry in chunk))
+            continuation = page.continuation
+            if continuation is None:
+                return
+
+    async def _settle(self, expiry: Expiry, now: float, report: SweepReport) -> None:
+        """Remove the named row if it can no longer matter, then its index row."""
+        try:
+            if await self._remove(expiry, now):
+                report.removed += 1
+            await self._expiries.drop(expiry)
+            report.dropped += 1
+        except StorageUnavailableError:
+            report.deferred += 1
+
+    async def _remove(self, expiry: Expiry, now: float) -> bool:
+        if expiry.table not in TABLES:
+            log.warning("an expiry names an unknown table: %r", expiry)
+            return False
+        if expiry.kind == CLAIM:
+            return await self._delete(expiry, None)
+        row = await self._read(expiry)
+        if row is None or not _removable(expiry.kind, row, now):
+            return False
+        return await self._delete(expiry, row)
+
+    async def _read(self, expiry: Expiry) -> TableEntity | None:
+        async with self._storage.guard(kind="read"):
+            client = self._storage.reader(expiry.table, expiry.pk)
+            try:
+                return await client.get_entity(expiry.pk, expiry.rk)
+            except ResourceNotFoundError:
+                return None
+
+    async def _delete(self, expiry: Expiry, read: TableEntity | None) -> bool:
+        """Delete the named row (only if unchanged since ``read``, when given)."""
+        condition = {} if read is None else if_unchanged(read)
+        async with self._storage.guard(kind="write-1"):
+            client = self._storage.table(expiry.table, expiry.pk)
+            try:
+                await client.delete_entity(expiry.pk, expiry.rk, **condition)
+            except (ResourceNotFoundError, ResourceModifiedError):
+                return False
+        return True
+
+
+def _removable(kind: str, row: TableEntity, now: float) -> bool:
+    """Whether a named row, as read, can no longer matter."""
+    if kind == VOID:
+        return bool(row.get("void"))
+    if kind == IDEMPOTENCY:
+        return not is_live(row, now)
+    if kind == RATE_LIMIT:
+        return float(row.get("expires_at") or 0) <= now
+    return False

@@ -1,0 +1,236 @@
+"""The lean storage path: query pages and Entity Group Transactions on the SDK's own pipeline,
+without its per-property model layer.
+
+Requests are ``azure.core.rest.HttpRequest`` objects sent through the table client's
+generated client (``send_request``, the SDK's protocol method), so authentication (shared
+key, SAS), retries, timeouts and the transport stay azure-core's. What is done by hand: a
+batch body (``timeline.storage.egt``), and a query page's JSON, decoded with orjson and
+typed as the SDK types it. Errors are decoded by the SDK's own error decoder, so callers
+see the same exception types, status codes, error codes and transaction indexes. Why and
+what it saves: ``docs/lean-storage.md``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from typing import Any, cast
+from urllib.parse import quote
+
+import orjson
+from azure.core.exceptions import HttpResponseError
+from azure.core.rest import AsyncHttpResponse, HttpRequest
+from azure.data.tables import (
+    EdmType,
+    EntityProperty,
+    TableEntity,
+    TableTransactionError,
+    _deserialize,
+    _error,
+    _serialize,
+)
+from azure.data.tables._error import RequestTooLargeError
+from azure.data.tables.aio import TableClient
+
+from timeline.model.entities import Page
+from timeline.storage.egt import Part, build_batch, parse_batch
+
+_INT32 = 2**31
+# The SDK's own conversions and error decoding, so both paths type and fail alike.
+_CONVERSIONS: dict[str, Callable[[Any], Any]] = {
+    edm.value: cast(Callable[[Any], Any], convert)
+    for edm, convert in _deserialize._ENTITY_TO_PYTHON_CONVERSIONS.items()
+}
+_from_entity_datetime: Callable[[str], datetime] = _deserialize._from_entity_datetime
+_decode_error: Callable[..., HttpResponseError] = _error._decode_error
+_process_table_error: Callable[[HttpResponseError], None] = _error._process_table_error
+_validate_tablename_error: Callable[[HttpResponseError, str], None] = (
+    _error._validate_tablename_error
+)
+_parameter_filter_substitution: Callable[[dict[str, Any], str], str] = (
+    _serialize._parameter_filter_substitution
+)
+_QUERY_ACCEPT = "application/json;odata=minimalmetadata"
+
+
+async def query_page(
+    client: TableClient,
+    query_filter: str,
+    parameters: dict[str, Any],
+    *,
+    select: list[str] | None,
+    limit: int,
+    continuation: dict[str, str] | None,
+    on_headers: Callable[[Mapping[str, str]], None] | None = None,
+) -> Page[TableEntity]:
+    """One query request: the entities and the continuation, as the SDK's pager gives them
+    (``on_headers`` is given the response's headers)."""
+    params = {
+        "$top": str(limit),
+        "$filter": _parameter_filter_substitution(parameters, query_filter),
+    }
+    if select:
+        params["$select"] = ",".join(select)
+    if continuation:
+        if continuation.get("PartitionKey"):
+            params["NextPartitionKey"] = continuation["PartitionKey"]
+        if continuation.get("RowKey"):
+            params["NextRowKey"] = continuation["RowKey"]
+    request = HttpRequest(
+        "GET",
+        f"/{quote(client.table_name, safe='')}()",
+        params={name: quote(value, safe="") for name, value in params.items()},  # as the SDK
+        headers={
+            "x-ms-version": client.api_version,
+            "DataServiceVersion": "3.0",
+            "Accept": _QUERY_ACCEPT,
+        },
+    )
+    response = await _send(client, request)
+    if response.status_code != 200:
+        _process_table_error(HttpResponseError(response=response))
+    if on_headers is not None:
+        on_headers(response.headers)
+    rows = orjson.loads(response.content)["value"]
+    return Page([to_entity(row) for row in rows], _continuation(response))
+
+
+def _continuation(response: AsyncHttpResponse) -> dict[str, str] | None:
+    """The next page's token as the SDK's pager gives it: both headers as they came (a
+    missing one as None), or None when neither came."""
+    next_partition = response.headers.get("x-ms-continuation-NextPartitionKey")
+    next_row = response.headers.get("x-ms-continuation-NextRowKey")
+    if not (next_partition or next_row):
+        return None
+    return cast(dict[str, str], {"PartitionKey": next_partition, "RowKey": next_row})
+
+
+def to_entity(row: dict[str, Any]) -> TableEntity:
+    """A query row as the SDK's ``_convert_to_entity`` makes it: strings, int32 and booleans
+    as they are, annotated values converted, ``odata.*`` and ``Timestamp`` into metadata."""
+    entity = TableEntity()
+    if "PartitionKey" in row:
+        entity["PartitionKey"] = row["PartitionKey"]
+    if "RowKey" in row:
+        entity["RowKey"] = row["RowKey"]
+    odata: dict[str, Any] = {}
+    types: dict[str, str] | None = None
+    timestamp = None
+    for name, value in row.items():
+        if name.startswith("odata."):
+            odata[name[6:]] = value
+        elif name.endswith("@odata.type"):
+            types = types or {}
+            types[name[:-11]] = value
+        elif name == "Timestamp":
+            timestamp = value
+        elif name != "PartitionKey" and name != "RowKey":
+            entity[name] = value
+    if types:
+        for name, edm in types.items():
+            if name in entity and name not in ("PartitionKey", "RowKey"):
+                entity[name] = _typed(edm, entity[name])
+    for name, value in entity.items():
+        if type(value) is int and not -_INT32 <= value < _INT32:
+            entity[name] = EntityProperty(value, EdmType.INT64)
+    etag = odata.pop("etag", None)
+    odata.pop("metadata", None)
+    if timestamp:
+        if not etag:
+            etag = "W/\"datetime'" + quote(timestamp) + "'\""
+        timestamp = _from_entity_datetime(timestamp)
+    odata.update({"etag": etag, "timestamp": timestamp})
+    entity._metadata = odata  # type: ignore[assignment]
+    return entity
+
+
+def _typed(edm: str, value: Any) -> Any:
+    if edm in (EdmType.STRING, EdmType.INT32):
+        return value
+    convert = _CONVERSIONS.get(edm)
+    return convert(value) if convert is not None else EntityProperty(edm, value)
+
+
+async def submit_transaction(client: TableClient, operations: Sequence[Sequence[Any]]) -> None:
+    """One Entity Group Transaction; raises what the SDK's ``submit_transaction`` raises."""
+    if not operations:
+        return
+    endpoint = f"{client.scheme}://{client._primary_hostname}"
+    content_type, body = build_batch(endpoint, client.table_name, operations, client.api_version)
+    request = HttpRequest(
+        "POST",
+        f"{endpoint}/$batch",
+        headers={
+            "x-ms-version": client.api_version,
+            "DataServiceVersion": "3.0",
+            "MaxDataServiceVersion": "3.0;NetFx",
+            "Content-Type": content_type,
+            "Accept": "application/json",
+        },
+        content=body,
+    )
+    response = await _send(client, request)
+    _raise_for_batch(response, client.table_name)
+
+
+async def _send(client: TableClient, request: HttpRequest) -> AsyncHttpResponse:
+    """Through the client's pipeline, streamed (so its content-decoding policy does not
+    parse the body a second time), then read whole."""
+    response = await client._client.send_request(request, stream=True)
+    await response.read()
+    return response
+
+
+def _raise_for_batch(response: AsyncHttpResponse, table: str) -> None:
+    """The SDK's ``_batch_send`` error handling, on parts parsed by hand."""
+    if response.status_code == 413:
+        raise _too_large(response)
+    if response.status_code != 202:
+        decoded = _decode_error(response)
+        _validate_tablename_error(decoded, table)
+        raise decoded
+    failed = [
+        p
+        for p in parse_batch(response.headers["Content-Type"], response.content)
+        if not 200 <= p.status_code < 300
+    ]
+    if failed:
+        if failed[0].status_code == 413:
+            raise _too_large(response)
+        decoded = _decode_error(response=_PartResponse(failed[0]), error_type=TableTransactionError)
+        _validate_tablename_error(decoded, table)
+        raise decoded
+
+
+def _too_large(response: AsyncHttpResponse) -> HttpResponseError:
+    return _decode_error(
+        response,
+        error_message="The transaction request was too large",
+        error_type=RequestTooLargeError,
+    )
+
+
+class _PartResponse:
+    """One failed operation's answer, shaped as the response the SDK's error decoder reads."""
+
+    def __init__(self, part: Part) -> None:
+        self.status_code = part.status_code
+        self.reason = part.reason
+        self.headers = _CaseInsensitive(part.headers)
+        self.content_type = part.headers.get("content-type")
+        self._body = part.body
+        self.request = None
+
+    def body(self) -> bytes:
+        return self._body
+
+    def text(self, encoding: str | None = None) -> str:
+        return self._body.decode(encoding or "utf-8")
+
+
+class _CaseInsensitive(dict[str, str]):
+    def get(self, key: str, default: Any = None) -> Any:
+        return super().get(key.lower(), default)
+
+    def __getitem__(self, key: str) -> str:
+        return super().__getitem__(key.lower())

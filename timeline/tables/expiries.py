@@ -1,0 +1,141 @@
+"""The ``expiries`` table: a time index of the auxiliary rows that must end (request claims,
+idempotency keys, void posts, rate-limit windows), so a sweep finds them without scanning
+the partitions they live in.
+
+An index row is written *before* the row it names (an upsert with a key derived from that
+row's keys, so writing it twice is one row): a process that dies between the two leaves an
+index row naming nothing, which the sweep drops; never a row nobody will remove.
+
+Keys: ``PartitionKey`` is ``{group}{bucket}-{shard}``, where the bucket is a minute of Unix
+time, zero-padded so keys sort by time, and the shard (a hash of the named row's partition,
+``SHARDS`` of them) spreads one minute's index rows over partitions, so a busy minute is
+not one hot partition. Group ``c`` holds rows filed by when they were *created* (their
+lifetime is the sweeper's setting); group ``d`` rows filed by when they are *due* (their
+end is stored on the row itself: a key's record expiry, a rate-limit window's end).
+``RowKey`` is the SHA-256 of the named row's table and keys; the row holds them as
+``table``, ``pk``, ``rk`` and its ``kind``.
+
+Index partitions are placed like any other (``timeline.storage.placement``), so a
+rebalance moves them; a shard whose partition a rebalance has frozen is skipped for the
+next one, so a rebalance never blocks the writes that file rows here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from contextlib import suppress
+from dataclasses import dataclass
+
+from azure.core.exceptions import ResourceNotFoundError
+from azure.data.tables import UpdateMode
+
+from timeline.model.entities import Page
+from timeline.storage.accounts import Storage
+from timeline.storage.calls import query_page
+from timeline.storage.names import EXPIRIES
+from timeline.storage.placement import hash64
+
+BUCKET_S = 60
+"""Seconds of time one bucket covers."""
+SHARDS = 16
+"""Index partitions per bucket and group."""
+CREATED, DUE = "c", "d"
+CLAIM, VOID, IDEMPOTENCY, RATE_LIMIT = "claim", "void", "idempotency", "rate"
+KINDS = {CLAIM: CREATED, VOID: CREATED, IDEMPOTENCY: DUE, RATE_LIMIT: DUE}
+"""Each kind of auxiliary row and the group it is filed in."""
+_DUE_RANGE = "PartitionKey ge @low and PartitionKey lt @high"
+
+
+@dataclass(frozen=True, slots=True)
+class Expiry:
+    """One index row: the row it names, its kind, and its own keys."""
+
+    kind: str
+    table: str
+    pk: str
+    rk: str
+    index_pk: str
+    index_rk: str
+
+
+def bucket_key(group: str, moment: float) -> str:
+    """The sortable prefix of every index partition of ``group`` for ``moment``."""
+    return f"{group}{int(moment // BUCKET_S):010d}"
+
+
+class ExpiriesRepository:
+    """Files auxiliary rows by time, lists the due ones, and drops an index row."""
+
+    def __init__(self, storage: Storage) -> None:
+        self._storage = storage
+
+    async def note(
+        self, kind: str, table: str, pk: str, rk: str, *, at: float | None = None
+    ) -> None:
+        """File a row before it is written: ``at`` is when it is due (group ``d``), or when
+        it is created (group ``c``, the default: now)."""
+        moment = time.time() if at is None else at
+        prefix = bucket_key(KINDS[kind], moment)
+        row = {
+            "PartitionKey": self._writable_shard(prefix, pk),
+            "RowKey": index_row_key(table, pk, rk),
+            "kind": kind,
+            "table": table,
+            "pk": pk,
+            "rk": rk,
+        }
+        async with self._storage.guard(kind="write-1"):
+            await self._storage.table(EXPIRIES, row["PartitionKey"]).upsert_entity(
+                row, mode=UpdateMode.REPLACE
+            )
+
+    def _writable_shard(self, prefix: str, pk: str) -> str:
+        """The named row's shard, or the next one a rebalance has not frozen."""
+        placement = self._storage.lease.routable()
+        first = hash64(pk) % SHARDS
+        candidates = [f"{prefix}-{(first + step) % SHARDS:02d}" for step in range(SHARDS)]
+        for candidate in candidates:
+            if placement.writable(hash64(candidate)):
+                return candidate
+        return candidates[0]  # every shard frozen: the write fails with a retryable 503
+
+    async def due_page(
+        self, account: int, group: str, before: float, continuation: dict[str, str] | None
+    ) -> Page[Expiry]:
+        """One page of one account's index rows of ``group`` filed before ``before`` (a
+        range of partition keys: the table's own order), those whose home is elsewhere
+        left out (a stale copy a running rebalance removes)."""
+        client = self._storage.account_table(account, EXPIRIES)
+        parameters = {"low": group, "high": bucket_key(group, before)}
+        async with self._storage.guard(kind="query-1000"):
+            page = await query_page(
+                client, _DUE_RANGE, parameters, select=None, limit=1000, continuation=continuation
+            )
+        placement = self._storage.lease.routable()
+        rows = [
+            Expiry(
+                str(row["kind"]),
+                str(row["table"]),
+                str(row["pk"]),
+                str(row["rk"]),
+                str(row["PartitionKey"]),
+                str(row["RowKey"]),
+            )
+            for row in page.items
+            if placement.home(hash64(row["PartitionKey"])) == account
+        ]
+        return Page(rows, page.continuation)
+
+    async def drop(self, expiry: Expiry) -> None:
+        """Delete the index row (gone already: fine)."""
+        async with self._storage.guard(kind="write-1"):
+            with suppress(ResourceNotFoundError):
+                await self._storage.table(EXPIRIES, expiry.index_pk).delete_entity(
+                    expiry.index_pk, expiry.index_rk
+                )
+
+
+def index_row_key(table: str, pk: str, rk: str) -> str:
+    """The index row's key for one named row: the same however often it is filed."""
+    return hashlib.sha256("\x00".join((table, pk, rk)).encode()).hexdigest()
