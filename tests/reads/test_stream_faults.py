@@ -5,6 +5,7 @@ source, and a page cut short by the server (empty, with a continuation) is follo
 from __future__ import annotations
 
 import contextlib
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -23,8 +24,9 @@ from timeline.config import Settings
 from timeline.errors import StorageUnavailableError
 from timeline.model.entities import Page
 from timeline.reads import landed as landed_module
-from timeline.reads.landed import Landed
+from timeline.reads.landed import OVERLAP_S, Landed
 from timeline.reads.live import Removal, TimelineWatch
+from timeline.storage.accounts import Storage, StorageOptions
 from timeline.storage.calls import query_page, submit_batch
 from timeline.storage.names import TIMELINES
 from timeline.tables.follows import FollowsRepository
@@ -164,3 +166,20 @@ async def test_an_empty_page_with_a_continuation_is_followed(
 
         monkeypatch.setattr(landed_module, "query_page", cut_short)
         assert set(await watch.fresh()) == set(posts)
+
+
+@pytest.mark.parametrize("lean", [True, False])
+async def test_an_idle_read_moves_the_cursor_to_the_servers_clock(
+    settings: Settings, lean: bool
+) -> None:
+    """On either storage path: a read that finds nothing still moves the cursor up to the
+    server's ``Date`` less the overlap, so a burst read before is not read again and again."""
+    async with Storage(settings.connection_string(), StorageOptions(lean=lean)) as storage:
+        await storage.create_all()
+        source = Landed(TIMELINES, unique("reader"), datetime.now(UTC) - timedelta(hours=1), [])
+        reading = await source.new_rows(storage)
+        assert reading.rows == []
+        assert reading.served is not None
+        assert abs(reading.served - datetime.now(UTC)) < timedelta(seconds=60)
+        source.commit(reading)
+        assert source.since == reading.served - timedelta(seconds=OVERLAP_S + 1)
