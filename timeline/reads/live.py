@@ -8,20 +8,23 @@ sources hold; a busy one reads only what landed (and the few seconds of overlap)
 What a source's new rows mean:
 
 - a post row (the reader's copy, or a merged author's post): a ``post`` event, unless this
-  stream sent that post already (a redelivered copy rewrites its row), or it was removed
-  (see below), or it landed more than the look-back after it was made (a follow's backfill
-  of old posts: the next page read shows those in their place). So an entry landing late, by
-  up to the look-back, is always sent, however many landed with it;
+  stream sent that post already (a redelivered copy rewrites its row), or its removal landed
+  after this row (see below), or it landed more than the look-back after it was made (a
+  follow's backfill of old posts: the next page read shows those in their place). So an
+  entry landing late, by up to the look-back, is always sent, however many landed with it;
 - a removal trace (``timeline.tables.traces``: a delete, an unfollow's purge): a ``delete``
   event with the post id. A post removed before this stream read it is never sent, only its
-  delete (a client ignores a delete of a post it does not show);
+  delete (a client ignores a delete of a post it does not show). Removals suppress by when
+  they landed: a copy landing after the removal (a re-follow's backfill) is sent again;
 - a merge row (the reader started merging an author): that author becomes a source from the
-  row's ``Timestamp`` on.
+  row's ``Timestamp`` on; its trace (the merge ended): the follow is checked.
 
-A merged author's posts count only while the reader follows it: a poll that brings posts of
-merged authors checks that once (one query, never on an idle poll), and an author no longer
-followed stops being a source. A reader's own copies of an author it merges are skipped,
-as page reads skip them.
+A poll's rows are applied in landing order. A merged author's posts count only while the
+reader follows it: a poll that brings posts of merged authors, or a merge row's trace,
+checks that once (one query, never on an idle poll); an author no longer followed stops
+being a source, and the stream sends a ``delete`` for each of its posts it sent. A reader's
+own copies of an author it merges are skipped, as page reads skip them. A poll reads every
+source and checks follows before it changes anything, so a failed request loses nothing.
 
 A stream that starts without a position sends what lands from now (the rows that landed in
 the last look-back are read once, as already sent). One that resumes from a position

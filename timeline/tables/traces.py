@@ -8,10 +8,11 @@ row, so page reads, ``since`` reads, trims and counts (which all stop below ``~`
 one trace (with a newer ``Timestamp``: a stream may send its delete event twice).
 
 A trace lives until a sweep finds it older than ``TRACE_LIFETIME_S`` (longer than any
-stream's look-back): a timeline's traces go with its next trim (whose one query reads them
-after the entries, so the sweep costs no request more unless it deletes), a posts
-partition's with the author's next delete (one query more per delete, which deletes only
-traces unchanged since it read them).
+stream's look-back), with no trim needed: a purge sweeps its timeline after it deletes (at
+least as many expired traces as it wrote), a delete's second pass each timeline it passes,
+an author's delete its ``posts`` partition, and a trim those its one query reads. Every
+sweep deletes a trace only if unchanged since it read it: one rewritten meanwhile (a new
+removal of the same row) is young again.
 """
 
 from __future__ import annotations
