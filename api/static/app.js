@@ -260,6 +260,7 @@
   }
 
   function removePost(postId) {
+    for (const removed of readsInFlight) removed.add(postId);
     const entry = timeline.posts.get(postId);
     if (!entry) return;
     entry.element.remove();
@@ -313,6 +314,27 @@
     return withQuery(userPath(session.user_id, "timeline"), params);
   }
 
+  // The ids removed (a ``delete`` event, a delete here) while each page read is in flight:
+  // the page was read before, so it must not bring them back.
+  const readsInFlight = new Set();
+
+  // One page of the timeline; ``page.removed`` holds the ids removed while it was read.
+  async function readPage(params) {
+    const removed = new Set();
+    readsInFlight.add(removed);
+    try {
+      const page = await api("GET", timelinePath(params));
+      page.removed = removed;
+      return page;
+    } finally {
+      readsInFlight.delete(removed);
+    }
+  }
+
+  function insertRead(page, post, options = {}) {
+    return !page.removed.has(post.post_id) && insertPost(post, options);
+  }
+
   // The first page: the list starts over, and the live stream starts after its newest item.
   async function loadTimeline() {
     clearTimeline();
@@ -320,9 +342,9 @@
     clearMessage("timeline-message");
     $("timeline").setAttribute("aria-busy", "true");
     try {
-      const page = await api("GET", timelinePath({}));
+      const page = await readPage({});
       if (generation !== timeline.generation) return;
-      page.items.forEach((post) => insertPost(post));
+      page.items.forEach((post) => insertRead(page, post));
       timeline.continuation = page.continuation;
       advanceNewest(page.items[0], page.newest);
       updateEmpty();
@@ -341,9 +363,9 @@
     button.disabled = true;
     button.textContent = "Loading…";
     try {
-      const page = await api("GET", timelinePath({ continuation: timeline.continuation }));
+      const page = await readPage({ continuation: timeline.continuation });
       if (generation !== timeline.generation) return;
-      page.items.forEach((post) => insertPost(post));
+      page.items.forEach((post) => insertRead(page, post));
       timeline.continuation = page.continuation;
       if (!timeline.newest) advanceNewest(page.items[0], page.newest);
       updateEmpty();
@@ -364,12 +386,12 @@
     const generation = timeline.generation;
     const before = timeline.shown;
     try {
-      const page = await api("GET", timelinePath({}));
+      const page = await readPage({});
       if (generation !== timeline.generation) return 0;
       let added = 0;
       goneFrom(page, before).forEach(removePost);
       page.items.forEach((post) => {
-        if (!belowLoaded(post) && insertPost(post, { fresh: true })) added += 1;
+        if (!belowLoaded(post) && insertRead(page, post, { fresh: true })) added += 1;
       });
       // everything was loaded: now older pages may have appeared below the first
       if (timeline.continuation === null) timeline.continuation = page.continuation;
@@ -399,11 +421,11 @@
     const since = timeline.newest; // repeated on every page of this read, as the API asks
     try {
       for (let pages = 0; pages < 10; pages += 1) {
-        const page = await api("GET", timelinePath({ since, continuation }));
+        const page = await readPage({ since, continuation });
         if (generation !== timeline.generation) return 0;
         let fromPage = 0;
         page.items.forEach((post) => {
-          if (insertPost(post, { fresh: true })) fromPage += 1;
+          if (insertRead(page, post, { fresh: true })) fromPage += 1;
         });
         added += fromPage;
         if (pages === 0) advanceNewest(page.items[0], page.newest);

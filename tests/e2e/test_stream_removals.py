@@ -100,3 +100,53 @@ def test_deleted_and_unfollowed_posts_leave_the_page(
     page.wait(refreshed_without_it, "Refresh to drop the deleted post")
     assert page.shown() == [kept]
     assert server_errors(stack) == 0
+
+
+# The first-page reads a test holds: each GET of the timeline without ``since`` resolves
+# only once ``window.e2eRelease()`` is called (its answer was read before that).
+_HOLD_FIRST_PAGE = """
+const real = window.fetch;
+let release;
+const released = new Promise((resolve) => { release = resolve; });
+window.e2eRelease = release;
+window.e2eHeld = 0;
+window.fetch = async (path, options) => {
+  const response = await real(path, options);
+  const url = String(path);
+  if (url.includes('/timeline') && !url.includes('since=') && !url.includes('/stream')) {
+    window.e2eHeld += 1;
+    await released;
+  }
+  return response;
+};
+"""
+
+
+def test_a_post_deleted_during_a_refresh_stays_gone(
+    stack: str, browsers: Callable[[str], webdriver.Chrome]
+) -> None:
+    """The refresh's first page was read before the delete: merging it must not bring back
+    the post the ``delete`` event took away meanwhile."""
+    reader_id, alice = unique("reader"), unique("alice")
+    alice_token = request_json("POST", f"{stack}/users", {"user_id": alice})[1]["token"]
+    page = Reader(browsers("reader"), stack)
+    token = page.register(reader_id)
+    _api(stack, "PUT", f"/users/{reader_id}/following/{alice}", token)
+    made = _api(stack, "POST", f"/users/{alice}/posts", alice_token, {"text": "doomed"})
+    doomed = str(made["post_id"])
+    page.wait(lambda: doomed in page.shown(), "the post, live")
+
+    page.driver.execute_script(_HOLD_FIRST_PAGE)
+    page.driver.find_element(By.ID, "refresh").click()
+    page.wait(lambda: page.driver.execute_script("return window.e2eHeld") >= 1, "the read")
+    _api(stack, "DELETE", f"/users/{alice}/posts/{doomed}", alice_token)
+    page.wait(lambda: doomed not in page.shown(), "the delete event")
+    page.driver.execute_script("window.e2eRelease()")
+
+    def refreshed() -> bool:
+        message = page.driver.find_element(By.ID, "timeline-message").text
+        return "new" in message or "Up to date" in message
+
+    page.wait(refreshed, "the refresh to finish")
+    assert doomed not in page.shown()
+    assert server_errors(stack) == 0

@@ -11,7 +11,7 @@ import orjson
 import pytest
 from aiohttp import ClientResponse
 
-from tests.conftest import unique
+from tests.conftest import eventually, unique
 from tests.reads.conftest import Live, merged_author
 from timeline.model.entities import Post
 from timeline.model.keys import new_post_id, now_ticks
@@ -155,3 +155,23 @@ async def test_traces_expire_swept_by_the_trim_and_the_next_delete(
     assert await _traces(storage, TIMELINES, owner) == []
     assert await repos.posts.delete(author, made[1].post_id)
     assert await _traces(storage, POSTS, author) == []
+
+
+async def test_unfollowing_a_merged_author_streams_its_posts_removal(live: Live) -> None:
+    """The merged author's posts come from its own partition, so no purge traces them: the
+    merge row's removal (or a follow check) makes the stream send their deletes."""
+    reader = await live.user("reader")
+    large = await merged_author(live)
+    await live.api.follow(reader, live.tokens[reader], large)
+
+    async def merging() -> bool:
+        return large in await live.repos.audience.merged_authors(reader)
+
+    await eventually(merging, timeout_s=60, what="the merge row")
+    stream = await live.stream(reader)
+    made = await live.post(large, "merged")
+    assert (await _next_events(stream, 1))[0][1]["post_id"] == made
+    await live.api.unfollow(reader, live.tokens[reader], large)
+    events = await asyncio.wait_for(_next_events(stream, 1), 30)
+    assert events == [("delete", {"post_id": made})]
+    stream.close()

@@ -1,5 +1,6 @@
 """A post's delete (``PostDeleted``): the source row, then every copy, page by page, then the
-whole again once ``sweep_delay_s`` later for copies that landed late."""
+whole again once ``sweep_delay_s`` later for copies that landed late (that pass also sweeps
+each timeline's expired removal traces: one query per timeline)."""
 
 from __future__ import annotations
 
@@ -29,7 +30,10 @@ class PostRetraction:
         if message.cursor is None:
             merged = self._never_copied(await self._repos.audience.mode(author), post_id)
         page = await self._ctx.readers_page(author, merged, message.cursor)
-        await self._feed.unpush(page.items if message.cursor else [author, *page.items], post_id)
+        owners = page.items if message.cursor else [author, *page.items]
+        await self._feed.unpush(owners, post_id)
+        if message.confirm:  # the second pass sweeps the expired traces the deletes leave
+            await self._feed.sweep_traces(owners)
         if page.continuation is not None:
             update = {"cursor": page.continuation, "merged": merged}
             return Continue(message.model_copy(update=update))

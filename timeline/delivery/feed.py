@@ -57,6 +57,10 @@ class Feed:
             await self._writer.delete(owner, row_key, tracker)
         await tracker.wait()
 
+    async def sweep_traces(self, owners: Iterable[str]) -> None:
+        """Remove the expired removal traces of each timeline (one query each, bounded)."""
+        await asyncio.gather(*(self._repos.timelines.sweep_traces(owner) for owner in owners))
+
     async def push_rows(self, owner: str, posts: Iterable[Post], deadline: float) -> Tracker:
         tracker = Tracker()
         for post in posts:

@@ -8,20 +8,23 @@ sources hold; a busy one reads only what landed (and the few seconds of overlap)
 What a source's new rows mean:
 
 - a post row (the reader's copy, or a merged author's post): a ``post`` event, unless this
-  stream sent that post already (a redelivered copy rewrites its row), or it was removed
-  (see below), or it landed more than the look-back after it was made (a follow's backfill
-  of old posts: the next page read shows those in their place). So an entry landing late, by
-  up to the look-back, is always sent, however many landed with it;
+  stream sent that post already (a redelivered copy rewrites its row), or its removal landed
+  after this row (see below), or it landed more than the look-back after it was made (a
+  follow's backfill of old posts: the next page read shows those in their place). So an
+  entry landing late, by up to the look-back, is always sent, however many landed with it;
 - a removal trace (``timeline.tables.traces``: a delete, an unfollow's purge): a ``delete``
   event with the post id. A post removed before this stream read it is never sent, only its
-  delete (a client ignores a delete of a post it does not show);
+  delete (a client ignores a delete of a post it does not show). Removals suppress by when
+  they landed: a copy landing after the removal (a re-follow's backfill) is sent again;
 - a merge row (the reader started merging an author): that author becomes a source from the
-  row's ``Timestamp`` on.
+  row's ``Timestamp`` on; its trace (the merge ended): the follow is checked.
 
-A merged author's posts count only while the reader follows it: a poll that brings posts of
-merged authors checks that once (one query, never on an idle poll), and an author no longer
-followed stops being a source. A reader's own copies of an author it merges are skipped,
-as page reads skip them.
+A poll's rows are applied in landing order. A merged author's posts count only while the
+reader follows it: a poll that brings posts of merged authors, or a merge row's trace,
+checks that once (one query, never on an idle poll); an author no longer followed stops
+being a source, and the stream sends a ``delete`` for each of its posts it sent. A reader's
+own copies of an author it merges are skipped, as page reads skip them. A poll reads every
+source and checks follows before it changes anything, so a failed request loses nothing.
 
 A stream that starts without a position sends what lands from now (the rows that landed in
 the last look-back are read once, as already sent). One that resumes from a position
@@ -36,7 +39,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Set
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -46,7 +49,7 @@ from timeline.errors import RetryableError
 from timeline.model.entities import POST_SELECT, Post
 from timeline.model.keys import MAX_TICKS, post_id_from_row_key, post_id_ticks, ticks_to_datetime
 from timeline.reads.home import HomeTimeline, Position
-from timeline.reads.landed import OVERLAP_S, Landed, landed_at
+from timeline.reads.landed import OVERLAP_S, Landed, Reading, landed_at
 from timeline.storage.names import POSTS, TIMELINES
 from timeline.tables.audience import FIRST_POST_KEY, AudienceRepository, merge_row_author
 from timeline.tables.follows import FollowsRepository
@@ -78,6 +81,28 @@ class Removal:
 Update = Post | Removal
 
 
+@dataclass(slots=True)
+class _Seen:
+    """The last thing this stream sent about a post: present or removed, landed when."""
+
+    landed: datetime
+    present: bool
+    source: str
+    made: datetime
+
+
+@dataclass(slots=True)
+class _Found:
+    """One poll's reads, not yet acted on."""
+
+    items: list[tuple[datetime, str, Update]]
+    """(landing time, source, post or removal), in landing order."""
+    merged: dict[str, datetime]
+    """Authors whose merge row landed, with when."""
+    unmerged: set[str]
+    """Authors whose merge row went."""
+
+
 class TimelineWatch:
     """The updates of one home timeline that a stream has not sent yet, oldest first."""
 
@@ -92,9 +117,8 @@ class TimelineWatch:
         self._lookback = timedelta(seconds=lookback_s)
         self._sources: dict[str, Landed] = {}
         """The reader's partition (key ``""``) and each merged author's (key: the author)."""
-        self._sent: dict[str, datetime] = {}
-        """Post id to creation time of each post sent or removed that may still land."""
-        self._removed: set[str] = set()
+        self._seen: dict[str, _Seen] = {}
+        """Post id to what was last sent of each post that may still land."""
         self._backlog: list[Update] = []
 
     async def open(self, since: str | None) -> None:
@@ -110,84 +134,104 @@ class TimelineWatch:
             self._backlog = [update for update in present if isinstance(update, Removal)]
             return
         caught_up = await self._newer_than(_older_by(since, self._lookback))
-        self._remember(caught_up)
+        for post in caught_up:
+            self._seen[post.post_id] = _Seen(_EARLIEST, True, "", _made(post.post_id))
         self._backlog = [*caught_up, *await self._poll()]
 
     async def fresh(self) -> list[Update]:
         """What landed in every source since the last poll and is not sent yet, oldest
-        first (posts, then removals); it counts as sent from now."""
-        backlog, self._backlog = self._backlog, []
-        return [*backlog, *await self._poll()]
+        first (posts, then removals); it counts as sent from now. A poll that fails
+        changes nothing: the backlog and every source's cursor stay for the next."""
+        fresh = [*self._backlog, *await self._poll()]
+        self._backlog = []
+        return fresh
 
     async def _poll(self) -> list[Update]:
-        sources = list(self._sources.items())
-        found = await asyncio.gather(*(source.new_rows(self._storage) for _, source in sources))
-        removals: list[Update] = []
-        posts: list[Post] = []
-        authors: set[str] = set()
-        for (key, _), rows in zip(sources, found, strict=True):
-            for row in rows:
-                update = self._meaning(key, row)
-                if isinstance(update, Removal):
-                    removals.append(update)
-                elif update is not None:
-                    posts.append(update)
-                    authors.update([key] if key else [])
-        posts = await self._still_followed(posts, authors)
-        self._remember(removals)
-        fresh_posts = self._unsent(posts)
-        self._remember(fresh_posts)
-        return [*sorted(fresh_posts, key=lambda post: post.row_key, reverse=True), *removals]
+        """Read every source and check follows first; change state only once all succeeded."""
+        sources = list(self._sources.values())
+        readings = await asyncio.gather(*(source.new_rows(self._storage) for source in sources))
+        found = self._found(list(zip(self._sources, readings, strict=True)))
+        asked = {key for _, key, update in found.items if key and isinstance(update, Post)}
+        asked |= found.unmerged
+        following = await self._follows.following_among(self._owner, asked) if asked else set()
+        for source, reading in zip(sources, readings, strict=True):
+            source.commit(reading)
+        for author, landed in found.merged.items():
+            self._sources.setdefault(
+                author, Landed(POSTS, author, landed - self._lookback, _SELECT)
+            )
+        out: dict[str, Update] = {}
+        for landed, key, update in found.items:
+            if not (isinstance(update, Post) and key in asked - following):
+                self._note(landed, key, update, out)
+        for gone in asked - following:
+            self._drop(gone, out)
+        for gone in found.unmerged:
+            self._sources.pop(gone, None)
+        self._forget()
+        posts = [update for update in out.values() if isinstance(update, Post)]
+        removals = [update for update in out.values() if isinstance(update, Removal)]
+        return [*sorted(posts, key=lambda post: post.row_key, reverse=True), *removals]
 
-    def _meaning(self, source: str, row: TableEntity) -> Post | Removal | None:
-        """A source row as a post to send, a removal, or nothing (and merge rows met)."""
+    def _found(self, readings: list[tuple[str, Reading]]) -> _Found:
+        """The meaning of one poll's fresh rows, merge rows first (they say which of the
+        reader's own copies come from a merged author's partition instead)."""
+        found = _Found([], {}, set())
+        own = [row for key, reading in readings if not key for row in reading.fresh]
+        for row in own:
+            key = row["RowKey"]
+            added, removed = merge_row_author(key), merge_row_author(traced_row(key) or "")
+            if added is not None:
+                found.merged[added] = landed_at(row)
+            if removed is not None:
+                found.unmerged.add(removed)
+        merged = self._sources.keys() | found.merged.keys()
+        for source, reading in readings:
+            for row in reading.fresh:
+                update = self._meaning(source, row, merged)
+                if update is not None:
+                    found.items.append((landed_at(row), source, update))
+        found.items.sort(key=lambda item: item[0])
+        return found
+
+    def _meaning(self, source: str, row: TableEntity, merged: Set[str]) -> Update | None:
+        """A source row as a post to send, a removal, or nothing."""
         key: str = row["RowKey"]
         removed = traced_row(key)
         if removed is not None:
-            return Removal(post_id_from_row_key(removed))
-        author = merge_row_author(key)
-        if author is not None and not source:
-            self._sources.setdefault(
-                author, Landed(POSTS, author, landed_at(row) - self._lookback, _SELECT)
-            )
+            is_post = FIRST_POST_KEY <= removed < META
+            return Removal(post_id_from_row_key(removed)) if is_post else None
         if not FIRST_POST_KEY <= key < META or row.get("void"):
             return None
         post = Post.from_entity(row)
-        if not source and post.author in self._sources:
+        if not source and post.author in merged:
             return None  # merged: its posts come from its own partition
-        made = ticks_to_datetime(post_id_ticks(post.post_id))
-        late = landed_at(row) - made > self._lookback + timedelta(seconds=OVERLAP_S)
+        late = landed_at(row) - _made(post.post_id) > self._lookback + timedelta(seconds=OVERLAP_S)
         return None if late else post
 
-    async def _still_followed(self, posts: list[Post], authors: set[str]) -> list[Post]:
-        """Drop merged authors' posts (and sources) of authors the reader left: one query,
-        only when such posts came."""
-        if not authors:
-            return posts
-        following = await self._follows.following_among(self._owner, authors)
-        for gone in authors - following:
-            self._sources.pop(gone, None)
-        return [post for post in posts if post.author in following or post.author not in authors]
+    def _note(self, landed: datetime, source: str, update: Update, out: dict[str, Update]) -> None:
+        """Apply one landed row: a removal wins over what landed before it, a copy over a
+        removal only if it landed after it (a re-follow's backfill), never a duplicate."""
+        seen = self._seen.get(update.post_id)
+        present = isinstance(update, Post)
+        if seen is not None and (landed <= seen.landed or (present and seen.present)):
+            return
+        self._seen[update.post_id] = _Seen(landed, present, source, _made(update.post_id))
+        out[update.post_id] = update
 
-    def _unsent(self, posts: list[Post]) -> list[Post]:
-        unique = {post.post_id: post for post in posts}
-        return [
-            post
-            for post_id, post in unique.items()
-            if post_id not in self._sent and post_id not in self._removed
-        ]
+    def _drop(self, author: str, out: dict[str, Update]) -> None:
+        """The reader left a merged author: it is no source, and what it sent is removed."""
+        self._sources.pop(author, None)
+        for post_id, seen in self._seen.items():
+            if seen.source == author and seen.present:
+                seen.present = False
+                out[post_id] = Removal(post_id)
 
-    def _remember(self, updates: Sequence[Update]) -> None:
-        """Note what was sent; forget what can no longer land in time to be sent."""
-        for update in updates:
-            if isinstance(update, Removal):
-                self._removed.add(update.post_id)
-            made = ticks_to_datetime(post_id_ticks(update.post_id))
-            self._sent[update.post_id] = made
+    def _forget(self) -> None:
+        """Forget posts made too long ago to land in time to be sent."""
         oldest = min(source.since for source in self._sources.values())
         horizon = oldest - self._lookback - timedelta(seconds=OVERLAP_S)
-        self._sent = {post: made for post, made in self._sent.items() if made >= horizon}
-        self._removed &= self._sent.keys()
+        self._seen = {post: seen for post, seen in self._seen.items() if seen.made >= horizon}
 
     async def _newer_than(self, until: str) -> list[Post]:
         """The entries newer than ``until``, oldest first, at most ``max_entries`` (a stream
@@ -219,6 +263,13 @@ class TimelineWatch:
                 yield fresh
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stopping.wait(), timing.poll_s)
+
+
+def _made(post_id: str) -> datetime:
+    return ticks_to_datetime(post_id_ticks(post_id))
+
+
+_EARLIEST = datetime.min.replace(tzinfo=UTC)
 
 
 def _older_by(row_key: str, by: timedelta) -> str:

@@ -6,7 +6,7 @@ partition's account at the moment it is sent."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from azure.data.tables import TableEntity, TableTransactionError, UpdateMode
@@ -31,14 +31,25 @@ async def query_page(
     select: list[str] | None,
     limit: int,
     continuation: dict[str, str] | None,
+    on_headers: Callable[[Mapping[str, str]], None] | None = None,
 ) -> Page[TableEntity]:
-    """Exactly one storage query: up to ``limit`` entities and the storage continuation."""
+    """Exactly one storage query: up to ``limit`` entities and the storage continuation
+    (``on_headers`` is given the response's headers, e.g. for the server's ``Date``)."""
     if _lean(client):
         return await lean.query_page(
-            client, query_filter, parameters, select=select, limit=limit, continuation=continuation
+            client,
+            query_filter,
+            parameters,
+            select=select,
+            limit=limit,
+            continuation=continuation,
+            on_headers=on_headers,
         )
+    options: dict[str, Any] = {}
+    if on_headers is not None:
+        options["raw_response_hook"] = lambda response: on_headers(response.http_response.headers)
     entities: Any = client.query_entities(
-        query_filter, parameters=parameters, select=select, results_per_page=limit
+        query_filter, parameters=parameters, select=select, results_per_page=limit, **options
     )
     pager = entities.by_page(continuation_token=continuation)  # the SDK's token is a dict
     try:

@@ -12,7 +12,7 @@ what it saves: ``docs/lean-storage.md``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, cast
 from urllib.parse import quote
@@ -61,8 +61,10 @@ async def query_page(
     select: list[str] | None,
     limit: int,
     continuation: dict[str, str] | None,
+    on_headers: Callable[[Mapping[str, str]], None] | None = None,
 ) -> Page[TableEntity]:
-    """One query request: the entities and the continuation, as the SDK's pager gives them."""
+    """One query request: the entities and the continuation, as the SDK's pager gives them
+    (``on_headers`` is given the response's headers)."""
     params = {
         "$top": str(limit),
         "$filter": _parameter_filter_substitution(parameters, query_filter),
@@ -87,6 +89,8 @@ async def query_page(
     response = await _send(client, request)
     if response.status_code != 200:
         _process_table_error(HttpResponseError(response=response))
+    if on_headers is not None:
+        on_headers(response.headers)
     rows = orjson.loads(response.content)["value"]
     return Page([to_entity(row) for row in rows], _continuation(response))
 

@@ -200,7 +200,10 @@ class AudienceRepository:
         return None if entity is None else str(entity.metadata["etag"])
 
     async def remove_merge(self, reader: str, author: str, etag: str | None = None) -> bool:
-        """Remove the merge row (only if it still has ``etag``, when given) and uncount it."""
+        """Remove the merge row (only if it still has ``etag``, when given), leaving its removal
+        trace, and uncount it."""
+        from timeline.tables.traces import trace_of  # traces -> rows -> this module
+
         for _ in range(_ATTEMPTS):
             entity = await self._get(TIMELINES, reader, MERGE_PREFIX + author)
             if entity is None or (etag is not None and entity.metadata["etag"] != etag):
@@ -214,7 +217,11 @@ class AudienceRepository:
                     self._storage,
                     TIMELINES,
                     reader,
-                    [("delete", keys, condition), _counter_operation(reader, counter, count - 1)],
+                    [
+                        ("delete", keys, condition),
+                        trace_of(keys),  # a live stream sees the author stop being merged
+                        _counter_operation(reader, counter, count - 1),
+                    ],
                 )
                 return True
             except TableTransactionError as error:

@@ -20,7 +20,14 @@ from timeline.storage.calls import (
 )
 from timeline.storage.names import TIMELINES
 from timeline.tables.rows import META, PARTITION, etag, get_entity, partition_page
-from timeline.tables.traces import TRACES_END, expired_traces, traced_deletes
+from timeline.tables.traces import (
+    TRACES_END,
+    delete_unchanged,
+    expired_traces,
+    sweep_traces,
+    traced_deletes,
+    unchanged_deletes,
+)
 
 
 class TimelinesRepository:
@@ -60,7 +67,9 @@ class TimelinesRepository:
     async def remove_unchanged(self, owner: str, rows: list[tuple[str, str]]) -> int:
         """Delete each row only if it still has the etag it was read with; a row rewritten
         since (a re-follow's backfill) stays. Each delete leaves its trace in the same
-        transaction (``timeline.tables.traces``). Returns how many were deleted."""
+        transaction (``timeline.tables.traces``); then at least as many expired traces go as
+        were written (when there are), so a timeline never trimmed keeps only young traces.
+        Returns how many were deleted."""
         deleted = 0
         for chunk in chunked(rows, MAX_BATCH_OPERATIONS // 2):
             batch = traced_deletes(owner, chunk)
@@ -74,7 +83,13 @@ class TimelinesRepository:
                     if index is None:
                         raise
                     del batch[index : index + 2]  # the delete and its trace
+        if deleted:
+            await sweep_traces(self._storage, TIMELINES, owner, at_least=deleted)
         return deleted
+
+    async def sweep_traces(self, owner: str) -> int:
+        """Remove up to ``SWEEP_TRACES`` expired removal traces of the timeline."""
+        return await sweep_traces(self._storage, TIMELINES, owner)
 
     async def page(self, owner: str, limit: int, continuation: dict[str, str] | None) -> Page[Post]:
         page = await partition_page(
@@ -94,7 +109,8 @@ class TimelinesRepository:
         timeline shrinks by up to ``1000 - keep`` per trim). A newer entry landing meanwhile
         only pushes the doomed ones further back; an older one (a late backfill) may stay
         past ``keep`` until the next trim. The same query reads the removal traces after
-        the entries, and the expired ones go with the doomed entries (no request more).
+        the entries, and the expired ones go with the doomed entries (no request more), each
+        only if unchanged since the query (a trace rewritten meanwhile is young again).
         Returns how many entries were deleted."""
         page = await partition_page(
             self._storage,
@@ -108,11 +124,11 @@ class TimelinesRepository:
         )
         TRIM_REQUESTS.inc()
         doomed = [entity["RowKey"] for entity in page.items if entity["RowKey"] < META][keep:]
-        deletes: list[Operation] = [
-            ("delete", {"PartitionKey": owner, "RowKey": key})
-            for key in [*doomed, *expired_traces(page.items)]
+        deletes = [
+            *(("delete", {"PartitionKey": owner, "RowKey": key}) for key in doomed),
+            *unchanged_deletes(owner, expired_traces(page.items)),
         ]
         for batch in chunked(deletes):
             TRIM_REQUESTS.inc()
-            await submit_batch(self._storage, TIMELINES, owner, batch)
+            await delete_unchanged(self._storage, TIMELINES, owner, batch)
         return len(doomed)

@@ -8,10 +8,11 @@ row, so page reads, ``since`` reads, trims and counts (which all stop below ``~`
 one trace (with a newer ``Timestamp``: a stream may send its delete event twice).
 
 A trace lives until a sweep finds it older than ``TRACE_LIFETIME_S`` (longer than any
-stream's look-back): a timeline's traces go with its next trim (whose one query reads them
-after the entries, so the sweep costs no request more unless it deletes), a posts
-partition's with the author's next delete (one query more per delete, which deletes only
-traces unchanged since it read them).
+stream's look-back), with no trim needed: a purge sweeps its timeline after it deletes (at
+least as many expired traces as it wrote), a delete's second pass each timeline it passes,
+an author's delete its ``posts`` partition, and a trim those its one query reads. Every
+sweep deletes a trace only if unchanged since it read it: one rewritten meanwhile (a new
+removal of the same row) is young again.
 """
 
 from __future__ import annotations
@@ -77,43 +78,70 @@ def traced_deletes(partition: str, rows: list[tuple[str, str]]) -> list[tuple[An
     return batch
 
 
-def expired_traces(rows: list[TableEntity], *, now: datetime | None = None) -> list[str]:
-    """The keys of the traces among ``rows`` (read with their ``Timestamp``) that expired."""
+def expired_traces(rows: list[TableEntity], *, now: datetime | None = None) -> list[TableEntity]:
+    """The traces among ``rows`` (read with their ``Timestamp`` and etag) that expired."""
     before = (now or datetime.now(UTC)) - timedelta(seconds=TRACE_LIFETIME_S)
-    expired: list[str] = []
+    expired: list[TableEntity] = []
     for row in rows:
         stamp = row.metadata["timestamp"]
         if traced_row(row["RowKey"]) is not None and stamp is not None and stamp < before:
-            expired.append(row["RowKey"])
+            expired.append(row)
     return expired
 
 
+def unchanged_deletes(partition: str, rows: list[TableEntity]) -> list[tuple[Any, ...]]:
+    """Transaction operations: each row deleted only if unchanged since it was read (a trace
+    rewritten since by a new removal is young again)."""
+    return [
+        ("delete", {"PartitionKey": partition, "RowKey": row["RowKey"]}, if_unchanged(row))
+        for row in rows
+    ]
+
+
 async def sweep_traces(
-    storage: Storage, table: str, partition: str, *, now: datetime | None = None
+    storage: Storage, table: str, partition: str, *, at_least: int = 0, now: datetime | None = None
 ) -> int:
-    """Remove up to ``SWEEP_TRACES`` traces older than ``TRACE_LIFETIME_S``: one key-only
-    query, then (only when it found some) one batch; returns how many went."""
+    """Remove the traces older than ``TRACE_LIFETIME_S``: ``SWEEP_TRACES`` per key-only query
+    and batch, until a query finds fewer or ``at_least`` went; returns how many went."""
+    removed = 0
+    while True:
+        found = await _expired_page(storage, table, partition, now)
+        removed += await delete_unchanged(
+            storage, table, partition, unchanged_deletes(partition, found)
+        )
+        if len(found) < SWEEP_TRACES or removed >= at_least:
+            return removed
+
+
+async def _expired_page(
+    storage: Storage, table: str, partition: str, now: datetime | None
+) -> list[TableEntity]:
     before = (now or datetime.now(UTC)) - timedelta(seconds=TRACE_LIFETIME_S)
     async with storage.guard(kind="query-100"):
         page = await query_page(
             storage.reader(table, partition),
             f"{PARTITION} and {TRACE_RANGE} and Timestamp lt @before",
             {"pk": partition, "before": before, **TRACE_BOUNDS},
-            select=["PartitionKey", "RowKey"],
+            select=["RowKey"],
             limit=SWEEP_TRACES,
             continuation=None,
         )
-    if not page.items:
-        return 0
-    return await _remove(storage, table, partition, page.items)
+    return page.items
 
 
-async def _remove(storage: Storage, table: str, partition: str, rows: list[TableEntity]) -> int:
-    batch: list[tuple[Any, ...]] = [("delete", row, if_unchanged(row)) for row in rows]
-    try:
-        await transact(storage, table, partition, batch)
-    except TableTransactionError as error:
-        if failed_index(error, 404, 412) is None:
-            raise
-        return 0  # one was rewritten or removed meanwhile: the next sweep takes the rest
-    return len(batch)
+async def delete_unchanged(
+    storage: Storage, table: str, partition: str, batch: list[tuple[Any, ...]]
+) -> int:
+    """One transaction of deletes; one that fails on a row gone (404) or changed since read
+    (412) is dropped and the rest sent again. Returns how many were deleted."""
+    batch = list(batch)
+    while batch:
+        try:
+            await transact(storage, table, partition, batch)
+            return len(batch)
+        except TableTransactionError as error:
+            index = failed_index(error, 404, 412)
+            if index is None:
+                raise
+            del batch[index]
+    return 0
