@@ -6,8 +6,9 @@ end), each plus ``GRACE_S``; for each it judges the row it names from storage, d
 when it can no longer matter, then deletes the index row. Nothing is decided from memory:
 
 - a claim (``~req-…``) is removed unconditionally once due: by then the API request it
-  guards gave up long ago (a request's write is one storage call, bounded by the storage
-  timeout) and the worker has judged it (``arrival_window_s``);
+  guards gave up long ago (the API sends no write past the arrival window, and a write sent
+  is one storage call, bounded by the storage timeout) and the worker has judged it
+  (``arrival_window_s``);
 - a void post row is removed only while it is still void;
 - an idempotency key row only while its stored record has expired, and a rate-limit row
   only while its stored window has ended, each on the condition that it is unchanged since
@@ -93,7 +94,8 @@ class Sweeper:
                 await asyncio.wait_for(stopping.wait(), interval_s * random.uniform(0.5, 1.5))  # noqa: S311
 
     async def sweep(self, *, now: float | None = None) -> SweepReport:
-        """One round over every account: every due index row (up to ``MAX_ROWS``)."""
+        """One round over every account: every due index row (up to ``MAX_ROWS`` per account
+        and group)."""
         moment = time.time() if now is None else now
         report = SweepReport()
         lifetimes = {CREATED: self._claim_lifetime_s, DUE: 0.0}
