@@ -70,6 +70,7 @@ def create_app(settings: Settings, connection_string: str) -> web.Application:
 
 
 def _build_service(settings: Settings, storage: Storage, ring: KeyRing) -> TimelineService:
+    settings.claim_lifetime()  # the API's writes are bounded by it too: refuse a bad one
     limits = RateLimits.per_minute(
         storage,
         posts=settings.posts_per_minute,
@@ -90,4 +91,5 @@ def _build_service(settings: Settings, storage: Storage, ring: KeyRing) -> Timel
             load_key_ring, storage, settings.auth_secret, settings.legacy_secret_file
         ),
         idempotency_window_s=settings.idempotency_window_s,
+        arrival_window_s=settings.worker_arrival_window_s,
     )

@@ -27,6 +27,13 @@ POISONED = Counter(
     "fanout_poisoned_total", "Messages moved to the poison queue", ["reason"], registry=FANOUT
 )
 IN_FLIGHT = Gauge("fanout_in_flight_messages", "Messages being worked on", registry=FANOUT)
+OLDEST_DUE = Gauge(
+    "fanout_expiry_oldest_due_seconds",
+    "How long past its due time the oldest index row the last expiry sweep found was (by "
+    "its minute bucket, before the grace), by group: c (claims, void posts), d (keys, windows)",
+    ["group"],
+    registry=FANOUT,
+)
 QUEUE_DEPTH = Gauge(
     "fanout_queue_depth", "Approximate messages in a queue", ["queue"], registry=FANOUT
 )

@@ -6,8 +6,9 @@ end), each plus ``GRACE_S``; for each it judges the row it names from storage, d
 when it can no longer matter, then deletes the index row. Nothing is decided from memory:
 
 - a claim (``~req-…``) is removed unconditionally once due: by then the API request it
-  guards gave up long ago (a request's write is one storage call, bounded by the storage
-  timeout) and the worker has judged it (``arrival_window_s``);
+  guards gave up long ago (the API sends no write past the arrival window, and a write sent
+  is one storage call, bounded by the storage timeout) and the worker has judged it
+  (``arrival_window_s``);
 - a void post row is removed only while it is still void;
 - an idempotency key row only while its stored record has expired, and a rate-limit row
   only while its stored window has ended, each on the condition that it is unchanged since
@@ -31,6 +32,7 @@ from dataclasses import dataclass
 from azure.core.exceptions import HttpResponseError, ResourceModifiedError, ResourceNotFoundError
 from azure.data.tables import TableEntity
 
+from fanout_worker.metrics import OLDEST_DUE
 from timeline.errors import StorageUnavailableError
 from timeline.model.idempotency import is_live
 from timeline.storage.accounts import Storage
@@ -44,6 +46,7 @@ from timeline.tables.expiries import (
     VOID,
     ExpiriesRepository,
     Expiry,
+    filed_at,
 )
 from timeline.tables.rows import if_unchanged
 
@@ -53,7 +56,9 @@ GRACE_S = 120.0
 """Past its due time, how long an index row waits more: longer than any one storage call
 (the one that writes the named row after its index row) can still be landing."""
 MAX_ROWS = 20_000
-"""Index rows one round handles at most (the next round takes the rest)."""
+"""Index rows one round handles at most per account and group (the next round takes the
+rest): each has its own budget, so a steady inflow of claims starves neither the rows filed
+by due time nor a later account."""
 _AT_ONCE = 16
 
 
@@ -89,27 +94,40 @@ class Sweeper:
                 await asyncio.wait_for(stopping.wait(), interval_s * random.uniform(0.5, 1.5))  # noqa: S311
 
     async def sweep(self, *, now: float | None = None) -> SweepReport:
-        """One round over every account: every due index row (up to ``MAX_ROWS``)."""
+        """One round over every account: every due index row (up to ``MAX_ROWS`` per account
+        and group)."""
         moment = time.time() if now is None else now
         report = SweepReport()
-        groups = ((CREATED, moment - self._claim_lifetime_s - GRACE_S), (DUE, moment - GRACE_S))
-        for account in range(len(self._storage.account_ids)):
-            for group, before in groups:
-                await self._sweep_group(account, group, before, moment, report)
+        lifetimes = {CREATED: self._claim_lifetime_s, DUE: 0.0}
+        for group, lifetime in lifetimes.items():
+            before = moment - lifetime - GRACE_S
+            oldest = 0.0
+            for account in range(len(self._storage.account_ids)):
+                filed = await self._sweep_group(account, group, before, moment, report)
+                if filed is not None:
+                    oldest = max(oldest, moment - lifetime - filed)
+            OLDEST_DUE.labels(group=group).set(oldest)
         return report
 
     async def _sweep_group(
         self, account: int, group: str, before: float, now: float, report: SweepReport
-    ) -> None:
+    ) -> float | None:
+        """Sweep one account's due rows of ``group``; returns when the oldest was filed."""
         continuation: dict[str, str] | None = None
-        while report.dropped + report.deferred < MAX_ROWS:
+        handled, oldest = 0, None
+        while handled < MAX_ROWS:
             page = await self._expiries.due_page(account, group, before, continuation)
-            for start in range(0, len(page.items), _AT_ONCE):
-                chunk = page.items[start : start + _AT_ONCE]
+            if oldest is None and page.items:
+                oldest = filed_at(page.items[0])  # pages come in key order: oldest first
+            items = random.sample(page.items, len(page.items))  # workers part ways in a page
+            for start in range(0, len(items), _AT_ONCE):
+                chunk = items[start : start + _AT_ONCE]
                 await asyncio.gather(*(self._settle(expiry, now, report) for expiry in chunk))
+            handled += len(items)
             continuation = page.continuation
             if continuation is None:
-                return
+                break
+        return oldest
 
     async def _settle(self, expiry: Expiry, now: float, report: SweepReport) -> None:
         """Remove the named row if it can no longer matter, then its index row."""

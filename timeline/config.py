@@ -248,6 +248,7 @@ class Settings(BaseSettings):
             write_deadline_s=self.worker_write_deadline_s,
             sweep_delay_s=sweep,
             arrival_window_s=self.worker_arrival_window_s,
+            claim_lifetime_s=self.claim_lifetime(),
             follow_cooldown_s=self.follow_cooldown_s,
         )
 

@@ -57,7 +57,9 @@ async def timeline_ids(repos: Repositories, owner: str) -> list[str]:
     return [post.post_id for post in (await repos.timelines.page(owner, 1000, None)).items]
 
 
-def unlimited_service(storage: Storage, queue: FanoutQueue | None = None) -> TimelineService:
+def unlimited_service(
+    storage: Storage, queue: FanoutQueue | None = None, *, arrival_window_s: float = 30.0
+) -> TimelineService:
     return TimelineService(
         Repositories.on(storage),
         queue or FanoutQueue(storage),
@@ -66,4 +68,5 @@ def unlimited_service(storage: Storage, queue: FanoutQueue | None = None) -> Tim
         max_post_chars=280,
         limits=RateLimits.per_minute(storage, posts=0, writes=0, registrations=0),
         home=HomeTimeline(storage, max_merged=20),
+        arrival_window_s=arrival_window_s,
     )

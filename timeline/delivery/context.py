@@ -61,6 +61,12 @@ class Context:
         window = self.timing.arrival_window_s * TICKS_PER_SECOND
         return now_ticks() - requested_ticks < window
 
+    def outlived_claim(self, requested_ticks: int) -> bool:
+        """Whether the request's claim may have been swept already (a claim is written no
+        earlier than its request): claiming it anew then proves nothing."""
+        lifetime = self.timing.claim_lifetime_s * TICKS_PER_SECOND
+        return now_ticks() - requested_ticks > lifetime
+
     async def readers_page(
         self, author: str, merged: bool, cursor: dict[str, str] | None
     ) -> Page[str]:

@@ -115,11 +115,11 @@ class FollowChanges:
             await self._feed.reconcile(follower, subject)
         elif self._ctx.young(message.requested):
             return Defer("the unfollow is not stored yet")
-        elif await self._ctx.abandoned(message):
+        elif await self._ctx.abandoned(message) and not self._ctx.outlived_claim(message.requested):
             await follows.sync_index(follower, subject)
             return DONE  # the unfollow was never made
-        else:
-            await self._feed.reconcile(follower, subject)  # unfollowed, then followed again
+        else:  # unfollowed, then followed again (or so old that its claim may be swept)
+            await self._feed.reconcile(follower, subject)
         if message.confirm:
             return DONE
         await follows.sync_index(follower, subject)

@@ -38,6 +38,12 @@ def now_ticks() -> int:
     return UNIX_EPOCH_TICKS + (time.time_ns() // 1_000) * 10
 
 
+def arrival_deadline(ticks: int, window_s: float) -> float:
+    """When (epoch seconds) the arrival window of a message sent at ``ticks`` ends: the
+    API's write of it is refused after that (``timeline.tables.rows.refuse_if_late``)."""
+    return ticks_to_datetime(ticks).timestamp() + window_s
+
+
 def reversed_ticks(ticks: int) -> int:
     return MAX_TICKS - ticks
 

@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 
 from timeline.errors import InvalidInputError
 from timeline.model.entities import Edge, Page
-from timeline.model.keys import now_ticks, validate_user_id
+from timeline.model.keys import arrival_deadline, now_ticks, validate_user_id
 from timeline.model.messages import Followed, Unfollowed
 from timeline.service.accounts import require_self, require_user
 from timeline.service.paging import PageOut, Pager
@@ -32,12 +32,14 @@ class Follows:
         pager: Pager,
         *,
         writes: RateLimiter,
+        arrival_window_s: float,
     ) -> None:
         self._users = users
         self._follows = follows
         self._queue = queue
         self._pager = pager
         self._writes = writes
+        self._window_s = arrival_window_s
 
     async def follow(self, actor: str, follower: str, subject: str) -> None:
         require_self(actor, follower)
@@ -51,7 +53,11 @@ class Follows:
         requested = now_ticks()
         await self._queue.send(Followed(follower=follower, subject=subject, requested=requested))
         await follows.add(
-            follower, subject, datetime.now(UTC), request=request_id(follower, requested)
+            follower,
+            subject,
+            datetime.now(UTC),
+            request=request_id(follower, requested),
+            not_after=arrival_deadline(requested, self._window_s),
         )
         await follows.sync_index(follower, subject)
 
@@ -66,7 +72,12 @@ class Follows:
             return
         requested = now_ticks()
         await self._queue.send(Unfollowed(follower=follower, subject=subject, requested=requested))
-        await follows.remove(follower, subject, request=request_id(follower, requested))
+        await follows.remove(
+            follower,
+            subject,
+            request=request_id(follower, requested),
+            not_after=arrival_deadline(requested, self._window_s),
+        )
         await follows.sync_index(follower, subject)
 
     async def followers(self, user_id: str, limit: int | None, continuation: str | None) -> PageOut:

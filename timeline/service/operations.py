@@ -37,6 +37,7 @@ class TimelineService:
         credentials_cache_s: float = 5.0,
         load_ring: RingLoader | None = None,
         idempotency_window_s: float = DEFAULT_WINDOW_S,
+        arrival_window_s: float = 30.0,
     ) -> None:
         users, pager = repositories.users, Pager(signer, page_size)
         keys = IdempotencyKeys(signer.ring.data_key, idempotency_window_s)
@@ -51,8 +52,16 @@ class TimelineService:
             posting=limits.posts,
             writes=limits.writes,
             keys=keys,
+            arrival_window_s=arrival_window_s,
         )
-        self.follows = Follows(users, repositories.follows, queue, pager, writes=limits.writes)
+        self.follows = Follows(
+            users,
+            repositories.follows,
+            queue,
+            pager,
+            writes=limits.writes,
+            arrival_window_s=arrival_window_s,
+        )
         self.timelines = Timelines(
             users, repositories.posts, home, signer, pager, timeline_cap=timeline_cap
         )

@@ -12,6 +12,7 @@ from timeline.model.entities import Post
 from timeline.model.idempotency import IdempotencyKeys
 from timeline.model.keys import (
     POST_FORMAT_CHARACTERS,
+    arrival_deadline,
     clean_text,
     new_post_id,
     now_ticks,
@@ -43,6 +44,7 @@ class Posts:
         posting: RateLimiter,
         writes: RateLimiter,
         keys: IdempotencyKeys,
+        arrival_window_s: float,
     ) -> None:
         self._posts = posts
         self._keys = keys
@@ -50,6 +52,7 @@ class Posts:
         self._max_post_chars = max_post_chars
         self._posting = posting
         self._writes = writes
+        self._window_s = arrival_window_s
 
     async def create(
         self, actor: str, author: str, text: str, *, idempotency_key: str | None = None
@@ -66,9 +69,11 @@ class Posts:
             earlier = await self._posts.by_key(author, record)
             if earlier is not None:
                 return earlier
-        post = Post(post_id=new_post_id(now_ticks()), author=author, text=cleaned)
+        ticks = now_ticks()
+        post = Post(post_id=new_post_id(ticks), author=author, text=cleaned)
         await self._queue.send(PostCreated(author=author, post_id=post.post_id))
-        stored = await self._posts.add(post, record)
+        deadline = arrival_deadline(ticks, self._window_s)
+        stored = await self._posts.add(post, record, not_after=deadline)
         if record is not None and secrets.randbelow(SWEEP_ONE_IN) == 0:
             await self._sweep_keys(author)
         return stored

@@ -136,6 +136,11 @@ class ExpiriesRepository:
                 )
 
 
+def filed_at(expiry: Expiry) -> float:
+    """The start (Unix seconds) of the bucket an index row is filed in."""
+    return float(int(expiry.index_pk[1:11]) * BUCKET_S)
+
+
 def index_row_key(table: str, pk: str, rk: str) -> str:
     """The index row's key for one named row: the same however often it is filed."""
     return hashlib.sha256("\x00".join((table, pk, rk)).encode()).hexdigest()

@@ -36,6 +36,7 @@ from timeline.tables.rows import (
     get_entity,
     if_unchanged,
     partition_page,
+    refuse_if_late,
     row_keys_between,
 )
 
@@ -51,14 +52,22 @@ class FollowsRepository:
         self._expiries = ExpiriesRepository(storage)
 
     async def add(
-        self, follower: str, subject: str, since: datetime, request: str | None = None
+        self,
+        follower: str,
+        subject: str,
+        since: datetime,
+        request: str | None = None,
+        *,
+        not_after: float | None = None,
     ) -> bool:
         """Record the follow and count it, atomically; False if it already existed.
 
         ``request`` names the API request (see ``claim``): the change is made together with
-        its claim row, so it fails if the worker already gave up waiting for it."""
+        its claim row, so it fails if the worker already gave up waiting for it; past
+        ``not_after`` (``refuse_if_late``) it is not sent at all."""
         edge = {"PartitionKey": subject, "RowKey": follower, "since": since}
         await self._file_claim(subject, request)
+        refuse_if_late(not_after)
         try:
             await transact_counted(
                 self._storage,
@@ -74,8 +83,16 @@ class FollowsRepository:
             raise
         return True
 
-    async def remove(self, follower: str, subject: str, request: str | None = None) -> bool:
-        """Remove the follow and uncount it, atomically; False if there was none."""
+    async def remove(
+        self,
+        follower: str,
+        subject: str,
+        request: str | None = None,
+        *,
+        not_after: float | None = None,
+    ) -> bool:
+        """Remove the follow and uncount it, atomically; False if there was none (``add``
+        says what ``request`` and ``not_after`` do)."""
         await self._file_claim(subject, request)
         for _ in range(ATTEMPTS):
             edge = await get_entity(self._storage, SUBJECT_FOLLOWERS, subject, follower)
@@ -83,6 +100,7 @@ class FollowsRepository:
                 return False
             keys = {"PartitionKey": subject, "RowKey": follower}
             rows = [("delete", keys, if_unchanged(edge)), *_claim_rows(subject, request)]
+            refuse_if_late(not_after)
             try:
                 await transact_counted(self._storage, SUBJECT_FOLLOWERS, subject, rows, -1)
                 return True

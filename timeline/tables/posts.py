@@ -35,6 +35,7 @@ from timeline.tables.rows import (
     get_entity,
     if_unchanged,
     partition_page,
+    refuse_if_late,
 )
 from timeline.tables.traces import sweep_traces, trace_of
 
@@ -61,10 +62,16 @@ class PostsRepository:
         self._storage = storage
         self._expiries = ExpiriesRepository(storage)
 
-    async def add(self, post: Post, record: IdempotencyRecord | None = None) -> Post:
+    async def add(
+        self,
+        post: Post,
+        record: IdempotencyRecord | None = None,
+        *,
+        not_after: float | None = None,
+    ) -> Post:
         """Store the post and count it, atomically, with its idempotency key's row; a
         concurrent first use of the key gets that request's post (or a 422 for another
-        request)."""
+        request). Past ``not_after`` it is not sent (``refuse_if_late``)."""
         rows: list[TransactionOperation] = [("create", post.to_entity(post.author))]
         if record is not None:
             key_row = self._key_row(post.author, record, post.post_id)
@@ -72,6 +79,7 @@ class PostsRepository:
             await self._expiries.note(
                 IDEMPOTENCY, POSTS, post.author, key_row["RowKey"], at=record.expires_at
             )  # filed first: it ends once the key's window has
+        refuse_if_late(not_after)
         try:
             await transact_counted(self._storage, POSTS, post.author, rows, +1)
         except TableTransactionError as error:
