@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 
 from azure.core.exceptions import HttpResponseError
 from azure.storage.queue import QueueMessage
@@ -15,8 +16,14 @@ from timeline.storage.queue import Lane
 log = logging.getLogger(__name__)
 
 
+RENEW_AT = (0.3, 0.5)
+"""Each renewal goes out at a random share of the visibility timeout in this range: leases
+taken in one receive would otherwise all renew at the same moment, a burst of queue calls
+that can stall a slow storage exactly when it is busiest."""
+
+
 class Lease:
-    """Keeps a message invisible while it is worked on, renewing at half the timeout.
+    """Keeps a message invisible while it is worked on, renewing before half the timeout.
 
     Stopping waits for a renewal in flight (bounded by the storage timeout) rather than
     cancelling it: a cancelled renewal may have changed the pop receipt on the server. Any
@@ -44,10 +51,13 @@ class Lease:
         """Hold while calling the queue with this lease's pop receipt."""
         return self._lock
 
+    def _renewal_delay(self) -> float:
+        return self._visibility_s * random.uniform(*RENEW_AT)  # noqa: S311 - spread, not secrets
+
     async def _renew(self) -> None:
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), self._visibility_s / 2)
+                await asyncio.wait_for(self._stop.wait(), self._renewal_delay())
                 return
             try:
                 async with self._lock:
