@@ -43,7 +43,11 @@ _STATUS_TEXT = {
     415: "request body is not JSON",
     422: "the Idempotency-Key was used for a different request within its window",
     429: "rate limited, or (a stream) too many streams of this user (see Retry-After)",
-    503: "storage unavailable, or (a stream) too many streams in this process (see Retry-After)",
+    503: (
+        "storage unavailable, a write that reached storage after its arrival window "
+        "(arrival_window_passed: not applied, send it again), or (a stream) too many streams "
+        "in this process (see Retry-After)"
+    ),
 }
 
 

@@ -14,6 +14,7 @@ from timeline.logs import LogFormat
 from timeline.reads.live import StreamTiming
 from timeline.retry import RetryPolicy
 from timeline.storage.accounts import StorageOptions
+from timeline.storage.counters import WRITE_BUDGET_TIMEOUTS
 from timeline.storage.limiter import AdaptiveLimiter, LimiterSettings
 from timeline.storage.queue import MessageSender
 
@@ -254,12 +255,15 @@ class Settings(BaseSettings):
 
     def claim_lifetime(self) -> float:
         """A claim must outlive the wait for the request it guards (the arrival window)
-        and the storage call that may still carry that request's write."""
-        earliest = self.worker_arrival_window_s + self.storage_timeout_s
+        and the counted transaction that may still carry that request's write (its retries
+        on counter conflicts take up to ``WRITE_BUDGET_TIMEOUTS`` storage timeouts, then one
+        last send)."""
+        write_s = (WRITE_BUDGET_TIMEOUTS + 1) * self.storage_timeout_s
+        earliest = self.worker_arrival_window_s + write_s
         if self.claim_lifetime_s <= earliest:
             raise ConfigurationError(
-                f"TIMELINE_CLAIM_LIFETIME_S must exceed the arrival window plus the storage "
-                f"timeout ({earliest:g} s)"
+                f"TIMELINE_CLAIM_LIFETIME_S must exceed the arrival window plus "
+                f"{WRITE_BUDGET_TIMEOUTS + 1} storage timeouts ({earliest:g} s)"
             )
         return self.claim_lifetime_s
 

@@ -44,7 +44,7 @@ so shards only have to spread processes; more would only lengthen every count re
 COUNT_RANGE = "RowKey ge @count_low and RowKey lt @count_high"
 COUNT_BOUNDS = {"count_low": COUNT_ROW, "count_high": COUNT_ROW + "."}
 """``~count`` and every ``~count-NN`` (``-`` sorts just before ``.``), and nothing else."""
-_BUDGET_TIMEOUTS = 3
+WRITE_BUDGET_TIMEOUTS = 3
 """A change keeps retrying a contended counter for this many storage timeouts."""
 _BACKOFF_BASE_S = 0.005
 _BACKOFF_CAP_S = 0.2
@@ -95,7 +95,7 @@ async def transact_counted(
     if not delta:
         await transact(storage, table, partition_key, rows)
         return
-    deadline = asyncio.get_running_loop().time() + _BUDGET_TIMEOUTS * storage.options.timeout_s
+    deadline = asyncio.get_running_loop().time() + WRITE_BUDGET_TIMEOUTS * storage.options.timeout_s
     shard, attempt = None, 0
     while True:
         async with _claimed_shard(table, partition_key, shard, deadline) as shard:
