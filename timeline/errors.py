@@ -95,6 +95,11 @@ class StorageUnavailableError(RetryableError):
     code = "storage_unavailable"
 
 
+def contention(what: str = "one partition") -> StorageUnavailableError:
+    """Too many rounds lost to concurrent writers of the same rows: a retryable 503."""
+    return StorageUnavailableError(f"too much contention on {what}", retry_after=1)
+
+
 class ArrivalWindowPassedError(StorageUnavailableError):
     """An API write reached its transaction after its message's arrival window: sent now, it
     could land after the row that makes a late write fail (a claim, a void row) has ended."""

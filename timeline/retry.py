@@ -7,6 +7,12 @@ from dataclasses import dataclass
 
 from azure.core.exceptions import HttpResponseError
 
+ETAG_ATTEMPTS = 20
+"""Rounds of read, change, write-if-unchanged on one row lost to another writer before the
+request gives up with a retryable 503 (``timeline.errors.contention``): fact rows (one
+follower pair, one post, one rate limit) are rarely contended; hot counters are sharded
+instead (``timeline.storage.counters``)."""
+
 MAX_EXPONENT = 64
 """Attempts past this back off as long as this one: ``2**64`` times any base in use is far
 past any cap, and the exponent is clamped before the power is computed, so an outage of any

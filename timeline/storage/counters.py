@@ -30,7 +30,7 @@ from azure.core import MatchConditions
 from azure.core.exceptions import ResourceNotFoundError
 from azure.data.tables import TableEntity, TableTransactionError, UpdateMode
 
-from timeline.errors import StorageUnavailableError
+from timeline.errors import contention
 from timeline.metrics import COUNTER_CONFLICTS
 from timeline.retry import backoff_delay
 from timeline.storage.accounts import Storage
@@ -157,7 +157,7 @@ async def _acquire(free: asyncio.Semaphore, deadline: float) -> None:
         async with asyncio.timeout_at(deadline):
             await free.acquire()
     except TimeoutError:
-        raise _contention() from None
+        raise contention() from None
 
 
 def _pick(held: set[int], previous: int | None) -> int:
@@ -165,16 +165,12 @@ def _pick(held: set[int], previous: int | None) -> int:
     return random.choice([shard for shard in free if shard != previous] or free)  # noqa: S311
 
 
-def _contention() -> StorageUnavailableError:
-    return StorageUnavailableError("too much contention on one partition", retry_after=1)
-
-
 async def _back_off(attempt: int, deadline: float) -> None:
     delay = backoff_delay(
         min(attempt, _MAX_BACKOFF_ATTEMPT), base=_BACKOFF_BASE_S, cap=_BACKOFF_CAP_S
     )
     if asyncio.get_running_loop().time() + delay > deadline:
-        raise _contention()
+        raise contention()
     await asyncio.sleep(delay)
 
 

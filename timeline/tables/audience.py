@@ -30,8 +30,9 @@ from azure.core import MatchConditions
 from azure.core.exceptions import ResourceExistsError, ResourceModifiedError, ResourceNotFoundError
 from azure.data.tables import TableEntity, TableTransactionError, UpdateMode
 
-from timeline.errors import StorageUnavailableError
+from timeline.errors import contention
 from timeline.model.entities import Page
+from timeline.retry import ETAG_ATTEMPTS
 from timeline.storage.accounts import Storage
 from timeline.storage.calls import TransactionOperation, failed_index, query_page, transact
 from timeline.storage.counters import COUNT_BOUNDS, COUNT_RANGE, by_partition, total
@@ -45,7 +46,6 @@ COPY_PREFIX = "~copy-"
 FIRST_POST_KEY = "0"
 """Every post row key (19 digits, ``_``, post id) sorts after this and every head row before."""
 _RANGE = "PartitionKey eq @pk and RowKey ge @low and RowKey lt @high"
-_ATTEMPTS = 20
 
 
 def merge_row_author(row_key: str) -> str | None:
@@ -159,7 +159,7 @@ class AudienceRepository:
         """Give the reader a merge row for the author (rewriting an existing one, so a pending
         conditional removal fails); False when the reader already merges ``max_merged``."""
         row = {"PartitionKey": reader, "RowKey": MERGE_PREFIX + author}
-        for _ in range(_ATTEMPTS):
+        for _ in range(ETAG_ATTEMPTS):
             head = await self._head(reader)
             existing = head.get(row["RowKey"])
             counter = head.get(MERGE_COUNT_ROW)
@@ -177,7 +177,7 @@ class AudienceRepository:
             except TableTransactionError as error:
                 if failed_index(error, 404, 409, 412) is None:
                     raise
-        raise _contention()
+        raise contention()
 
     async def _head(self, reader: str) -> dict[str, TableEntity]:
         """The rows before the reader's posts (merge rows and their count): one query."""
@@ -204,7 +204,7 @@ class AudienceRepository:
         trace, and uncount it."""
         from timeline.tables.traces import trace_of  # traces -> rows -> this module
 
-        for _ in range(_ATTEMPTS):
+        for _ in range(ETAG_ATTEMPTS):
             entity = await self._get(TIMELINES, reader, MERGE_PREFIX + author)
             if entity is None or (etag is not None and entity.metadata["etag"] != etag):
                 return False
@@ -227,7 +227,7 @@ class AudienceRepository:
             except TableTransactionError as error:
                 if failed_index(error, 404, 409, 412) is None:
                     raise
-        raise _contention()
+        raise contention()
 
     async def add_copy(self, author: str, reader: str) -> None:
         """Record an overflow reader: the merged author's posts are copied to it."""
@@ -311,7 +311,3 @@ def _counter_operation(
     if counter is None:
         return ("create", row)
     return ("update", row, {"mode": UpdateMode.REPLACE, **_unchanged(counter)})
-
-
-def _contention() -> StorageUnavailableError:
-    return StorageUnavailableError("too much contention on one partition", retry_after=1)

@@ -16,12 +16,13 @@ from dataclasses import dataclass
 from azure.core.exceptions import ResourceModifiedError, ResourceNotFoundError
 from azure.data.tables import TableEntity, UpdateMode
 
-from timeline.errors import NotFoundError
+from timeline.errors import NotFoundError, contention
 from timeline.model.entities import PROFILE_ROW_KEY
+from timeline.retry import ETAG_ATTEMPTS
 from timeline.storage.accounts import Storage
 from timeline.storage.calls import query_page
 from timeline.storage.names import USERS
-from timeline.tables.rows import ATTEMPTS, META, PARTITION, contention, get_entity, if_unchanged
+from timeline.tables.rows import META, PARTITION, get_entity, if_unchanged
 
 TOKEN_EPOCH = "token_epoch"  # noqa: S105 (a field name)
 """The profile row's field: tokens minted with a lower epoch are revoked (absent: 0)."""
@@ -97,7 +98,7 @@ class CredentialsRepository:
     async def revoke_all(self, user_id: str) -> int:
         """Raise the user's token epoch (a conditional merge on the profile row, so two at
         once both count and no other field is touched); returns the new epoch."""
-        for _ in range(ATTEMPTS):
+        for _ in range(ETAG_ATTEMPTS):
             profile = await get_entity(
                 self._storage, USERS, user_id, PROFILE_ROW_KEY, select=[TOKEN_EPOCH]
             )

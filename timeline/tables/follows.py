@@ -19,18 +19,17 @@ from typing import Any
 
 from azure.data.tables import TableEntity, TableTransactionError, UpdateMode
 
-from timeline.errors import StorageUnavailableError
+from timeline.errors import StorageUnavailableError, contention
 from timeline.model.entities import Edge, Page
+from timeline.retry import ETAG_ATTEMPTS
 from timeline.storage.accounts import Storage
 from timeline.storage.calls import TransactionOperation, failed_index, query_page
 from timeline.storage.counters import count_of, transact_counted
 from timeline.storage.names import SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING
 from timeline.tables.expiries import CLAIM, ExpiriesRepository
 from timeline.tables.rows import (
-    ATTEMPTS,
     META,
     PARTITION,
-    contention,
     create_entity,
     edge_page,
     get_entity,
@@ -94,7 +93,7 @@ class FollowsRepository:
         """Remove the follow and uncount it, atomically; False if there was none (``add``
         says what ``request`` and ``not_after`` do)."""
         await self._file_claim(subject, request)
-        for _ in range(ATTEMPTS):
+        for _ in range(ETAG_ATTEMPTS):
             edge = await get_entity(self._storage, SUBJECT_FOLLOWERS, subject, follower)
             if edge is None:
                 return False
@@ -138,7 +137,7 @@ class FollowsRepository:
         sync can never recreate a row another sync has since written. Always writing (even
         when nothing changed) is what makes every later sync invalidate an earlier stale one.
         """
-        for _ in range(ATTEMPTS):
+        for _ in range(ETAG_ATTEMPTS):
             index = await get_entity(self._storage, SUBJECT_FOLLOWING, follower, subject)
             truth = await get_entity(self._storage, SUBJECT_FOLLOWERS, subject, follower)
             was_active = index is not None and bool(index.get("active"))

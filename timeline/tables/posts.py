@@ -11,10 +11,11 @@ from typing import Any
 from azure.core.exceptions import ResourceModifiedError, ResourceNotFoundError
 from azure.data.tables import TableEntity, TableTransactionError
 
-from timeline.errors import ConflictError, StorageUnavailableError
+from timeline.errors import ConflictError, StorageUnavailableError, contention
 from timeline.model.entities import POST_SELECT, Page, Post
 from timeline.model.idempotency import IdempotencyRecord
 from timeline.model.keys import post_row_key
+from timeline.retry import ETAG_ATTEMPTS
 from timeline.storage.accounts import Storage
 from timeline.storage.calls import (
     TransactionOperation,
@@ -27,10 +28,8 @@ from timeline.storage.counters import transact_counted
 from timeline.storage.names import POSTS
 from timeline.tables.expiries import IDEMPOTENCY, VOID, ExpiriesRepository
 from timeline.tables.rows import (
-    ATTEMPTS,
     META,
     PARTITION,
-    contention,
     create_entity,
     get_entity,
     if_unchanged,
@@ -187,7 +186,7 @@ class PostsRepository:
         """Delete the post and uncount it, atomically, leaving its removal trace (for merged
         readers' streams); then sweep the author's expired traces. False when it was not
         there."""
-        for _ in range(ATTEMPTS):
+        for _ in range(ETAG_ATTEMPTS):
             entity = await self._row(author, post_id)
             if entity is None or entity.get("void"):
                 return False

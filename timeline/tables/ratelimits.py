@@ -14,7 +14,7 @@ refused is three (the same two, then one read of the window's end for ``Retry-Af
 lost race (another process counted the same key between the read and the write) costs two
 more, with a short jittered pause, so n concurrent hits on one key cost O(n^2) requests at
 worst (20 at once on Azurite: about 170 requests, 0.75 s); a request gives up after
-``_ATTEMPTS`` rounds with a retryable 503. Different keys never contend: each key is its own
+``ETAG_ATTEMPTS`` rounds with a retryable 503. Different keys never contend: each key is its own
 partition, spread over the storage accounts like any other.
 
 **Why fixed windows are acceptable.** A fixed window lets a client make up to twice the limit
@@ -46,16 +46,13 @@ from limits import RateLimitItemPerMinute
 from limits.aio.storage import Storage as LimitsStorage
 from limits.aio.strategies import FixedWindowRateLimiter
 
-from timeline.errors import RateLimitedError, StorageUnavailableError
-from timeline.retry import backoff_delay
+from timeline.errors import RateLimitedError, StorageUnavailableError, contention
+from timeline.retry import ETAG_ATTEMPTS, backoff_delay
 from timeline.storage.accounts import Storage
 from timeline.storage.names import RATE_LIMITS
 from timeline.tables.expiries import RATE_LIMIT, ExpiriesRepository
 
 _ROW = "window"
-_ATTEMPTS = 20
-"""Optimistic-concurrency rounds per hit. A round is lost only when another hit on the same
-key was written in between, so this many concurrent hits on one key always all land."""
 _LOST_RACE = frozenset({404, 409, 412})
 """Cleared meanwhile (404), created meanwhile (409), changed meanwhile (412): read again."""
 
@@ -90,7 +87,8 @@ class TableWindowStorage(LimitsStorage):
         """Count ``amount`` hits on ``key``, opening a window of ``expiry`` seconds when none
         is open; returns the window's count including these hits."""
         partition = partition_of(key)
-        for attempt in range(1, _ATTEMPTS + 1):
+        # a round is lost only to another hit on the key: this many concurrent hits all land
+        for attempt in range(1, ETAG_ATTEMPTS + 1):
             row = await self._read(partition)
             now = time.time()
             count, expires_at = _counted(row, now, amount, expiry)
@@ -103,7 +101,7 @@ class TableWindowStorage(LimitsStorage):
                 if error.status_code not in _LOST_RACE:
                     raise
             await asyncio.sleep(backoff_delay(attempt, base=0.005, cap=0.1))
-        raise StorageUnavailableError("too much contention on one rate limit", retry_after=1)
+        raise contention("one rate limit")
 
     async def get(self, key: str) -> int:
         row = _live(await self._read(partition_of(key)), time.time())

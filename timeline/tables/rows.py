@@ -15,7 +15,7 @@ from azure.core import MatchConditions
 from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
 from azure.data.tables import TableEntity
 
-from timeline.errors import ArrivalWindowPassedError, StorageUnavailableError
+from timeline.errors import ArrivalWindowPassedError
 from timeline.model.entities import Edge, Page
 from timeline.storage.accounts import Storage
 from timeline.storage.calls import query_page, size_kind
@@ -27,9 +27,6 @@ PARTITION = "PartitionKey eq @pk"
 LISTING = "PartitionKey eq @pk and RowKey lt @meta"
 POST_LISTING = "PartitionKey eq @pk and RowKey ge @first and RowKey lt @meta"
 """A timeline's posts: its head rows (merge rows, ``timeline.tables.audience``) sort before them."""
-ATTEMPTS = 20
-"""Rounds on a fact row changed under us (one follower pair or one post: rare, never hot)
-before it is reported as a retryable 503; counter contention is ``timeline.storage.counters``'."""
 
 
 def etag(entity: TableEntity) -> str:
@@ -42,10 +39,6 @@ def if_unchanged(entity: TableEntity) -> dict[str, Any]:
 
 def if_unchanged_etag(etag: str) -> dict[str, Any]:
     return {"etag": etag, "match_condition": MatchConditions.IfNotModified}
-
-
-def contention() -> StorageUnavailableError:
-    return StorageUnavailableError("too much contention on one partition", retry_after=1)
 
 
 async def create_entity(storage: Storage, table: str, entity: dict[str, Any]) -> bool:
