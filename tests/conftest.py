@@ -126,6 +126,14 @@ async def storage_on(servers: list[Azurite], **options: Any) -> AsyncIterator[St
         yield storage
 
 
+@pytest.fixture
+async def own(private_azurite: Azurite) -> AsyncIterator[Storage]:
+    """An initialised ``Storage`` on an Azurite of the test's own."""
+    async with storage_on([private_azurite]) as storage:
+        await storage.create_all()
+        yield storage
+
+
 @pytest.fixture(scope="session")
 def settings(azurite: Azurite, tmp_path_factory: pytest.TempPathFactory) -> Settings:
     return make_settings(azurite.connection_string, tmp_path_factory.mktemp("data"))

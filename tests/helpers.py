@@ -9,6 +9,9 @@ from aiohttp.test_utils import TestClient
 from pydantic import BaseModel
 
 from api import schemas
+from timeline.storage.accounts import Storage
+from timeline.storage.calls import query_page
+from timeline.tables.traces import TRACE_BOUNDS, TRACE_RANGE
 
 
 async def body_of(response: ClientResponse, model: type[BaseModel] | None = None) -> Any:
@@ -102,3 +105,16 @@ class Api:
         assert response.status == 200, await response.text()
         data: dict[str, Any] = await body_of(response, schemas.Profile)
         return data
+
+
+async def trace_keys(storage: Storage, table: str, partition: str) -> list[str]:
+    """The row keys of the removal traces in one partition (one query)."""
+    page = await query_page(
+        storage.reader(table, partition),
+        f"PartitionKey eq @pk and {TRACE_RANGE}",
+        {"pk": partition, **TRACE_BOUNDS},
+        select=["RowKey"],
+        limit=1000,
+        continuation=None,
+    )
+    return [row["RowKey"] for row in page.items]

@@ -7,8 +7,11 @@ from datetime import UTC, datetime
 
 from fanout_worker.metrics import MESSAGES
 from tests.conftest import unique
+from timeline.delivery.outcomes import Continue, Outcome
+from timeline.delivery.processor import FanoutProcessor
 from timeline.model.entities import Post, User
 from timeline.model.keys import new_post_id, now_ticks
+from timeline.model.messages import FanoutMessage
 from timeline.model.tokens import TokenSigner
 from timeline.reads.home import HomeTimeline
 from timeline.service.operations import TimelineService
@@ -70,3 +73,10 @@ def unlimited_service(
         home=HomeTimeline(storage, max_merged=20),
         arrival_window_s=arrival_window_s,
     )
+
+
+async def run_every_pass(worker: FanoutProcessor, message: FanoutMessage) -> None:
+    """Every pass of a message, second passes at once (their delay is not under test)."""
+    outcome: Outcome = await worker.handle(message)
+    while isinstance(outcome, Continue):
+        outcome = await worker.handle(outcome.message)

@@ -11,22 +11,19 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
 import pytest
 
 from fanout_worker.sweeper import GRACE_S, Sweeper
-from tests.conftest import storage_on, unique
-from tests.delivery.helpers import add_follow, add_posts, add_users, timeline_ids
+from tests.conftest import unique
+from tests.delivery.helpers import add_follow, add_posts, add_users, run_every_pass, timeline_ids
 from timeline.delivery.context import TICKS_PER_SECOND
-from timeline.delivery.outcomes import Continue, Outcome
 from timeline.delivery.processor import FanoutProcessor
 from timeline.delivery.settings import Timing
 from timeline.model.keys import now_ticks
-from timeline.model.messages import FanoutMessage, Followed, PostCreated, PostDeleted, Unfollowed
+from timeline.model.messages import Followed, PostCreated, PostDeleted, Unfollowed
 from timeline.storage.accounts import Storage
-from timeline.storage.azurite import Azurite
 from timeline.storage.names import TIMELINES
 from timeline.storage.writer import PartitionWriter
 from timeline.tables.follows import request_id
@@ -42,20 +39,6 @@ TIMING = Timing(
 )
 
 
-@pytest.fixture
-async def own(private_azurite: Azurite) -> AsyncIterator[Storage]:
-    async with storage_on([private_azurite]) as storage:
-        await storage.create_all()
-        yield storage
-
-
-async def _run(worker: FanoutProcessor, message: FanoutMessage) -> None:
-    """Every pass of a message, second passes at once (their delay is not under test)."""
-    outcome: Outcome = await worker.handle(message)
-    while isinstance(outcome, Continue):
-        outcome = await worker.handle(outcome.message)
-
-
 @pytest.mark.parametrize("swept", [False, True], ids=["claim-kept", "claim-swept"])
 async def test_a_late_unfollow_removes_a_post_deleted_while_it_waited(
     own: Storage, swept: bool
@@ -67,7 +50,7 @@ async def test_a_late_unfollow_removes_a_post_deleted_while_it_waited(
     [post] = await add_posts(repos, author, 1)
     async with PartitionWriter(own, TIMELINES, linger_s=0) as writer:
         worker = FanoutProcessor.on(own, writer, timing=TIMING)
-        await _run(worker, PostCreated(author=author, post_id=post.post_id))
+        await run_every_pass(worker, PostCreated(author=author, post_id=post.post_id))
         assert post.post_id in await timeline_ids(repos, reader)
         # R unfollows, as the API does; U then waits in a backlog past the claim lifetime
         t_u = now_ticks() - int((LIFETIME_S + 60) * TICKS_PER_SECOND)
@@ -75,7 +58,7 @@ async def test_a_late_unfollow_removes_a_post_deleted_while_it_waited(
         assert await repos.follows.remove(reader, author, request=request_id(reader, t_u))
         await repos.follows.sync_index(reader, author)
         assert await repos.posts.delete(author, post.post_id)
-        await _run(worker, PostDeleted(author=author, post_id=post.post_id))
+        await run_every_pass(worker, PostDeleted(author=author, post_id=post.post_id))
         if swept:
             await Sweeper(own, claim_lifetime_s=LIFETIME_S).sweep(
                 now=time.time() + LIFETIME_S + GRACE_S + 120
@@ -86,6 +69,6 @@ async def test_a_late_unfollow_removes_a_post_deleted_while_it_waited(
             reader, author, datetime.now(UTC), request=request_id(reader, t_f)
         )
         await repos.follows.sync_index(reader, author)
-        await _run(worker, Followed(follower=reader, subject=author, requested=t_f))
-        await _run(worker, late_unfollow)
+        await run_every_pass(worker, Followed(follower=reader, subject=author, requested=t_f))
+        await run_every_pass(worker, late_unfollow)
     assert post.post_id not in await timeline_ids(repos, reader)

@@ -12,16 +12,22 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
 import pytest
 
 from api.middleware import status_for
 from fanout_worker.sweeper import GRACE_S, Sweeper
-from tests.conftest import storage_on, unique
-from tests.delivery.helpers import add_follow, add_posts, add_users, timeline_ids, unlimited_service
-from timeline.delivery.outcomes import Continue, Outcome
+from tests.conftest import unique
+from tests.delivery.helpers import (
+    add_follow,
+    add_posts,
+    add_users,
+    run_every_pass,
+    timeline_ids,
+    unlimited_service,
+)
 from timeline.delivery.processor import FanoutProcessor
 from timeline.delivery.settings import Timing
 from timeline.errors import ArrivalWindowPassedError
@@ -29,7 +35,6 @@ from timeline.model.entities import Post
 from timeline.model.keys import arrival_deadline, new_post_id, now_ticks, post_id_ticks
 from timeline.model.messages import FanoutMessage, Followed, PostCreated
 from timeline.storage.accounts import Storage
-from timeline.storage.azurite import Azurite
 from timeline.storage.names import TIMELINES
 from timeline.storage.queue import FanoutQueue
 from timeline.storage.writer import PartitionWriter
@@ -41,25 +46,12 @@ WINDOW_S = 0.3
 TIMING = Timing(write_deadline_s=1.0, sweep_delay_s=1.5, arrival_window_s=WINDOW_S)
 
 
-@pytest.fixture
-async def own(private_azurite: Azurite) -> AsyncIterator[Storage]:
-    async with storage_on([private_azurite]) as storage:
-        await storage.create_all()
-        yield storage
-
-
-async def _run(worker: FanoutProcessor, message: FanoutMessage) -> None:
-    outcome: Outcome = await worker.handle(message)
-    while isinstance(outcome, Continue):
-        outcome = await worker.handle(outcome.message)
-
-
 async def _give_up_and_sweep(storage: Storage, message: FanoutMessage) -> None:
     """What happens while the API stalls: the window passes, the worker gives the request up
     (claim or void row), and the sweep, a lifetime later, removes that row."""
     await asyncio.sleep(WINDOW_S)  # the window passing is the condition under test
     async with PartitionWriter(storage, TIMELINES, linger_s=0) as writer:
-        await _run(FanoutProcessor.on(storage, writer, timing=TIMING), message)
+        await run_every_pass(FanoutProcessor.on(storage, writer, timing=TIMING), message)
     await Sweeper(storage, claim_lifetime_s=LIFETIME_S).sweep(
         now=time.time() + LIFETIME_S + GRACE_S + 120
     )

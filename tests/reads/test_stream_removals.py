@@ -12,16 +12,16 @@ import pytest
 from aiohttp import ClientResponse
 
 from tests.conftest import eventually, unique
+from tests.helpers import trace_keys
 from tests.reads.conftest import Live, merged_author
 from timeline.model.entities import Post
 from timeline.model.keys import new_post_id, now_ticks
 from timeline.storage.accounts import Storage
-from timeline.storage.calls import query_page
 from timeline.storage.counters import count_of
 from timeline.storage.names import POSTS, TIMELINES
 from timeline.tables import traces
 from timeline.tables.repositories import Repositories
-from timeline.tables.traces import TRACE_BOUNDS, TRACE_RANGE, sweep_traces, trace_key
+from timeline.tables.traces import sweep_traces, trace_key
 
 
 async def _next_events(response: ClientResponse, count: int) -> list[tuple[str, Any]]:
@@ -83,18 +83,6 @@ async def _post_json(live: Live, reader: str, post_id: str) -> dict[str, Any]:
     return next(item for item in page["items"] if item["post_id"] == post_id)
 
 
-async def _traces(storage: Storage, table: str, partition: str) -> list[str]:
-    page = await query_page(
-        storage.reader(table, partition),
-        f"PartitionKey eq @pk and {TRACE_RANGE}",
-        {"pk": partition, **TRACE_BOUNDS},
-        select=["RowKey"],
-        limit=1000,
-        continuation=None,
-    )
-    return [row["RowKey"] for row in page.items]
-
-
 async def test_traces_are_never_in_pages_trims_or_counts(
     storage: Storage, repos: Repositories
 ) -> None:
@@ -105,7 +93,7 @@ async def test_traces_are_never_in_pages_trims_or_counts(
         (post.row_key, await repos.timelines.etag_of(owner, post.row_key)) for post in posts[:3]
     ]
     assert await repos.timelines.remove_unchanged(owner, [(k, t) for k, t in rows if t]) == 3
-    assert sorted(await _traces(storage, TIMELINES, owner)) == sorted(
+    assert sorted(await trace_keys(storage, TIMELINES, owner)) == sorted(
         trace_key(post.row_key) for post in posts[:3]
     )
     page = await repos.timelines.page(owner, 100, None)
@@ -117,7 +105,7 @@ async def test_traces_are_never_in_pages_trims_or_counts(
         await repos.posts.add(Post(new_post_id(now_ticks() + i), author, "x")) for i in range(2)
     ]
     assert await repos.posts.delete(author, made[0].post_id)
-    assert await _traces(storage, POSTS, author) == [trace_key(made[0].row_key)]
+    assert await trace_keys(storage, POSTS, author) == [trace_key(made[0].row_key)]
     assert await count_of(storage, POSTS, author) == 1
     assert [post.post_id for post in (await repos.posts.page(author, 10, None)).items] == [
         made[1].post_id
@@ -141,10 +129,10 @@ async def test_traces_expire_swept_by_the_trim_and_the_next_delete(
     # young traces stay: a stream that looks back may still need them
     assert await sweep_traces(storage, TIMELINES, owner) == 0
     await repos.timelines.trim(owner, 10)
-    assert len(await _traces(storage, TIMELINES, owner)) == 1
+    assert len(await trace_keys(storage, TIMELINES, owner)) == 1
     later = datetime.now(UTC) + timedelta(seconds=traces.TRACE_LIFETIME_S + 5)
     assert await sweep_traces(storage, TIMELINES, owner, now=later) == 1
-    assert await _traces(storage, TIMELINES, owner) == []
+    assert await trace_keys(storage, TIMELINES, owner) == []
 
     # the trim sweeps a timeline's expired traces; the next delete an author's
     await repos.timelines.remove_unchanged(
@@ -152,9 +140,9 @@ async def test_traces_expire_swept_by_the_trim_and_the_next_delete(
     )
     monkeypatch.setattr(traces, "TRACE_LIFETIME_S", -5.0)  # every trace is expired
     await repos.timelines.trim(owner, 10)
-    assert await _traces(storage, TIMELINES, owner) == []
+    assert await trace_keys(storage, TIMELINES, owner) == []
     assert await repos.posts.delete(author, made[1].post_id)
-    assert await _traces(storage, POSTS, author) == []
+    assert await trace_keys(storage, POSTS, author) == []
 
 
 async def test_unfollowing_a_merged_author_streams_its_posts_removal(live: Live) -> None:

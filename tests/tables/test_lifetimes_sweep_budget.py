@@ -5,17 +5,15 @@ windows and idempotency keys (or a later account) behind them."""
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
 
 import pytest
 
 from fanout_worker import sweeper as sweeper_module
 from fanout_worker.sweeper import GRACE_S, Sweeper
-from tests.conftest import storage_on, unique
+from tests.conftest import unique
 from timeline.metrics import FANOUT
 from timeline.model.keys import now_ticks
 from timeline.storage.accounts import Storage
-from timeline.storage.azurite import Azurite
 from timeline.storage.names import RATE_LIMITS
 from timeline.tables.follows import request_id
 from timeline.tables.ratelimits import TableWindowStorage, partition_of
@@ -25,13 +23,6 @@ from timeline.tables.rows import get_entity
 LIFETIME_S = 3600.0
 CAP = 10
 LATER = LIFETIME_S + GRACE_S + 120
-
-
-@pytest.fixture
-async def own(private_azurite: Azurite) -> AsyncIterator[Storage]:
-    async with storage_on([private_azurite]) as storage:
-        await storage.create_all()
-        yield storage
 
 
 async def test_a_steady_claim_load_does_not_starve_due_windows(

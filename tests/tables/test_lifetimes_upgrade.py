@@ -4,17 +4,13 @@
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
-import pytest
-
 from fanout_worker.sweeper import Sweeper
-from tests.conftest import storage_on, unique
+from tests.conftest import unique
 from timeline.model.entities import Post
 from timeline.model.keys import new_post_id, now_ticks, post_row_key
 from timeline.storage.accounts import Storage
-from timeline.storage.azurite import Azurite
 from timeline.storage.names import POSTS, RATE_LIMITS, SUBJECT_FOLLOWERS
 from timeline.tables.expiries_filing import file_existing
 from timeline.tables.follows import claim_row_key, request_id
@@ -24,13 +20,6 @@ from timeline.tables.rows import create_entity, get_entity
 
 LIFETIME_S = 3600.0
 MONTH_S = 30 * 86400.0
-
-
-@pytest.fixture
-async def own(private_azurite: Azurite) -> AsyncIterator[Storage]:
-    async with storage_on([private_azurite]) as storage:
-        await storage.create_all()
-        yield storage
 
 
 async def test_rows_written_before_the_upgrade_end_once_filed(own: Storage) -> None:

@@ -5,29 +5,18 @@ real post, removing only a row that is still void."""
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
-
-import pytest
 
 from fanout_worker.sweeper import GRACE_S, Sweeper
-from tests.conftest import storage_on, unique
+from tests.conftest import unique
 from timeline.model.entities import Post
 from timeline.model.keys import new_post_id, now_ticks, post_row_key
 from timeline.storage.accounts import Storage
-from timeline.storage.azurite import Azurite
 from timeline.storage.names import POSTS
 from timeline.tables.repositories import Repositories
 from timeline.tables.rows import get_entity
 
 LIFETIME_S = 3600.0
 LATER = LIFETIME_S + GRACE_S + 120
-
-
-@pytest.fixture
-async def own(private_azurite: Azurite) -> AsyncIterator[Storage]:
-    async with storage_on([private_azurite]) as storage:
-        await storage.create_all()
-        yield storage
 
 
 async def test_a_real_post_named_by_a_void_filing_stays(own: Storage) -> None:

@@ -8,28 +8,16 @@ from typing import Any
 import pytest
 
 from tests.conftest import unique
+from tests.helpers import trace_keys
 from timeline.model.entities import Post
 from timeline.model.keys import new_post_id, now_ticks
 from timeline.storage.accounts import Storage
-from timeline.storage.calls import query_page
 from timeline.storage.names import TIMELINES
 from timeline.tables import timelines as timelines_module
 from timeline.tables import traces
 from timeline.tables.repositories import Repositories
 from timeline.tables.rows import get_entity, partition_page
-from timeline.tables.traces import TRACE_BOUNDS, TRACE_RANGE, trace_key
-
-
-async def _traces(storage: Storage, partition: str) -> list[str]:
-    page = await query_page(
-        storage.reader(TIMELINES, partition),
-        f"PartitionKey eq @pk and {TRACE_RANGE}",
-        {"pk": partition, **TRACE_BOUNDS},
-        select=["RowKey"],
-        limit=1000,
-        continuation=None,
-    )
-    return [row["RowKey"] for row in page.items]
+from timeline.tables.traces import trace_key
 
 
 async def _remove(repos: Repositories, owner: str, post: Post) -> int:
@@ -70,7 +58,7 @@ async def test_a_purge_sweeps_expired_traces_of_an_untrimmed_timeline(
     await repos.timelines.put_many(owner, posts)
     for post in posts[:2]:
         await _remove(repos, owner, post)
-    assert len(await _traces(storage, owner)) == 2
+    assert len(await trace_keys(storage, TIMELINES, owner)) == 2
     monkeypatch.setattr(traces, "TRACE_LIFETIME_S", -5.0)  # every trace counts as expired
     await _remove(repos, owner, posts[2])  # no trim runs
-    assert set(await _traces(storage, owner)) <= {trace_key(posts[2].row_key)}
+    assert set(await trace_keys(storage, TIMELINES, owner)) <= {trace_key(posts[2].row_key)}
