@@ -27,9 +27,9 @@ import asyncio
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from timeline.model.entities import POST_SELECT, Post
+from timeline.model.entities import POST_SELECT, Post, PostRow
 from timeline.storage.accounts import Storage
-from timeline.storage.calls import query_page
+from timeline.storage.calls import query_rows
 from timeline.storage.names import POSTS, TIMELINES
 from timeline.tables.audience import FIRST_POST_KEY, merge_row_author
 from timeline.tables.follows import FollowsRepository
@@ -57,7 +57,8 @@ class Position:
 
 @dataclass(frozen=True, slots=True)
 class _Source:
-    posts: list[Post]
+    rows: list[PostRow]
+    """Its posts' rows, newest first (no void ones): no ``Post`` is built on a page read."""
     more: bool
     last_key: str
     """The last row key read (a post or not): the source is complete up to here."""
@@ -80,6 +81,14 @@ class HomeTimeline:
     ) -> tuple[list[Post], Position | None]:
         """Up to ``limit`` posts from ``position`` and where the next page starts (None: the
         timeline ended)."""
+        rows, following = await self.rows(owner, limit, position)
+        return [Post.from_entity(row) for row in rows], following
+
+    async def rows(
+        self, owner: str, limit: int, position: Position
+    ) -> tuple[list[PostRow], Position | None]:
+        """``page`` as the posts' rows (``POST_SELECT``), for a response built straight
+        from them."""
         if position.listed is None:
             return await self._first_page(owner, limit, position.until)
         own, merged = await asyncio.gather(
@@ -92,7 +101,7 @@ class HomeTimeline:
 
     async def _first_page(
         self, owner: str, limit: int, until: str
-    ) -> tuple[list[Post], Position | None]:
+    ) -> tuple[list[PostRow], Position | None]:
         guess = self._guesses.get(owner, ())
         (own, listed), guessed = await asyncio.gather(
             self._head(owner, limit, until), self._authors(owner, guess, limit, until=until)
@@ -119,7 +128,7 @@ class HomeTimeline:
         continuation: dict[str, str] | None = None
         while True:
             async with self._storage.guard():
-                page = await query_page(
+                page = await query_rows(
                     self._storage.reader(TIMELINES, owner),
                     _HEAD,
                     {"pk": owner, "until": until},
@@ -127,16 +136,17 @@ class HomeTimeline:
                     limit=limit + self._max_merged + 1,
                     continuation=continuation,
                 )
-            rows = [entity for entity in page.items if entity["RowKey"] >= FIRST_POST_KEY]
-            for entity in page.items:
-                author = merge_row_author(entity["RowKey"])
+            rows = [row for row in page.items if row["RowKey"] >= FIRST_POST_KEY]
+            for row in page.items:
+                if row["RowKey"] >= FIRST_POST_KEY:
+                    break  # merge rows sort before every post
+                author = merge_row_author(row["RowKey"])
                 if author is not None:
                     listed.append(author)
             continuation = page.continuation
             if rows or continuation is None:
                 last = rows[-1]["RowKey"] if rows else FIRST_POST_KEY
-                posts = [Post.from_entity(entity) for entity in rows]
-                return _Source(posts, continuation is not None, last), tuple(listed)
+                return _Source(rows, continuation is not None, last), tuple(listed)
 
     async def _own(self, owner: str, limit: int, position: Position) -> _Source:
         return await self._query(
@@ -182,7 +192,7 @@ class HomeTimeline:
         resume: dict[str, str] | None = None,
     ) -> _Source:
         async with self._storage.guard():
-            page = await query_page(
+            page = await query_rows(
                 self._storage.reader(table, partition),
                 _AFTER,
                 {"pk": partition, "until": until, "after": after},
@@ -191,33 +201,35 @@ class HomeTimeline:
                 continuation=resume,
             )
         last = page.items[-1]["RowKey"] if page.items else after
-        posts = [Post.from_entity(entity) for entity in page.items if not entity.get("void")]
-        return _Source(posts, page.continuation is not None, last)
+        rows = [row for row in page.items if not row.get("void")]
+        return _Source(rows, page.continuation is not None, last)
 
 
 def _merge(
     own: _Source, merged: dict[str, _Source], listed: tuple[str, ...], limit: int, until: str
-) -> tuple[list[Post], Position | None]:
+) -> tuple[list[PostRow], Position | None]:
     """Newest first, up to the bound; the next position is the last key served, or the bound
     when the page served everything up to it."""
-    skipped = set(listed)
-    kept = _Source(
-        [post for post in own.posts if post.author not in skipped], own.more, own.last_key
-    )
+    kept = own
+    if listed:
+        skipped = set(listed)
+        kept = _Source(
+            [row for row in own.rows if row["author"] not in skipped], own.more, own.last_key
+        )
     sources = [kept, *merged.values()]
     bound = min((source.last_key for source in sources if source.more), default=None)
-    candidates = sorted(
-        (
-            post
-            for source in sources
-            for post in source.posts
-            if bound is None or post.row_key <= bound
-        ),
-        key=lambda post: post.row_key,
-    )
+    candidates = [
+        row for source in sources for row in source.rows if bound is None or row["RowKey"] <= bound
+    ]
+    if len(sources) > 1:
+        candidates.sort(key=_row_key)  # each source is in order already
     page = candidates[:limit]
     if len(candidates) > limit:
-        return page, Position(page[-1].row_key, listed, until=until)
+        return page, Position(page[-1]["RowKey"], listed, until=until)
     if bound is not None:
         return page, Position(bound, listed, until=until)
     return page, None
+
+
+def _row_key(row: PostRow) -> str:
+    return row["RowKey"]  # type: ignore[no-any-return]
