@@ -89,6 +89,25 @@ async def query_rows(
 ) -> Page[dict[str, Any]]:
     """``query_page`` with each row as the JSON gave it (``odata.*`` annotations included,
     nothing typed): for pages that read only strings and booleans."""
+    response = await query_response(
+        client, query_filter, parameters, select=select, limit=limit, continuation=continuation
+    )
+    if on_headers is not None:
+        on_headers(response.headers)
+    rows: list[dict[str, Any]] = orjson.loads(response.content)["value"]
+    return Page(rows, _continuation(response))
+
+
+async def query_response(
+    client: TableClient,
+    query_filter: str,
+    parameters: dict[str, Any],
+    *,
+    select: list[str] | None,
+    limit: int,
+    continuation: dict[str, str] | None,
+) -> AsyncHttpResponse:
+    """The query's 200 response, read whole (its body is the page's JSON), or the SDK's error."""
     params = {
         "$top": str(limit),
         "$filter": _parameter_filter_substitution(parameters, query_filter),
@@ -113,10 +132,7 @@ async def query_rows(
     response = await _send(client, request)
     if response.status_code != 200:
         _process_table_error(HttpResponseError(response=response))
-    if on_headers is not None:
-        on_headers(response.headers)
-    rows: list[dict[str, Any]] = orjson.loads(response.content)["value"]
-    return Page(rows, _continuation(response))
+    return response
 
 
 def _continuation(response: AsyncHttpResponse) -> dict[str, str] | None:
