@@ -91,6 +91,9 @@ class HomeTimeline:
         from them."""
         if position.listed is None:
             return await self._first_page(owner, limit, position.until)
+        if not position.listed:
+            own = await self._own(owner, limit, position)
+            return _merge(own, {}, (), limit, position.until)
         own, merged = await asyncio.gather(
             self._own(owner, limit, position),
             self._authors(
@@ -103,9 +106,12 @@ class HomeTimeline:
         self, owner: str, limit: int, until: str
     ) -> tuple[list[PostRow], Position | None]:
         guess = self._guesses.get(owner, ())
-        (own, listed), guessed = await asyncio.gather(
-            self._head(owner, limit, until), self._authors(owner, guess, limit, until=until)
-        )
+        if guess:
+            (own, listed), guessed = await asyncio.gather(
+                self._head(owner, limit, until), self._authors(owner, guess, limit, until=until)
+            )
+        else:  # most readers merge no one: no tasks to start beside the head's query
+            (own, listed), guessed = await self._head(owner, limit, until), {}
         merged = {author: source for author, source in guessed.items() if author in listed}
         missing = tuple(author for author in listed if author not in guess)
         if missing:
@@ -165,6 +171,8 @@ class HomeTimeline:
     ) -> dict[str, _Source]:
         """The posts between ``after`` and ``until`` of each author the owner still follows,
         all at once."""
+        if not authors:
+            return {}
         rows = self._author_rows(limit, listed if listed is not None else len(authors))
         queries = [self._query(POSTS, author, after, until, rows) for author in authors]
         following, sources = await asyncio.gather(
