@@ -213,10 +213,12 @@ def main() -> None:
     parser.add_argument("--posts", type=int, default=3, help="seeded posts per author")
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument(
-        "--full-readers", type=int, default=20,
+        "--full-readers", type=int, default=10,
         help="extra users whose home timelines hold more than a page (the probe's full pages)",
     )  # fmt: skip
-    parser.add_argument("--full-rows", type=int, default=300, help="posts in each one's timeline")
+    parser.add_argument(
+        "--full-rows", type=int, default=260, help="posts at least in each one's timeline"
+    )
     parser.add_argument("--tokens", type=Path, default=Path("loadtest/results/tokens.json"))
     asyncio.run(main_async(parser.parse_args()))
 
