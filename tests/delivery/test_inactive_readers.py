@@ -160,7 +160,7 @@ async def test_deletes_and_unfollows_show_at_once_while_dormant_and_after_the_wa
 
         delete = PostDeleted(author=w.authors[0], post_id=kept[0].post_id)
         await run_every_pass(w.processor, delete)
-        await run_every_pass(w.processor, Unfollowed(follower=w.reader, subject=w.authors[1]))
+        await w.processor.handle(Unfollowed(follower=w.reader, subject=w.authors[1]))  # purges
         await run_every_pass(w.processor, await w.wake_message())
         assert await w.partition() == await w.truth() == await w.pages()
 
