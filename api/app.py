@@ -17,10 +17,12 @@ from api.stream import STREAMS_KEY, Streams
 from api.web import add_web_client
 from timeline.config import Settings
 from timeline.model.tokens import KeyRing, TokenSigner
+from timeline.reads.activity import Attendance
 from timeline.reads.home import HomeTimeline
 from timeline.service.operations import TimelineService
 from timeline.storage.accounts import Storage
 from timeline.storage.queue import FanoutQueues
+from timeline.tables.activity import ActivityRepository
 from timeline.tables.ratelimits import RateLimits
 from timeline.tables.repositories import Repositories
 from timeline.tables.secret import load_key_ring, wait_for_key_ring
@@ -77,14 +79,24 @@ def _build_service(settings: Settings, storage: Storage, ring: KeyRing) -> Timel
         writes=settings.writes_per_minute,
         registrations=settings.registrations_per_minute,
     )
+    queue = FanoutQueues(storage)
     return TimelineService(
         Repositories.on(storage),
-        FanoutQueues(storage),
+        queue,
         TokenSigner(ring, token_ttl_s=settings.token_ttl_s),
         page_size=settings.page_size,
         max_post_chars=settings.max_post_chars,
         limits=limits,
-        home=HomeTimeline(storage, max_merged=settings.max_merged_authors),
+        home=HomeTimeline(
+            storage,
+            max_merged=settings.max_merged_authors,
+            attendance=Attendance(
+                ActivityRepository(storage),
+                queue,
+                settings.inactivity(),
+                resend_after_s=2 * settings.fanout_timing().sweep_delay_s,
+            ),
+        ),
         timeline_cap=settings.max_timeline_items,
         credentials_cache_s=settings.credentials_cache_s,
         load_ring=partial(

@@ -33,13 +33,16 @@ from azure.core.exceptions import HttpResponseError, ResourceModifiedError, Reso
 from azure.data.tables import TableEntity
 
 from fanout_worker.metrics import OLDEST_DUE
+from timeline.delivery.dormancy import Dormancy
 from timeline.errors import StorageUnavailableError
 from timeline.model.idempotency import is_live
 from timeline.storage.accounts import Storage
 from timeline.storage.names import TABLES
 from timeline.tables.expiries import (
+    ACTIVITY,
     CLAIM,
     CREATED,
+    DORMANCY,
     DUE,
     IDEMPOTENCY,
     RATE_LIMIT,
@@ -75,10 +78,13 @@ class SweepReport:
 class Sweeper:
     """Removes what ``expiries`` says is due, judging each row from storage."""
 
-    def __init__(self, storage: Storage, *, claim_lifetime_s: float) -> None:
+    def __init__(
+        self, storage: Storage, *, claim_lifetime_s: float, dormancy: Dormancy | None = None
+    ) -> None:
         self._storage = storage
         self._expiries = ExpiriesRepository(storage)
         self._claim_lifetime_s = claim_lifetime_s
+        self._dormancy = dormancy
 
     async def run(self, stopping: asyncio.Event, interval_s: float) -> None:
         """Sweep every ``interval_s`` (jittered, so several workers drift apart) until
@@ -98,9 +104,10 @@ class Sweeper:
         and group)."""
         moment = time.time() if now is None else now
         report = SweepReport()
-        lifetimes = {CREATED: self._claim_lifetime_s, DUE: 0.0}
+        lifetimes = {CREATED: self._claim_lifetime_s, DUE: 0.0, ACTIVITY: 0.0}
         for group, lifetime in lifetimes.items():
-            before = moment - lifetime - GRACE_S
+            grace = 0.0 if group == ACTIVITY else GRACE_S  # a check names no write in flight
+            before = moment - lifetime - grace
             oldest = 0.0
             for account in range(len(self._storage.account_ids)):
                 filed = await self._sweep_group(account, group, before, moment, report)
@@ -130,9 +137,14 @@ class Sweeper:
         return oldest
 
     async def _settle(self, expiry: Expiry, now: float, report: SweepReport) -> None:
-        """Remove the named row if it can no longer matter, then its index row."""
+        """Remove the named row if it can no longer matter, then its index row (a dormancy
+        check: judge the reader, ``timeline.delivery.dormancy``)."""
         try:
-            if await self._remove(expiry, now):
+            if expiry.kind == DORMANCY:
+                if self._dormancy is None or not await self._dormancy.check(expiry.pk, now):
+                    report.deferred += 1
+                    return
+            elif await self._remove(expiry, now):
                 report.removed += 1
             await self._expiries.drop(expiry)
             report.dropped += 1

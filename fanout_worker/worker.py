@@ -16,6 +16,7 @@ from fanout_worker.metrics import sample_depth, watch_limiter
 from fanout_worker.settling import Settler, outcome_of
 from fanout_worker.sweeper import Sweeper
 from timeline.config import Settings
+from timeline.delivery.dormancy import Dormancy
 from timeline.delivery.processor import FanoutProcessor
 from timeline.errors import ConfigurationError, MalformedMessageError, StorageUnavailableError
 from timeline.model import priority
@@ -95,6 +96,7 @@ class Worker:
                 timing=settings.fanout_timing(),
                 timeline_cap=settings.max_timeline_items,
                 hybrid=settings.hybrid(FanoutQueues(storage)),
+                inactivity=settings.inactivity(),
             )
             await writer.start()
             sweeps = self._start_sweeps(storage)
@@ -112,7 +114,13 @@ class Worker:
         interval = self._settings.expiry_sweep_interval_s
         if not interval:
             return None
-        sweeper = Sweeper(storage, claim_lifetime_s=self._settings.claim_lifetime())
+        settings = self._settings
+        dormancy = Dormancy(
+            storage,
+            settings.inactivity(),
+            flag_window_s=settings.fanout_timing().write_deadline_s,
+        )
+        sweeper = Sweeper(storage, claim_lifetime_s=settings.claim_lifetime(), dormancy=dormancy)
         return asyncio.create_task(sweeper.run(self._stopping, interval))
 
     async def _shards(self, storage: Storage) -> list[FanoutQueue]:

@@ -1,7 +1,8 @@
 """Timeline users: mostly reading (as on every timeline service), sometimes posting and
 following. Tokens come from ``loadtest/results/tokens.json``, written by ``loadtest.seed``,
 with ``hybrid.json`` beside it: readers who follow large authors report their timeline reads
-as merged, so their latency shows next to plain reads. With ``TIMELINE_LOADTEST_REQUEST_LOG``
+as merged, so their latency shows next to plain reads; the probe's full-page readers are left
+out. With ``TIMELINE_LOADTEST_REQUEST_LOG``
 set, every request's start time, name and response time are written there as CSV when
 Locust quits (``loadtest.run`` lines them up with its probe's reads and the worker's
 activity)."""
@@ -19,11 +20,13 @@ from locust import FastHttpUser, between, events, task
 
 _TOKENS_FILE = Path(os.environ.get("TIMELINE_LOADTEST_TOKENS", "loadtest/results/tokens.json"))
 TOKENS: dict[str, str] = json.loads(_TOKENS_FILE.read_text())
-USERS = sorted(TOKENS)
 _HYBRID_FILE = _TOKENS_FILE.with_name("hybrid.json")
-MERGED_READERS = (
-    set(json.loads(_HYBRID_FILE.read_text())["merged_readers"]) if _HYBRID_FILE.exists() else set()
+_HYBRID: dict[str, list[str]] = (
+    json.loads(_HYBRID_FILE.read_text()) if _HYBRID_FILE.exists() else {}
 )
+MERGED_READERS = set(_HYBRID.get("merged_readers", []))
+USERS = sorted(set(TOKENS) - set(_HYBRID.get("full_readers", [])))
+"""Everyone but the probe's full-page readers, so Locust's reads stay the seeded graph's."""
 
 _REQUEST_LOG = os.environ.get("TIMELINE_LOADTEST_REQUEST_LOG")
 _requests: list[tuple[float, str, float]] = []

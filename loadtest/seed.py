@@ -143,6 +143,30 @@ def large_authors(graph: Graph, threshold: int, max_merged: int) -> set[str]:
     return {user for user in ranked[:max_merged] if len(graph.followers[user]) >= threshold}
 
 
+def with_full_readers(
+    graph: Graph,
+    count: int,
+    *,
+    authors: int,
+    posts_per_author: int,
+    large: AbstractSet[str],
+    rows: int,
+) -> tuple[Graph, list[str]]:
+    """``count`` more users (``full000``...) who follow enough of the top plain (copied, not
+    merged) authors to hold ``rows`` posts in their timelines: their first page is a full one,
+    the page the API's read cost is quoted for."""
+    plain = [user for user in graph.users[:authors] if user not in large]
+    needed = -(-rows // posts_per_author) if count else 0
+    if needed > len(plain):
+        raise SystemExit(f"seed: {len(plain)} plain authors with posts, {needed} needed")
+    readers = [f"full{i:03d}" for i in range(count)]
+    followed = set(plain[:needed])
+    followers = {
+        user: fans + readers if user in followed else fans for user, fans in graph.followers.items()
+    }
+    return Graph(graph.users + readers, followers | {r: [] for r in readers}), readers
+
+
 def _count_row(partition: str, count: int) -> dict[str, Any]:
     """The partition's counter, as the service keeps it beside the rows it counts."""
     return {"PartitionKey": partition, "RowKey": COUNT_ROW, "n": count}
@@ -159,6 +183,10 @@ async def main_async(args: argparse.Namespace) -> None:
     settings = Settings()
     graph = Graph.zipf(args.users, seed=args.seed)
     large = large_authors(graph, settings.fanout_on_read_followers, settings.max_merged_authors)
+    graph, full_readers = with_full_readers(
+        graph, args.full_readers, authors=args.authors, posts_per_author=args.posts,
+        large=large, rows=args.full_rows,
+    )  # fmt: skip
     # a 30 s timeout, as the bench's own client, and more retries: on a machine busy with
     # other people's tests an EGT of 100 rows can take over 5 s, and Azurite closes idle
     # keep-alive connections after 5 s ("Cannot write to closing transport" three times)
@@ -170,7 +198,11 @@ async def main_async(args: argparse.Namespace) -> None:
     args.tokens.parent.mkdir(parents=True, exist_ok=True)
     args.tokens.write_text(json.dumps(mint_tokens(settings, secret, graph.users)))
     merged_readers = sorted({fan for author in large for fan in graph.followers[author]})
-    hybrid = {"large_authors": sorted(large), "merged_readers": merged_readers}
+    hybrid = {
+        "large_authors": sorted(large),
+        "merged_readers": merged_readers,
+        "full_readers": full_readers,
+    }
     args.tokens.with_name("hybrid.json").write_text(json.dumps(hybrid))
 
 
@@ -180,6 +212,13 @@ def main() -> None:
     parser.add_argument("--authors", type=int, default=200, help="top users with seeded posts")
     parser.add_argument("--posts", type=int, default=3, help="seeded posts per author")
     parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument(
+        "--full-readers", type=int, default=10,
+        help="extra users whose home timelines hold more than a page (the probe's full pages)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--full-rows", type=int, default=260, help="posts at least in each one's timeline"
+    )
     parser.add_argument("--tokens", type=Path, default=Path("loadtest/results/tokens.json"))
     asyncio.run(main_async(parser.parse_args()))
 

@@ -17,6 +17,7 @@ from timeline.storage.accounts import StorageOptions
 from timeline.storage.counters import WRITE_BUDGET_TIMEOUTS
 from timeline.storage.limiter import AdaptiveLimiter, LimiterSettings
 from timeline.storage.queue import MessageSender
+from timeline.tables.activity import Inactivity
 
 CONNECTION_FILE = "storage-connection-string"
 """Written by the running embedded stack so admin commands find its Azurites (one per line)."""
@@ -140,6 +141,8 @@ class Settings(BaseSettings):
     """How long a follow request's claim row and a void post row are kept."""
     expiry_sweep_interval_s: float = Field(default=60.0, ge=0)
     """How often each worker sweeps the ``expiries`` index (0: never)."""
+    inactive_days: float = Field(default=14.0, ge=0)
+    """Days without a read after which a reader gets no fan-out copies (0: never)."""
     follow_cooldown_s: float | None = Field(default=None, gt=0)
     """How long a follow pair must stay unfollowed before its copies are purged."""
     worker_metrics_port: int | None = Field(default=None, ge=0, le=65535)
@@ -252,6 +255,9 @@ class Settings(BaseSettings):
             claim_lifetime_s=self.claim_lifetime(),
             follow_cooldown_s=self.follow_cooldown_s,
         )
+
+    def inactivity(self) -> Inactivity:
+        return Inactivity.days(self.inactive_days)
 
     def claim_lifetime(self) -> float:
         """A claim must outlive the wait for the request it guards (the arrival window)

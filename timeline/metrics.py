@@ -41,6 +41,11 @@ COUNTER_CONFLICTS = Counter(
 DELIVERIES = Counter(
     "fanout_deliveries_total", "Timeline entities written by the fan-out", registry=FANOUT
 )
+INACTIVE_SKIPPED = Counter(
+    "timeline_inactive_skipped_total",
+    "Post deliveries skipped because the follower is dormant (timeline.tables.activity)",
+    registry=FANOUT,
+)
 REMOVALS = Counter(
     "fanout_removals_total", "Timeline entities deleted by the fan-out", registry=FANOUT
 )

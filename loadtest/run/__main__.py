@@ -1,6 +1,7 @@
 """``python -m loadtest.run``: start and seed the stack, then in one window run Locust
 headless and the side-by-side probe (``loadtest.run.probe``: the same first pages read
-straight through the SDK and through the API, from a process of its own), sample the
+straight through the SDK and through the API, from a process of its own, and full pages of
+250 posts of readers of its own), sample the
 fan-out queue depth every second and every process's CPU; let the worker drain, run the
 probe again at idle; write Locust's CSV, HTML and request log, the probe's samples and a PNG
 plot under ``loadtest/results/``, and print one JSON object as its last line.
@@ -57,7 +58,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     async with storage(env, disk=args.azurite_disk) as env, stack(env, base):
         seed_env = env | {"TIMELINE_LOADTEST_TOKENS": str(tokens)}
         await seed(seed_env, args.seed_users, tokens)
-        async with probe_process(seed_env, base, tokens) as probe:
+        full = ("--idle-full", str(args.idle_full_reads))
+        async with probe_process(seed_env, base, tokens, *full) as probe:
             load = await under_load(args, seed_env, urls, probe, roles(), RESULTS)
             await probe.send("idle")
             idle = await probe.samples()
@@ -92,6 +94,10 @@ def summary(args: argparse.Namespace, load: Load, idle: Samples) -> dict[str, An
         **quantiles_ms(ms(idle["raw"]["merged"]), "raw_merged_read", "_idle"),
         **quantiles_ms(ms(idle["api"]["plain"]), "api_idle_read"),
         **quantiles_ms(ms(idle["api"]["merged"]), "api_idle_merged_read"),
+        **quantiles_ms(ms(idle["api"]["full"]), "api_read", "_idle"),
+        **quantiles_ms(ms(idle["raw"]["full"]), "raw_read", "_idle"),
+        **quantiles_ms(ms(load.probe["api"]["full"]), "api_read", "_load"),
+        **quantiles_ms(ms(load.probe["raw"]["full"]), "raw_read", "_load"),
         **{
             f"server_read_p{q}_ms": round(
                 route_quantile_ms(load.api_before, load.api_after, TIMELINE_ROUTE, q / 100), 1
@@ -115,6 +121,12 @@ def summary(args: argparse.Namespace, load: Load, idle: Samples) -> dict[str, An
         "probe_api_over_raw_under_load": ratio(
             result["probe_read_p50_ms_under_load"], result["raw_page_query_p50_ms_under_load"]
         ),
+        "api_over_raw_read_p50_idle": ratio(
+            result["api_read_p50_ms_idle"], result["raw_read_p50_ms_idle"]
+        ),
+        "api_over_raw_read_p50_load": ratio(
+            result["api_read_p50_ms_load"], result["raw_read_p50_ms_load"]
+        ),
         "read_p99_over_p50": ratio(result["read_p99_ms"], result["read_p50_ms"]),
         "merged_read_p99_over_p50": ratio(
             result["merged_read_p99_ms"], result["merged_read_p50_ms"]
@@ -133,7 +145,7 @@ def summary(args: argparse.Namespace, load: Load, idle: Samples) -> dict[str, An
             f"{source}_{kind}_{phase}": len(samples[source][kind])
             for phase, samples in (("under_load", load.probe), ("idle", idle))
             for source in ("raw", "api", "raw_failed", "api_failed")
-            for kind in ("plain", "merged")
+            for kind in ("plain", "merged", "full")
         },
     }
     return result
@@ -153,6 +165,10 @@ def main() -> None:
         "--azurite-disk", action="store_true",
         help="timeline run's embedded, file-backed Azurite (saves its database every 5 s) "
         "instead of an in-memory one",
+    )  # fmt: skip
+    parser.add_argument(
+        "--idle-full-reads", type=int, default=300,
+        help="full pages (250 posts) read at idle, each through the API and raw, one at a time",
     )  # fmt: skip
     parser.add_argument(
         "--profile", type=Path, default=None,

@@ -47,10 +47,13 @@ class Probe:
 
 
 @contextlib.asynccontextmanager
-async def probe_process(env: dict[str, str], base: str, tokens: Path) -> AsyncIterator[Probe]:
+async def probe_process(
+    env: dict[str, str], base: str, tokens: Path, *options: str
+) -> AsyncIterator[Probe]:
+    """``python -m loadtest.run.probe`` with ``options`` (e.g. ``--idle-full 300``)."""
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "loadtest.run.probe", "--base", base, "--tokens", str(tokens),
-        env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, limit=2**24,
+        *options, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, limit=2**24,
     )  # fmt: skip
     probe = Probe(process)
     try:

@@ -13,12 +13,19 @@ It reads the same first pages as Locust's users, two ways, one request at a time
 - **api**: ``GET /users/{user}/timeline`` through HTTP (aiohttp), the body read in full,
   as Locust times it.
 
+Besides Locust's two kinds of readers (``plain``, ``merged``) it reads a third, ``full``:
+the seed's full-page readers (``full000``..., left out of Locust), whose first page holds
+the whole 250 posts. Their raw read is one query of 250 rows with the API's ``$select``,
+through the API's own query call (``timeline.storage.calls.query_page``, so the lean path
+as the API has it). The reads live in ``loadtest.run.reader``.
+
 Its own process and event loop, so neither Locust's gevent loop nor the orchestrator's
 scrapes can delay its reads. It warms every user first (one raw and one API read each, so
 the API knows each merged reader's list, as it does for Locust's users after their first
-read), prints ``ready``, then obeys stdin: ``go`` starts the under-load reads (one every
-0.12 s, open loop: see ``under_load``), ``stop`` ends them, ``idle`` runs the sequential
-idle rounds; after ``stop`` and after ``idle`` it prints one JSON line of samples
+read; a full-page reader's two must both hold 250 posts), prints ``ready``, then obeys
+stdin: ``go`` starts the under-load reads (one every 0.12 s, open loop: see
+``under_load``), ``stop`` ends them, ``idle`` runs the sequential idle rounds; after
+``stop`` and after ``idle`` it prints one JSON line of samples
 (``[start time, ms]`` by source and reader kind; reads that failed are timed like the
 others and listed again under ``raw_failed`` or ``api_failed``).
 """
@@ -34,109 +41,16 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
 import aiohttp
-from azure.data.tables.aio import TableClient
 
+from loadtest.run.reader import Reader
 from timeline.config import Settings
-from timeline.model.entities import POST_SELECT
-from timeline.reads.home import MIN_AUTHOR_ROWS
 from timeline.storage.accounts import Storage
-from timeline.storage.names import POSTS, SUBJECT_FOLLOWING, TIMELINES
-from timeline.tables.audience import FIRST_POST_KEY, merge_row_author
-from timeline.tables.rows import META
-
-HEAD = "PartitionKey eq @pk and RowKey lt @meta"
-"""``timeline.reads.home``'s first-page query of the reader's partition (merge rows and posts)."""
-AFTER = "PartitionKey eq @pk and RowKey gt @after and RowKey lt @meta"
-"""``timeline.reads.home``'s query of a merged author's ``posts`` partition."""
-KEYS_PER_FILTER = 14
-"""``FollowsRepository.following_among``: one query per 14 subjects."""
 
 Sample = tuple[float, float]
 """When the read started (``time.time()``, to line up with Locust's log), milliseconds."""
-
-
-async def query(client: TableClient, text: str, parameters: dict[str, Any], **kw: Any) -> list[Any]:
-    """One storage query, every entity of its first page deserialized (as the API does)."""
-    pager = client.query_entities(text, parameters=parameters, **kw).by_page()
-    try:
-        page = await pager.__anext__()
-    except StopAsyncIteration:
-        return []
-    return [entity async for entity in page]
-
-
-class Reader:
-    def __init__(
-        self,
-        storage: Storage,
-        session: aiohttp.ClientSession,
-        base: str,
-        tokens: dict[str, str],
-        *,
-        limit: int,
-        max_merged: int,
-    ) -> None:
-        self.storage, self.session, self.base, self.tokens = storage, session, base, tokens
-        self.limit, self.max_merged = limit, max_merged
-        self.merged: dict[str, tuple[str, ...]] = {}
-        """Each reader's merge list, from its warm-up head query (the API's guess)."""
-
-    async def head(self, owner: str) -> list[Any]:
-        return await query(
-            self.storage.reader(TIMELINES, owner), HEAD, {"pk": owner, "meta": META},
-            select=POST_SELECT, results_per_page=self.limit + self.max_merged + 1,
-        )  # fmt: skip
-
-    async def warm(self, owner: str) -> None:
-        rows = await self.head(owner)
-        listed = (merge_row_author(row["RowKey"]) for row in rows)
-        self.merged[owner] = tuple(author for author in listed if author is not None)
-        await self.api(owner)
-
-    async def raw(self, owner: str) -> None:
-        """Within the storage timeout, as the API's ``Storage.guard`` bounds each call."""
-        async with asyncio.timeout(self.storage.options.timeout_s):
-            await self._raw(owner)
-
-    async def _raw(self, owner: str) -> None:
-        authors = self.merged.get(owner, ())
-        if not authors:
-            await self.head(owner)
-            return
-        rows = min(self.limit, max(MIN_AUTHOR_ROWS, -(-self.limit // (len(authors) + 1))))
-        posts = [self.author_posts(author, rows) for author in authors]
-        wanted = sorted(authors)
-        checks = [
-            self.following(owner, wanted[i : i + KEYS_PER_FILTER])
-            for i in range(0, len(wanted), KEYS_PER_FILTER)
-        ]
-        await asyncio.gather(self.head(owner), *posts, *checks)
-
-    async def author_posts(self, author: str, rows: int) -> list[Any]:
-        parameters = {"pk": author, "meta": META, "after": FIRST_POST_KEY}
-        return await query(
-            self.storage.reader(POSTS, author), AFTER, parameters,
-            select=[*POST_SELECT, "void"], results_per_page=rows,
-        )  # fmt: skip
-
-    async def following(self, owner: str, subjects: list[str]) -> list[Any]:
-        keys = " or ".join(f"RowKey eq @s{i}" for i in range(len(subjects)))
-        parameters = {"pk": owner, **{f"s{i}": s for i, s in enumerate(subjects)}}
-        return await query(
-            self.storage.reader(SUBJECT_FOLLOWING, owner), f"PartitionKey eq @pk and ( {keys} )",
-            parameters, select=["RowKey", "active"], results_per_page=1000,
-        )  # fmt: skip
-
-    async def api(self, owner: str) -> None:
-        url = f"{self.base}/users/{owner}/timeline"
-        headers = {"Authorization": f"Bearer {self.tokens[owner]}"}
-        async with self.session.get(url, headers=headers) as response:
-            await response.read()
-            if response.status != 200:
-                raise RuntimeError(f"GET {url}: {response.status}")
+KINDS = ("plain", "merged", "full")
 
 
 async def timed(call: Callable[[], Awaitable[None]], failed: list[Sample]) -> Sample:
@@ -153,13 +67,13 @@ async def timed(call: Callable[[], Awaitable[None]], failed: list[Sample]) -> Sa
 
 def empty() -> dict[str, dict[str, list[Sample]]]:
     sources = ("raw", "api", "raw_failed", "api_failed")
-    return {source: {"plain": [], "merged": []} for source in sources}
+    return {source: {kind: [] for kind in KINDS} for source in sources}
 
 
 async def read(
     reader: Reader, source: str, kind: str, owner: str, samples: dict[str, dict[str, list[Sample]]]
 ) -> None:
-    call = reader.raw if source == "raw" else reader.api
+    call = reader.api if source == "api" else reader.full if kind == "full" else reader.raw
     sample = await timed(lambda: call(owner), samples[f"{source}_failed"][kind])
     samples[source][kind].append(sample)
 
@@ -168,12 +82,13 @@ async def under_load(
     reader: Reader, pools: dict[str, list[str]], every_s: float, stop: asyncio.Future[str]
 ) -> dict[str, dict[str, list[Sample]]]:
     """Until ``stop``, one read starts every ``every_s`` whether or not the earlier ones
-    have ended (open loop): raw plain, raw merged (three times), then API plain and merged,
-    every user drawn at random from its pool. A reader that waited for each answer would
-    start one read during a stall of storage, where Locust's 50 users each have one in
-    flight: its percentiles would leave the stall out (coordinated omission)."""
+    have ended (open loop): raw plain, raw merged (three times), API plain and merged, then
+    raw full and API full, every user drawn at random from its pool. A reader that waited
+    for each answer would start one read during a stall of storage, where Locust's 50 users
+    each have one in flight: its percentiles would leave the stall out (coordinated omission)."""
     rng, samples = random.Random(2), empty()
     cycle = [("raw", "plain"), ("raw", "merged")] * 3 + [("api", "plain"), ("api", "merged")]
+    cycle += [("raw", "full"), ("api", "full")]
     started, reads = time.monotonic(), set[asyncio.Task[None]]()
     for i, (source, kind) in enumerate(itertools.cycle([(s, k) for s, k in cycle if pools[k]])):
         await asyncio.sleep(max(0.0, started + i * every_s - time.monotonic()))
@@ -187,13 +102,13 @@ async def under_load(
 
 
 async def idle(
-    reader: Reader, pools: dict[str, list[str]], rounds: int
+    reader: Reader, pools: dict[str, list[str]], rounds: dict[str, int]
 ) -> dict[str, dict[str, list[Sample]]]:
-    """``rounds`` of: each kind's next user, raw and API back to back (alternating which
-    goes first), one request at a time."""
+    """``rounds[kind]`` rounds of each kind in turn: its next user, raw and API back to back
+    (alternating which goes first), one request at a time."""
     samples = empty()
-    for i in range(rounds):
-        for kind in [kind for kind, pool in pools.items() if pool]:
+    for i in range(max(rounds.values())):
+        for kind in [kind for kind, pool in pools.items() if pool and i < rounds[kind]]:
             owner = pools[kind][i % len(pools[kind])]
             for source in ("raw", "api") if i % 2 == 0 else ("api", "raw"):
                 await read(reader, source, kind, owner, samples)
@@ -213,14 +128,14 @@ def emit(line: str) -> None:
 async def main_async(args: argparse.Namespace) -> None:
     settings = Settings()
     tokens: dict[str, str] = json.loads(args.tokens.read_text())
-    merged_readers = set(
-        json.loads(args.tokens.with_name("hybrid.json").read_text())["merged_readers"]
-    )
+    hybrid: dict[str, list[str]] = json.loads(args.tokens.with_name("hybrid.json").read_text())
+    merged_readers = set(hybrid["merged_readers"])
     rng = random.Random(args.seed)
-    plain = sorted(set(tokens) - merged_readers)
+    plain = sorted(set(tokens) - merged_readers - set(hybrid.get("full_readers", [])))
     pools = {
         "plain": rng.sample(plain, min(args.pool, len(plain))),
         "merged": rng.sample(sorted(merged_readers), min(args.pool, len(merged_readers))),
+        "full": hybrid.get("full_readers", []),
     }
     connector = aiohttp.TCPConnector(limit=8)
     async with (
@@ -233,6 +148,8 @@ async def main_async(args: argparse.Namespace) -> None:
         )  # fmt: skip
         for owner in [*pools["plain"], *pools["merged"]]:
             await reader.warm(owner)
+        for owner in pools["full"]:
+            await reader.warm_full(owner)
         emit("ready")
         while (line := await command()) != "":
             if line == "go":
@@ -241,7 +158,8 @@ async def main_async(args: argparse.Namespace) -> None:
                 if (await stop) != "stop":
                     raise RuntimeError("the probe expected 'stop'")
             elif line == "idle":
-                emit(json.dumps(await idle(reader, pools, args.idle_rounds)))
+                rounds = {"plain": args.idle_rounds, "merged": args.idle_rounds}
+                emit(json.dumps(await idle(reader, pools, rounds | {"full": args.idle_full})))
             else:
                 raise RuntimeError(f"the probe does not know {line!r}")
 
@@ -253,6 +171,9 @@ def main() -> None:
     parser.add_argument("--pool", type=int, default=40, help="users of each kind")
     parser.add_argument("--every", type=float, default=0.12, help="seconds between reads")
     parser.add_argument("--idle-rounds", type=int, default=100)
+    parser.add_argument(
+        "--idle-full", type=int, default=300, help="idle rounds of full pages (raw and API each)"
+    )
     parser.add_argument("--seed", type=int, default=1)
     asyncio.run(main_async(parser.parse_args()))
 

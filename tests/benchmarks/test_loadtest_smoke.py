@@ -19,13 +19,19 @@ KEYS = {
     "api_idle_merged_read_p50_ms", "merged_api_over_raw_under_load", "merged_api_over_raw_idle",
     "server_read_p50_ms", "server_read_p99_ms", "cores", "probe_reads",
 }  # fmt: skip
+FULL_PAGE_KEYS = (
+    "api_read_p50_ms_idle", "api_read_p99_ms_idle", "raw_read_p50_ms_idle",
+    "api_read_p50_ms_load", "raw_read_p50_ms_load",
+    "api_over_raw_read_p50_idle", "api_over_raw_read_p50_load",
+)  # fmt: skip
+"""Full pages (250 posts) read through the API and raw, at idle and beside Locust."""
 
 
 async def test_loadtest_quick_run_has_no_failures() -> None:
     done = await asyncio.to_thread(
         subprocess.run,
         [sys.executable, "-m", "loadtest.run", "--users", "5", "--seconds", "15",
-         "--seed-users", "200", "--large-threshold", "100"],
+         "--seed-users", "200", "--large-threshold", "100", "--idle-full-reads", "40"],
         capture_output=True, text=True, timeout=600, check=True,
     )  # fmt: skip
     result = json.loads(done.stdout.strip().splitlines()[-1])
@@ -38,4 +44,9 @@ async def test_loadtest_quick_run_has_no_failures() -> None:
     assert result["raw_merged_read_p50_ms_under_load"] is not None
     assert result["merged_api_over_raw_idle"] is not None
     assert result["probe_reads"]["api_merged_idle"] > 0
+    for key in FULL_PAGE_KEYS:  # numbers, not None (too few reads) nor a bool
+        assert type(result[key]) in (int, float), (key, result[key])
+        assert result[key] > 0, (key, result[key])
+    assert result["probe_reads"]["api_full_idle"] == 40
+    assert result["probe_reads"]["api_failed_full_idle"] == 0
     assert await asyncio.to_thread(lambda: Path("loadtest/results/latency.png").stat().st_size)

@@ -8,6 +8,7 @@ import contextlib
 from collections.abc import AsyncIterator
 
 from timeline.delivery.settings import Hybrid, Timing
+from timeline.metrics import INACTIVE_SKIPPED
 from timeline.model.entities import Page
 from timeline.model.keys import now_ticks
 from timeline.model.messages import Followed, Unfollowed
@@ -68,12 +69,19 @@ class Context:
         return now_ticks() - requested_ticks > lifetime
 
     async def readers_page(
-        self, author: str, merged: bool, cursor: dict[str, str] | None
+        self, author: str, merged: bool, cursor: dict[str, str] | None, *, active: bool = False
     ) -> Page[str]:
         """A page of those who may hold copies of the author's posts: every follower, or
-        only the overflow readers of a merged author."""
+        only the overflow readers of a merged author. ``active``: for a new post, without
+        the followers marked dormant (counted); a removal must never leave them out."""
         if merged:
             return await self.repos.audience.copy_readers_page(author, self.page_size, cursor)
+        if active:
+            page, skipped = await self.repos.follows.active_follower_ids_page(
+                author, self.page_size, cursor
+            )
+            INACTIVE_SKIPPED.inc(skipped)
+            return page
         return await self.repos.follows.follower_ids_page(author, self.page_size, cursor)
 
     async def abandoned(self, message: Followed | Unfollowed) -> bool:

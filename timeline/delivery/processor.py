@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from timeline.delivery.context import Context
 from timeline.delivery.delete import PostRetraction
+from timeline.delivery.dormancy import Waking
 from timeline.delivery.feed import Feed
 from timeline.delivery.follow import FollowChanges
 from timeline.delivery.outcomes import Outcome
@@ -29,15 +30,18 @@ from timeline.model.messages import (
     PostDeleted,
     Regrade,
     Unfollowed,
+    Wake,
 )
 from timeline.storage.accounts import Storage
 from timeline.storage.writer import PartitionWriter
+from timeline.tables.activity import Inactivity
 from timeline.tables.repositories import Repositories
 
 
 class FanoutProcessor:
     """Hands each message to the handler of its kind: ``post`` (``PostCreated``), ``delete``
-    (``PostDeleted``), ``follow`` (``Followed``, ``Unfollowed``), ``regrade`` (``Regrade``).
+    (``PostDeleted``), ``follow`` (``Followed``, ``Unfollowed``), ``regrade`` (``Regrade``),
+    ``dormancy`` (``Wake``).
     They share one ``Context`` (repositories, writer, settings, admission) and one ``Feed``
     (every write to a reader's timeline)."""
 
@@ -50,6 +54,7 @@ class FanoutProcessor:
         timing: Timing | None = None,
         timeline_cap: int = 0,
         hybrid: Hybrid | None = None,
+        inactivity: Inactivity | None = None,
     ) -> None:
         context = Context(
             repositories,
@@ -64,6 +69,7 @@ class FanoutProcessor:
         self._deletes = PostRetraction(context, self._feed)
         self._follows = FollowChanges(context, self._feed)
         self._regrades = Regrading(context, self._feed)
+        self._wakes = Waking(context, self._feed, inactivity or Inactivity())
 
     @classmethod
     def on(
@@ -75,6 +81,7 @@ class FanoutProcessor:
         timing: Timing | None = None,
         timeline_cap: int = 0,
         hybrid: Hybrid | None = None,
+        inactivity: Inactivity | None = None,
     ) -> FanoutProcessor:
         return cls(
             Repositories.on(storage),
@@ -83,6 +90,7 @@ class FanoutProcessor:
             timing=timing,
             timeline_cap=timeline_cap,
             hybrid=hybrid,
+            inactivity=inactivity,
         )
 
     async def handle(self, message: FanoutMessage) -> Outcome:
@@ -97,6 +105,8 @@ class FanoutProcessor:
                 return await self.unfollowed(message)
             case Regrade():
                 return await self.regrade(message)
+            case Wake():
+                return await self.wake(message)
 
     async def deliver(self, message: PostCreated) -> Outcome:
         return await self._posts.deliver(message)
@@ -112,6 +122,9 @@ class FanoutProcessor:
 
     async def regrade(self, message: Regrade) -> Outcome:
         return await self._regrades.regrade(message)
+
+    async def wake(self, message: Wake) -> Outcome:
+        return await self._wakes.wake(message)
 
     async def purge(self, follower: str, subject: str) -> None:
         """Remove the subject's copies from the follower's timeline, unless followed again."""

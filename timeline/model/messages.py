@@ -113,20 +113,33 @@ class Regrade(_Message):
     """A move down has waited one sweep delay since ``shrinking`` before touching followers."""
 
 
+class Wake(_Message):
+    """Bring a dormant reader's timeline back (``timeline.delivery.dormancy``): unmark its
+    follows and copy its followed authors' newest posts in; ``confirm`` is the delayed
+    second pass that does it again (for a sweep's late mark) and ends the dormancy."""
+
+    type: Literal["wake"] = "wake"
+    reader: UserId
+    generation: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{32}$")]
+    """The dormancy this wake ends (the marker's ``gen``): a stale wake does nothing."""
+    confirm: bool = False
+
+
 FanoutMessage = Annotated[
-    PostCreated | PostDeleted | Followed | Unfollowed | Regrade, Field(discriminator="type")
+    PostCreated | PostDeleted | Followed | Unfollowed | Regrade | Wake,
+    Field(discriminator="type"),
 ]
 _ADAPTER: TypeAdapter[FanoutMessage] = TypeAdapter(FanoutMessage)
 
 
 def urgency(message: FanoutMessage) -> Priority:
     """``HIGH`` for what a user waits to see: a post's or a delete's first page, and an
-    unfollow's first purge; everything after them, and every backfill and regrade, is
-    background work."""
+    unfollow's first purge, and a returning reader's wake; everything after them, and every
+    backfill and regrade, is background work."""
     match message:
         case PostCreated(cursor=None) | PostDeleted(cursor=None, confirm=False):
             return Priority.HIGH
-        case Unfollowed(confirm=False):
+        case Unfollowed(confirm=False) | Wake(confirm=False):
             return Priority.HIGH
         case _:
             return Priority.LOW

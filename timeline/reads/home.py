@@ -25,12 +25,16 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+from azure.data.tables import TableEntity
 
 from timeline.model.entities import POST_SELECT, Post, PostRow
+from timeline.reads.activity import Attendance
 from timeline.storage.accounts import Storage
-from timeline.storage.calls import query_rows
+from timeline.storage.calls import as_entity, query_rows
 from timeline.storage.names import POSTS, TIMELINES
+from timeline.tables.activity import HEAD_SELECT, Head, head_of
 from timeline.tables.audience import FIRST_POST_KEY, merge_row_author
 from timeline.tables.follows import FollowsRepository
 from timeline.tables.rows import META
@@ -53,6 +57,9 @@ class Position:
     listed: tuple[str, ...] | None = None
     resume: dict[str, str] | None = None
     until: str = META
+    dormant: bool = False
+    """Pages of a dormant reader: every followed author (and the reader) merged from
+    ``posts``, the reader's own partition not read (``_dormant_page``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,8 +72,16 @@ class _Source:
 
 
 class HomeTimeline:
-    def __init__(self, storage: Storage, *, max_merged: int, guesses: int = 100_000) -> None:
+    def __init__(
+        self,
+        storage: Storage,
+        *,
+        max_merged: int,
+        guesses: int = 100_000,
+        attendance: Attendance | None = None,
+    ) -> None:
         self._storage = storage
+        self._attendance = attendance
         self._follows = FollowsRepository(storage)
         self._max_merged = max_merged
         self._guesses: OrderedDict[str, tuple[str, ...]] = OrderedDict()
@@ -89,6 +104,8 @@ class HomeTimeline:
     ) -> tuple[list[PostRow], Position | None]:
         """``page`` as the posts' rows (``POST_SELECT``), for a response built straight
         from them."""
+        if position.dormant:
+            return await self._dormant_page(owner, limit, position)
         if position.listed is None:
             return await self._first_page(owner, limit, position.until)
         if not position.listed:
@@ -107,11 +124,19 @@ class HomeTimeline:
     ) -> tuple[list[PostRow], Position | None]:
         guess = self._guesses.get(owner, ())
         if guess:
-            (own, listed), guessed = await asyncio.gather(
+            (own, listed, head), guessed = await asyncio.gather(
                 self._head(owner, limit, until), self._authors(owner, guess, limit, until=until)
             )
         else:  # most readers merge no one: no tasks to start beside the head's query
-            (own, listed), guessed = await self._head(owner, limit, until), {}
+            (own, listed, head), guessed = await self._head(owner, limit, until), {}
+        if self._attendance is not None:
+            seen = self._attendance.seen(owner, head)
+            if head.dormant:
+                page, _ = await asyncio.gather(
+                    self._dormant_page(owner, limit, Position(until=until, dormant=True)), seen
+                )
+                return page
+            await seen
         merged = {author: source for author, source in guessed.items() if author in listed}
         missing = tuple(author for author in listed if author not in guess)
         if missing:
@@ -127,10 +152,37 @@ class HomeTimeline:
         while len(self._guesses) > self._guess_capacity:
             self._guesses.popitem(last=False)
 
-    async def _head(self, owner: str, limit: int, until: str) -> tuple[_Source, tuple[str, ...]]:
-        """The reader's merge rows and newest posts: one query (more only if storage cut it
-        short inside the merge rows, which are bounded)."""
+    async def touch(self, owner: str) -> None:
+        """Activity without a page (a stream opens): ``Attendance.touch``."""
+        if self._attendance is not None:
+            await self._attendance.touch(owner)
+
+    async def _dormant_page(
+        self, owner: str, limit: int, position: Position
+    ) -> tuple[list[PostRow], Position | None]:
+        """A page of a dormant (or waking) reader, complete at once: its own and every
+        followed author's posts from ``posts``, the follows read from storage; its own
+        partition (missing the copies dormancy skipped) is not read."""
+        following = await self._follows.following_ids(owner)
+        authors = tuple(sorted({owner, *following}))
+        rows = self._author_rows(limit, len(authors))
+        sources = await asyncio.gather(
+            *(self._query(POSTS, a, position.after, position.until, rows) for a in authors)
+        )
+        nothing = _Source([], False, position.after)
+        merged = dict(zip(authors, sources, strict=True))
+        posts, following_position = _merge(nothing, merged, (), limit, position.until)
+        if following_position is None:
+            return posts, None
+        return posts, replace(following_position, dormant=True)
+
+    async def _head(
+        self, owner: str, limit: int, until: str
+    ) -> tuple[_Source, tuple[str, ...], Head]:
+        """The reader's head rows (merge and activity rows) and newest posts: one query
+        (more only if storage cut it short inside the head rows, which are bounded)."""
         listed: list[str] = []
+        heads: list[TableEntity] = []
         continuation: dict[str, str] | None = None
         while True:
             async with self._storage.guard():
@@ -138,21 +190,23 @@ class HomeTimeline:
                     self._storage.reader(TIMELINES, owner),
                     _HEAD,
                     {"pk": owner, "until": until},
-                    select=POST_SELECT,
-                    limit=limit + self._max_merged + 1,
+                    select=[*POST_SELECT, *HEAD_SELECT],
+                    limit=limit + self._max_merged + 3,
                     continuation=continuation,
                 )
             rows = [row for row in page.items if row["RowKey"] >= FIRST_POST_KEY]
             for row in page.items:
                 if row["RowKey"] >= FIRST_POST_KEY:
-                    break  # merge rows sort before every post
+                    break  # head rows sort before every post
+                heads.append(as_entity(row))  # few, and read as entities (etags, types)
                 author = merge_row_author(row["RowKey"])
                 if author is not None:
                     listed.append(author)
             continuation = page.continuation
             if rows or continuation is None:
                 last = rows[-1]["RowKey"] if rows else FIRST_POST_KEY
-                return _Source(rows, continuation is not None, last), tuple(listed)
+                source = _Source(rows, continuation is not None, last)
+                return source, tuple(listed), head_of(heads)
 
     async def _own(self, owner: str, limit: int, position: Position) -> _Source:
         return await self._query(

@@ -28,6 +28,8 @@ AFTER = "a"
 """In a home timeline's continuation: the last row key served (or the merge bound)."""
 LISTED = "m"
 """In a home timeline's continuation: the authors the first page merged, comma-separated."""
+DORMANT = "d"
+"""In a home timeline's continuation: the pages are a dormant reader's (``Position.dormant``)."""
 UNTIL = "u"
 """In a newer-than read's continuation: the row key its pages stop at (its ``since``)."""
 
@@ -83,6 +85,8 @@ class Timelines:
         }
         if following.until != META:
             token[UNTIL] = following.until
+        if following.dormant:
+            token[DORMANT] = "1"
         return self._pager.rows_out(scope, Page(rows, token))
 
     async def watch(
@@ -98,6 +102,7 @@ class Timelines:
         ``since`` names (a ``Last-Event-ID``), or, without one, those that land from now.
         The catch-up of an old position sends at most a timeline's worth (the cap)."""
         require_self(actor, owner)
+        await self._home.touch(owner)
         most = self._cap or MAX_STREAM_ENTRIES
         watch = TimelineWatch(self._home, owner, lookback_s=lookback_s, max_entries=most)
         position = None
@@ -164,11 +169,12 @@ def _home_position(token: dict[str, str] | None) -> tuple[Position, int]:
             (after == FIRST_POST_KEY or POSITION_KEY.match(after))
             and all(map(_USER_ID.match, listed))
             and (until == META or POSITION_KEY.match(until))
+            and token.get(DORMANT, "1") == "1"
         )
-        position = Position(after, listed, until=until)
+        position = Position(after, listed, until=until, dormant=DORMANT in token)
     else:
         resume = {key: value for key, value in token.items() if key != SERVED}
-        valid = bool(resume) and LISTED not in resume and UNTIL not in resume
+        valid = bool(resume) and not {LISTED, UNTIL, DORMANT} & resume.keys()
         position = Position(listed=(), resume=resume)
     if not valid or not served.isdigit():
         raise InvalidInputError("the continuation token is malformed", code="invalid_continuation")

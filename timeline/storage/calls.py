@@ -89,6 +89,12 @@ async def query_rows(
     return Page(rows, page.continuation)
 
 
+def as_entity(row: dict[str, Any]) -> TableEntity:
+    """A row ``query_rows`` gave, as ``query_page`` gives it: typed, its etag in
+    ``metadata`` (for the few rows of a page that are not posts)."""
+    return row if isinstance(row, TableEntity) else lean.to_entity(row)
+
+
 Operation = tuple[str, dict[str, Any]]
 """``("upsert", entity)`` or ``("delete", keys)``: idempotent, so safe to retry. A
 ``("trace", entity)`` is an upsert that belongs to the delete just before it (it records the

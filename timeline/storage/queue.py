@@ -18,7 +18,15 @@ from azure.storage.queue import QueueMessage
 
 from timeline.errors import MalformedMessageError
 from timeline.metrics import MESSAGES_SENT
-from timeline.model.messages import FanoutMessage, Followed, Unfollowed, decode, encode, urgency
+from timeline.model.messages import (
+    FanoutMessage,
+    Followed,
+    Unfollowed,
+    Wake,
+    decode,
+    encode,
+    urgency,
+)
 from timeline.model.priority import Priority
 from timeline.storage.accounts import Storage
 from timeline.storage.names import LEGACY_SHARD
@@ -40,6 +48,8 @@ class MessageSender(Protocol):
 
 
 def shard_key(message: FanoutMessage) -> str:
+    if isinstance(message, Wake):
+        return message.reader
     return message.follower if isinstance(message, Followed | Unfollowed) else message.author
 
 

@@ -40,9 +40,12 @@ BUCKET_S = 60
 """Seconds of time one bucket covers."""
 SHARDS = 16
 """Index partitions per bucket and group."""
-CREATED, DUE = "c", "d"
+CREATED, DUE, ACTIVITY = "c", "d", "a"
 CLAIM, VOID, IDEMPOTENCY, RATE_LIMIT = "claim", "void", "idempotency", "rate"
-KINDS = {CLAIM: CREATED, VOID: CREATED, IDEMPOTENCY: DUE, RATE_LIMIT: DUE}
+DORMANCY = "dormancy"
+"""A reader's dormancy check (``timeline.tables.activity``), filed by when it is due in group
+``a``: swept without the grace the other groups wait, since it names no row in flight."""
+KINDS = {CLAIM: CREATED, VOID: CREATED, IDEMPOTENCY: DUE, RATE_LIMIT: DUE, DORMANCY: ACTIVITY}
 """Each kind of auxiliary row and the group it is filed in."""
 _DUE_RANGE = "PartitionKey ge @low and PartitionKey lt @high"
 

@@ -39,6 +39,8 @@ from timeline.tables.rows import (
     row_keys_between,
 )
 
+INACTIVE = "inactive"
+"""On a follow row: the follower is dormant (``timeline.tables.activity``); posts skip it."""
 _KEYS_PER_FILTER = 14
 """Azure Table Storage allows at most 15 comparisons in one filter (one is the partition)."""
 
@@ -229,6 +231,17 @@ class FollowsRepository:
         edges = [Edge(e["RowKey"], e["since"]) for e in page.items if e.get("active")]
         return Page(edges, page.continuation)
 
+    async def following_ids(self, follower: str) -> list[str]:
+        """Every subject the follower follows now, from its ``subjectFollowing`` rows."""
+        subjects: list[str] = []
+        continuation: dict[str, str] | None = None
+        while True:
+            page = await self.following_page(follower, 1000, continuation)
+            subjects.extend(edge.user_id for edge in page.items)
+            continuation = page.continuation
+            if continuation is None:
+                return subjects
+
     async def follower_ids_page(
         self, subject: str, limit: int, continuation: dict[str, str] | None
     ) -> Page[str]:
@@ -242,6 +255,22 @@ class FollowsRepository:
             continuation=continuation,
         )
         return Page([entity["RowKey"] for entity in page.items], page.continuation)
+
+    async def active_follower_ids_page(
+        self, subject: str, limit: int, continuation: dict[str, str] | None
+    ) -> tuple[Page[str], int]:
+        """``follower_ids_page`` without the followers marked inactive
+        (``timeline.tables.activity``), and how many were left out."""
+        page = await partition_page(
+            self._storage,
+            SUBJECT_FOLLOWERS,
+            subject,
+            select=["RowKey", INACTIVE],
+            limit=limit,
+            continuation=continuation,
+        )
+        active = [entity["RowKey"] for entity in page.items if not entity.get(INACTIVE)]
+        return Page(active, page.continuation), len(page.items) - len(active)
 
     async def followers_between(self, subject: str, first: str, last: str) -> set[str]:
         """Followers of ``subject`` whose ids lie in ``[first, last]``."""

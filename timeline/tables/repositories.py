@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from timeline.storage.accounts import Storage
+from timeline.tables.activity import ActivityRepository
 from timeline.tables.audience import AudienceRepository
 from timeline.tables.credentials import CredentialsRepository
 from timeline.tables.follows import FollowsRepository
@@ -42,6 +43,7 @@ class Repositories:
     follows: FollowsRepository
     audience: AudienceRepository
     credentials: CredentialsRepository
+    activity: ActivityRepository
 
     @classmethod
     def on(cls, storage: Storage) -> Repositories:
@@ -52,4 +54,5 @@ class Repositories:
             FollowsRepository(storage),
             AudienceRepository(storage),
             CredentialsRepository(storage),
+            ActivityRepository(storage),
         )
