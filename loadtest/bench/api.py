@@ -144,7 +144,6 @@ async def api(sizes: Sizes, profile: Path | None = None) -> dict[str, float]:
         async with Storage(strings, replace(BENCH_OPTIONS, lean=False)) as sdk_storage:
             bearer = tokens[owners[0]]["Authorization"].removeprefix("Bearer ")
             steps = await read_steps(storage, sdk_storage, owners[0], bearer, signer)
-    server_ms = read_ms - sum(steps[f"read_step_{step}_ms"] for step in STEPS)
     return steps | {
         "api_cpu_ms_per_read": read_ms,
         "api_cpu_ms_per_read_sdk": sdk_read_ms,
@@ -152,10 +151,4 @@ async def api(sizes: Sizes, profile: Path | None = None) -> dict[str, float]:
         "api_cpu_ms_per_post": post_ms,
         "api_cpu_ms_per_post_sdk": sdk_post_ms,
         "api_storage_requests_per_post": post_requests,
-        "read_step_server_ms": server_ms,
     }
-
-
-STEPS = ("auth", "storage", "shape", "encode")
-"""The steps of a read ``read_steps`` times; the rest of the API's CPU per read is the HTTP
-server's (``read_step_server_ms``, derived: the API's figure minus theirs)."""

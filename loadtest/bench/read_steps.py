@@ -1,7 +1,8 @@
 """What a home-timeline read costs at each step, timed in the bench's own process: each step
 run many times over and its CPU time (``time.process_time``: Azurite is another process)
-divided by the runs. The API's figure (``api_cpu_ms_per_read``) minus their sum is what the
-HTTP server (aiohttp's request parsing, routing, middlewares, the response's write) adds."""
+divided by the runs. The API's figure (``api_cpu_ms_per_read``) minus their sum is roughly
+what the HTTP server (aiohttp's parsing, routing, middlewares, the response's write) adds:
+a difference of two noisy measurements, so no key of its own."""
 
 from __future__ import annotations
 
