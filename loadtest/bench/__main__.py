@@ -63,6 +63,8 @@ def ratios(result: dict[str, Any]) -> dict[str, float]:
         "lean_vs_sdk_burst_eps": get("burst_eps") / get("burst_eps_sdk"),
         "lean_vs_sdk_live_eps": get("live_eps") / get("live_eps_sdk"),
         "lean_vs_sdk_api_cpu_per_read": get("api_cpu_ms_per_read") / get("api_cpu_ms_per_read_sdk"),
+        "lean_vs_sdk_api_cpu_per_post": get("api_cpu_ms_per_post") / get("api_cpu_ms_per_post_sdk"),
+        "api_read_vs_floor": get("api_cpu_ms_per_read") / get("read_floor_cpu_ms"),
     }
 
 

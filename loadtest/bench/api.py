@@ -12,6 +12,7 @@ import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ import aiohttp
 from tqdm import tqdm
 
 from loadtest.bench.harness import (
+    BENCH_OPTIONS,
     SDK_PATH,
     bounded,
     fresh_storage,
@@ -28,9 +30,11 @@ from loadtest.bench.harness import (
     write_rows,
 )
 from loadtest.bench.measure import cpu_seconds, delta, profiled, scrape
+from loadtest.bench.read_steps import read_steps
 from loadtest.bench.sizes import Sizes
 from timeline.model.keys import now_ticks
 from timeline.model.tokens import TokenSigner
+from timeline.storage.accounts import Storage
 from timeline.storage.azurite import Azurite, free_ports
 from timeline.storage.names import TIMELINES
 
@@ -135,10 +139,16 @@ async def api(sizes: Sizes, profile: Path | None = None) -> dict[str, float]:
         async with api_process(azurites, **SDK_PATH) as server:
             await cost(server, reads[: len(reads) // 10], "api (sdk): warming up")
             sdk_read_ms, _ = await cost(server, reads, "api (sdk): timeline reads")
-    return {
+            sdk_post_ms, _ = await cost(server, posts, "api (sdk): posts")
+        strings = [a.connection_string for a in azurites]
+        async with Storage(strings, replace(BENCH_OPTIONS, lean=False)) as sdk_storage:
+            bearer = tokens[owners[0]]["Authorization"].removeprefix("Bearer ")
+            steps = await read_steps(storage, sdk_storage, owners[0], bearer, signer)
+    return steps | {
         "api_cpu_ms_per_read": read_ms,
         "api_cpu_ms_per_read_sdk": sdk_read_ms,
         "api_storage_requests_per_read": read_requests,
         "api_cpu_ms_per_post": post_ms,
+        "api_cpu_ms_per_post_sdk": sdk_post_ms,
         "api_storage_requests_per_post": post_requests,
     }

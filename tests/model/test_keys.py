@@ -12,6 +12,7 @@ from timeline.model.keys import (
     MAX_TICKS,
     POST_FORMAT_CHARACTERS,
     clean_text,
+    format_ticks,
     format_time,
     new_post_id,
     now_ticks,
@@ -33,6 +34,16 @@ def test_ticks_match_dotnet() -> None:
     assert ticks_to_datetime(DOTNET_2000_TICKS) == datetime(2000, 1, 1, tzinfo=UTC)
     assert MAX_TICKS == 3_155_378_975_999_999_999
     assert reversed_ticks(DOTNET_2000_TICKS) == MAX_TICKS - DOTNET_2000_TICKS
+
+
+@given(st.integers(min_value=0, max_value=MAX_TICKS))
+def test_formatting_ticks_matches_formatting_their_datetime(ticks: int) -> None:
+    assert format_ticks(ticks) == format_time(ticks_to_datetime(ticks))
+
+
+@pytest.mark.parametrize("ticks", [0, MAX_TICKS, DOTNET_2000_TICKS - 1, DOTNET_2000_TICKS + 9])
+def test_formatting_ticks_at_the_edges_of_a_minute_and_of_time(ticks: int) -> None:
+    assert format_ticks(ticks) == format_time(ticks_to_datetime(ticks))
 
 
 def test_now_ticks_is_current_time() -> None:

@@ -19,7 +19,14 @@ from tests.conftest import unique
 from timeline.config import Settings
 from timeline.storage import lean
 from timeline.storage.accounts import Storage, StorageOptions
-from timeline.storage.calls import Operation, query_page, submit_batch, transact
+from timeline.storage.calls import (
+    Operation,
+    as_entity,
+    query_page,
+    query_rows,
+    submit_batch,
+    transact,
+)
 from timeline.storage.egt import build_batch, entity_json, parse_batch
 from timeline.storage.names import TIMELINES
 
@@ -104,6 +111,39 @@ async def test_typed_values_round_trip_alike(paths: dict[str, Storage], writer: 
     assert type(got["whole"]) is float
     assert got["when"].tzinfo is not None
     assert "skipped" not in got
+
+
+async def test_rows_made_entities_are_the_entities_a_page_gives(
+    paths: dict[str, Storage],
+) -> None:
+    """``query_rows`` then ``as_entity`` (a home page's head rows) types values and carries
+    the etag as ``query_page`` does, on both paths; the strings and booleans a page reads
+    are the same raw."""
+    partition = unique("rows")
+    values = typed_values()
+    operations: list[Operation] = [
+        ("upsert", {"PartitionKey": partition, "RowKey": key, **values}) for key in ["a", "b"]
+    ]
+    await submit_batch(paths["lean"], TIMELINES, partition, operations)
+    select = ["PartitionKey", "RowKey", *(k for k, v in values.items() if v is not None)]
+    pages = await read(paths["sdk"], partition, select)
+    for path, storage in paths.items():
+        rows = await query_rows(
+            storage.reader(TIMELINES, partition),
+            "PartitionKey eq @pk",
+            {"pk": partition},
+            select=select,
+            limit=1000,
+            continuation=None,
+        )
+        entities = [as_entity(row) for row in rows.items]
+        assert len(entities) == 2, path
+        assert [shape(e) for e in entities] == [shape(e) for e in pages], path
+        assert [e.metadata for e in entities] == [e.metadata for e in pages]
+        plain = ["RowKey", "empty", "unicode", "json", "longest", "yes", "no", "low"]
+        assert [{k: r[k] for k in plain} for r in rows.items] == [
+            {k: e[k] for k in plain} for e in pages
+        ]
 
 
 async def by_key(storage: Storage, partition: str, key: str) -> list[dict[str, Any]]:

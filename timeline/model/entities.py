@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Any, Generic, TypeVar
 
 from timeline.model.keys import (
+    format_ticks,
     format_time,
     post_id_from_row_key,
     post_id_ticks,
@@ -52,12 +53,27 @@ class Post:
         )
 
     def to_json(self) -> dict[str, str]:
-        return {
-            "post_id": self.post_id,
-            "author": self.author,
-            "text": self.text,
-            "created_at": format_time(self.created_at),
-        }
+        return post_json(self.post_id, self.author, self.text)
+
+
+PostRow = dict[str, Any]
+"""A post or timeline row as a query gives it (``POST_SELECT``: ``RowKey``, ``author``,
+``text``): what the read path carries from storage to the response, with no ``Post``."""
+
+
+def post_json(post_id: str, author: str, text: str) -> dict[str, str]:
+    """A post as clients see it; its creation time is in its id."""
+    return {
+        "post_id": post_id,
+        "author": author,
+        "text": text,
+        "created_at": format_ticks(post_id_ticks(post_id)),
+    }
+
+
+def row_json(row: PostRow) -> dict[str, str]:
+    """``Post.from_entity(row).to_json()`` without the ``Post``."""
+    return post_json(post_id_from_row_key(row["RowKey"]), row["author"], row["text"])
 
 
 @dataclass(frozen=True, slots=True)

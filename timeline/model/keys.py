@@ -7,7 +7,7 @@ import secrets
 import time
 import unicodedata
 from datetime import UTC, datetime, timedelta
-from functools import cache
+from functools import cache, lru_cache
 
 from timeline.errors import InvalidInputError
 
@@ -55,6 +55,19 @@ def ticks_to_datetime(ticks: int) -> datetime:
 def format_time(moment: datetime) -> str:
     """RFC 3339 UTC with microseconds, e.g. ``2026-11-22T05:40:00.123456Z``."""
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def format_ticks(ticks: int) -> str:
+    """``format_time(ticks_to_datetime(ticks))`` at a third of the cost: a page formats 250
+    of them, and posts near each other in time share the minute, formatted once."""
+    minute, micros = divmod(ticks // 10, 60_000_000)
+    seconds, micros = divmod(micros, 1_000_000)
+    return f"{_minute_prefix(minute)}{seconds:02d}.{micros:06d}Z"
+
+
+@lru_cache(maxsize=4096)
+def _minute_prefix(minute: int) -> str:
+    return (_DOTNET_EPOCH + timedelta(minutes=minute)).strftime("%Y-%m-%dT%H:%M:")
 
 
 def new_post_id(ticks: int) -> str:

@@ -29,10 +29,10 @@ from dataclasses import dataclass, replace
 
 from azure.data.tables import TableEntity
 
-from timeline.model.entities import POST_SELECT, Post
+from timeline.model.entities import POST_SELECT, Post, PostRow
 from timeline.reads.activity import Attendance
 from timeline.storage.accounts import Storage
-from timeline.storage.calls import query_page
+from timeline.storage.calls import as_entity, query_rows
 from timeline.storage.names import POSTS, TIMELINES
 from timeline.tables.activity import HEAD_SELECT, Head, head_of
 from timeline.tables.audience import FIRST_POST_KEY, merge_row_author
@@ -64,7 +64,8 @@ class Position:
 
 @dataclass(frozen=True, slots=True)
 class _Source:
-    posts: list[Post]
+    rows: list[PostRow]
+    """Its posts' rows, newest first (no void ones): no ``Post`` is built on a page read."""
     more: bool
     last_key: str
     """The last row key read (a post or not): the source is complete up to here."""
@@ -95,10 +96,21 @@ class HomeTimeline:
     ) -> tuple[list[Post], Position | None]:
         """Up to ``limit`` posts from ``position`` and where the next page starts (None: the
         timeline ended)."""
+        rows, following = await self.rows(owner, limit, position)
+        return [Post.from_entity(row) for row in rows], following
+
+    async def rows(
+        self, owner: str, limit: int, position: Position
+    ) -> tuple[list[PostRow], Position | None]:
+        """``page`` as the posts' rows (``POST_SELECT``), for a response built straight
+        from them."""
         if position.dormant:
             return await self._dormant_page(owner, limit, position)
         if position.listed is None:
             return await self._first_page(owner, limit, position.until)
+        if not position.listed:
+            own = await self._own(owner, limit, position)
+            return _merge(own, {}, (), limit, position.until)
         own, merged = await asyncio.gather(
             self._own(owner, limit, position),
             self._authors(
@@ -109,11 +121,14 @@ class HomeTimeline:
 
     async def _first_page(
         self, owner: str, limit: int, until: str
-    ) -> tuple[list[Post], Position | None]:
+    ) -> tuple[list[PostRow], Position | None]:
         guess = self._guesses.get(owner, ())
-        (own, listed, head), guessed = await asyncio.gather(
-            self._head(owner, limit, until), self._authors(owner, guess, limit, until=until)
-        )
+        if guess:
+            (own, listed, head), guessed = await asyncio.gather(
+                self._head(owner, limit, until), self._authors(owner, guess, limit, until=until)
+            )
+        else:  # most readers merge no one: no tasks to start beside the head's query
+            (own, listed, head), guessed = await self._head(owner, limit, until), {}
         if self._attendance is not None:
             seen = self._attendance.seen(owner, head)
             if head.dormant:
@@ -144,7 +159,7 @@ class HomeTimeline:
 
     async def _dormant_page(
         self, owner: str, limit: int, position: Position
-    ) -> tuple[list[Post], Position | None]:
+    ) -> tuple[list[PostRow], Position | None]:
         """A page of a dormant (or waking) reader, complete at once: its own and every
         followed author's posts from ``posts``, the follows read from storage; its own
         partition (missing the copies dormancy skipped) is not read."""
@@ -171,7 +186,7 @@ class HomeTimeline:
         continuation: dict[str, str] | None = None
         while True:
             async with self._storage.guard():
-                page = await query_page(
+                page = await query_rows(
                     self._storage.reader(TIMELINES, owner),
                     _HEAD,
                     {"pk": owner, "until": until},
@@ -179,17 +194,18 @@ class HomeTimeline:
                     limit=limit + self._max_merged + 3,
                     continuation=continuation,
                 )
-            rows = [entity for entity in page.items if entity["RowKey"] >= FIRST_POST_KEY]
-            heads.extend(entity for entity in page.items if entity["RowKey"] < FIRST_POST_KEY)
-            for entity in page.items:
-                author = merge_row_author(entity["RowKey"])
+            rows = [row for row in page.items if row["RowKey"] >= FIRST_POST_KEY]
+            for row in page.items:
+                if row["RowKey"] >= FIRST_POST_KEY:
+                    break  # head rows sort before every post
+                heads.append(as_entity(row))  # few, and read as entities (etags, types)
+                author = merge_row_author(row["RowKey"])
                 if author is not None:
                     listed.append(author)
             continuation = page.continuation
             if rows or continuation is None:
                 last = rows[-1]["RowKey"] if rows else FIRST_POST_KEY
-                posts = [Post.from_entity(entity) for entity in rows]
-                source = _Source(posts, continuation is not None, last)
+                source = _Source(rows, continuation is not None, last)
                 return source, tuple(listed), head_of(heads)
 
     async def _own(self, owner: str, limit: int, position: Position) -> _Source:
@@ -209,6 +225,8 @@ class HomeTimeline:
     ) -> dict[str, _Source]:
         """The posts between ``after`` and ``until`` of each author the owner still follows,
         all at once."""
+        if not authors:
+            return {}
         rows = self._author_rows(limit, listed if listed is not None else len(authors))
         queries = [self._query(POSTS, author, after, until, rows) for author in authors]
         following, sources = await asyncio.gather(
@@ -236,7 +254,7 @@ class HomeTimeline:
         resume: dict[str, str] | None = None,
     ) -> _Source:
         async with self._storage.guard():
-            page = await query_page(
+            page = await query_rows(
                 self._storage.reader(table, partition),
                 _AFTER,
                 {"pk": partition, "until": until, "after": after},
@@ -245,33 +263,35 @@ class HomeTimeline:
                 continuation=resume,
             )
         last = page.items[-1]["RowKey"] if page.items else after
-        posts = [Post.from_entity(entity) for entity in page.items if not entity.get("void")]
-        return _Source(posts, page.continuation is not None, last)
+        rows = [row for row in page.items if not row.get("void")]
+        return _Source(rows, page.continuation is not None, last)
 
 
 def _merge(
     own: _Source, merged: dict[str, _Source], listed: tuple[str, ...], limit: int, until: str
-) -> tuple[list[Post], Position | None]:
+) -> tuple[list[PostRow], Position | None]:
     """Newest first, up to the bound; the next position is the last key served, or the bound
     when the page served everything up to it."""
-    skipped = set(listed)
-    kept = _Source(
-        [post for post in own.posts if post.author not in skipped], own.more, own.last_key
-    )
+    kept = own
+    if listed:
+        skipped = set(listed)
+        kept = _Source(
+            [row for row in own.rows if row["author"] not in skipped], own.more, own.last_key
+        )
     sources = [kept, *merged.values()]
     bound = min((source.last_key for source in sources if source.more), default=None)
-    candidates = sorted(
-        (
-            post
-            for source in sources
-            for post in source.posts
-            if bound is None or post.row_key <= bound
-        ),
-        key=lambda post: post.row_key,
-    )
+    candidates = [
+        row for source in sources for row in source.rows if bound is None or row["RowKey"] <= bound
+    ]
+    if len(sources) > 1:
+        candidates.sort(key=_row_key)  # each source is in order already
     page = candidates[:limit]
     if len(candidates) > limit:
-        return page, Position(page[-1].row_key, listed, until=until)
+        return page, Position(page[-1]["RowKey"], listed, until=until)
     if bound is not None:
         return page, Position(bound, listed, until=until)
     return page, None
+
+
+def _row_key(row: PostRow) -> str:
+    return row["RowKey"]  # type: ignore[no-any-return]

@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from timeline.errors import InvalidInputError
-from timeline.model.entities import Page, Post
+from timeline.model.entities import Page, Post, PostRow, row_json
 from timeline.model.tokens import TokenSigner
 
 T = TypeVar("T")
@@ -50,6 +50,14 @@ class Pager:
         out = self.page_out(scope, page, Post.to_json)
         if page.items:
             newest = self._signer.encode_position(scope, page.items[0].row_key)
+            out = replace(out, newest=newest)
+        return out
+
+    def rows_out(self, scope: str, page: Page[PostRow]) -> PageOut:
+        """``posts_out`` for a page of rows (``timeline.reads.home``): the same JSON."""
+        out = self.page_out(scope, page, row_json)
+        if page.items:
+            newest = self._signer.encode_position(scope, page.items[0]["RowKey"])
             out = replace(out, newest=newest)
         return out
 

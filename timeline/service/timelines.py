@@ -74,10 +74,10 @@ class Timelines:
             wanted = min(wanted, self._cap - served)
             if wanted <= 0:
                 return PageOut(items=[], continuation=None)
-        posts, following = await self._home.page(owner, wanted, position)
-        served += len(posts)
+        rows, following = await self._home.rows(owner, wanted, position)
+        served += len(rows)
         if following is None or (self._cap and served >= self._cap):
-            return self._pager.posts_out(scope, Page(posts, None))
+            return self._pager.rows_out(scope, Page(rows, None))
         token = {
             AFTER: following.after,
             LISTED: ",".join(following.listed or ()),
@@ -87,7 +87,7 @@ class Timelines:
             token[UNTIL] = following.until
         if following.dormant:
             token[DORMANT] = "1"
-        return self._pager.posts_out(scope, Page(posts, token))
+        return self._pager.rows_out(scope, Page(rows, token))
 
     async def watch(
         self,

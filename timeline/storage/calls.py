@@ -60,6 +60,41 @@ async def query_page(
     return Page(items, pager.continuation_token or None)
 
 
+async def query_rows(
+    client: TableClient,
+    query_filter: str,
+    parameters: dict[str, Any],
+    *,
+    select: list[str],
+    limit: int,
+    continuation: dict[str, str] | None,
+) -> Page[dict[str, Any]]:
+    """``query_page`` for pages whose selected properties are strings and booleans (a read's
+    hot path): the lean path gives each row as the response's JSON decoded it, with no
+    entity built per row; those values are the ones the SDK gives, so the switch to the SDK
+    path (which gives its entities, also dicts) changes nothing a caller reads."""
+    if _lean(client):
+        return await lean.query_rows(
+            client,
+            query_filter,
+            parameters,
+            select=select,
+            limit=limit,
+            continuation=continuation,
+        )
+    page = await query_page(
+        client, query_filter, parameters, select=select, limit=limit, continuation=continuation
+    )
+    rows: list[dict[str, Any]] = list(page.items)
+    return Page(rows, page.continuation)
+
+
+def as_entity(row: dict[str, Any]) -> TableEntity:
+    """A row ``query_rows`` gave, as ``query_page`` gives it: typed, its etag in
+    ``metadata`` (for the few rows of a page that are not posts)."""
+    return row if isinstance(row, TableEntity) else lean.to_entity(row)
+
+
 Operation = tuple[str, dict[str, Any]]
 """``("upsert", entity)`` or ``("delete", keys)``: idempotent, so safe to retry. A
 ``("trace", entity)`` is an upsert that belongs to the delete just before it (it records the

@@ -65,6 +65,49 @@ async def query_page(
 ) -> Page[TableEntity]:
     """One query request: the entities and the continuation, as the SDK's pager gives them
     (``on_headers`` is given the response's headers)."""
+    page = await query_rows(
+        client,
+        query_filter,
+        parameters,
+        select=select,
+        limit=limit,
+        continuation=continuation,
+        on_headers=on_headers,
+    )
+    return Page([to_entity(row) for row in page.items], page.continuation)
+
+
+async def query_rows(
+    client: TableClient,
+    query_filter: str,
+    parameters: dict[str, Any],
+    *,
+    select: list[str] | None,
+    limit: int,
+    continuation: dict[str, str] | None,
+    on_headers: Callable[[Mapping[str, str]], None] | None = None,
+) -> Page[dict[str, Any]]:
+    """``query_page`` with each row as the JSON gave it (``odata.*`` annotations included,
+    nothing typed): for pages that read only strings and booleans."""
+    response = await query_response(
+        client, query_filter, parameters, select=select, limit=limit, continuation=continuation
+    )
+    if on_headers is not None:
+        on_headers(response.headers)
+    rows: list[dict[str, Any]] = orjson.loads(response.content)["value"]
+    return Page(rows, _continuation(response))
+
+
+async def query_response(
+    client: TableClient,
+    query_filter: str,
+    parameters: dict[str, Any],
+    *,
+    select: list[str] | None,
+    limit: int,
+    continuation: dict[str, str] | None,
+) -> AsyncHttpResponse:
+    """The query's 200 response, read whole (its body is the page's JSON), or the SDK's error."""
     params = {
         "$top": str(limit),
         "$filter": _parameter_filter_substitution(parameters, query_filter),
@@ -89,10 +132,7 @@ async def query_page(
     response = await _send(client, request)
     if response.status_code != 200:
         _process_table_error(HttpResponseError(response=response))
-    if on_headers is not None:
-        on_headers(response.headers)
-    rows = orjson.loads(response.content)["value"]
-    return Page([to_entity(row) for row in rows], _continuation(response))
+    return response
 
 
 def _continuation(response: AsyncHttpResponse) -> dict[str, str] | None:
