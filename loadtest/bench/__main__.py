@@ -81,7 +81,7 @@ async def run(sizes: Sizes, phases: set[str], profile: Path | None = None) -> di
     started = time.monotonic()
     result: dict[str, Any] = await ceilings(sizes)
     steps: dict[str, Callable[[], Awaitable[dict[str, Any]]]] = {
-        "live": lambda: live(sizes, result["ceiling_single_eps"]),
+        "live": lambda: live(sizes, result["ceiling_single_eps"], profile),
         "burst": lambda: burst(sizes),
         "scaling": lambda: scaling(sizes, profile),
         "backfill": lambda: backfill(sizes),
@@ -114,7 +114,7 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument(
         "--profile", type=Path, default=None,
-        help="sample the workers (scaling) and the API (api) with py-spy into this folder",
+        help="sample the workers (live, scaling) and the API (api) with py-spy into this folder",
     )  # fmt: skip
     args = parser.parse_args()
     unknown = set(args.phases.split(",")) - set(PHASES)

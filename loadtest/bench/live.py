@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from pathlib import Path
 
 from loadtest.bench.ceiling import adjacent_ceiling
 from loadtest.bench.harness import (
@@ -18,21 +19,28 @@ from loadtest.bench.harness import (
     write_rows,
 )
 from loadtest.bench.lag import lag
-from loadtest.bench.measure import delta
+from loadtest.bench.measure import delta, profiled
 from loadtest.bench.sizes import Sizes
 from timeline.storage.names import SUBJECT_FOLLOWERS
 
 
-async def live(sizes: Sizes, ceiling: float) -> dict[str, float]:
+async def live(sizes: Sizes, ceiling: float, profile: Path | None = None) -> dict[str, float]:
     """Live fan-out with the lean storage path (then the lag phase on the same worker), and
-    the same posting on the plain SDK calls (keys ending ``_sdk``, no lag phase)."""
-    lean = await one_live(sizes, ceiling, "live", with_lag=True)
-    sdk = await one_live(sizes, ceiling, "live (sdk)", with_lag=False, **SDK_PATH)
+    the same posting on the plain SDK calls (keys ending ``_sdk``, no lag phase); with
+    ``profile``, the worker is sampled by py-spy while posts arrive."""
+    lean = await one_live(sizes, ceiling, "live", profile, with_lag=True)
+    sdk = await one_live(sizes, ceiling, "live (sdk)", profile, with_lag=False, **SDK_PATH)
     return lean | suffixed(sdk, "_sdk")
 
 
 async def one_live(
-    sizes: Sizes, ceiling: float, label: str, *, with_lag: bool, **settings: str
+    sizes: Sizes,
+    ceiling: float,
+    label: str,
+    profile: Path | None,
+    *,
+    with_lag: bool,
+    **settings: str,
 ) -> dict[str, float]:
     """Authors with disjoint followers, posting round-robin at 1.2 times the single ceiling:
     consecutive posts never share a follower. ``settings``: the worker's extra variables."""
@@ -51,9 +59,14 @@ async def one_live(
         async with worker(azurites, **settings) as process:
             before, cpu_before = await process.metrics(), process.cpu_s()
             started = time.monotonic()
-            posted = await steady_posts(
-                storage, authors, 1.2 * ceiling / per_post, sizes.live_seconds, f"{label}: posting"
-            )
+            with profiled([process.pid], profile, label.replace(" (", "-").rstrip(")")):
+                posted = await steady_posts(
+                    storage,
+                    authors,
+                    1.2 * ceiling / per_post,
+                    sizes.live_seconds,
+                    f"{label}: posting",
+                )
             after, cpu_after = await process.metrics(), process.cpu_s()
             elapsed = time.monotonic() - started
             deliveries = delta(before, after, DELIVERIES)

@@ -33,7 +33,8 @@ from azure.data.tables._error import RequestTooLargeError
 from azure.data.tables.aio import TableClient
 
 from timeline.model.entities import Page
-from timeline.storage.egt import Part, build_batch, parse_batch
+from timeline.storage.egt import Part, build_batch, entity_json, parse_batch, row_keys
+from timeline.storage.pipeline import LeanSender
 
 _INT32 = 2**31
 # The SDK's own conversions and error decoding, so both paths type and fail alike.
@@ -43,7 +44,7 @@ _CONVERSIONS: dict[str, Callable[[Any], Any]] = {
 }
 _from_entity_datetime: Callable[[str], datetime] = _deserialize._from_entity_datetime
 _decode_error: Callable[..., HttpResponseError] = _error._decode_error
-_process_table_error: Callable[[HttpResponseError], None] = _error._process_table_error
+_process_table_error: Callable[..., None] = _error._process_table_error
 _validate_tablename_error: Callable[[HttpResponseError, str], None] = (
     _error._validate_tablename_error
 )
@@ -78,7 +79,7 @@ async def query_page(
             params["NextRowKey"] = continuation["RowKey"]
     request = HttpRequest(
         "GET",
-        f"/{quote(client.table_name, safe='')}()",
+        f"{_endpoint(client)}/{quote(client.table_name, safe='')}(){client._query_str}",
         params={name: quote(value, safe="") for name, value in params.items()},  # as the SDK
         headers={
             "x-ms-version": client.api_version,
@@ -155,7 +156,7 @@ async def submit_transaction(client: TableClient, operations: Sequence[Sequence[
     """One Entity Group Transaction; raises what the SDK's ``submit_transaction`` raises."""
     if not operations:
         return
-    endpoint = f"{client.scheme}://{client._primary_hostname}"
+    endpoint = _endpoint(client)
     content_type, body = build_batch(endpoint, client.table_name, operations, client.api_version)
     request = HttpRequest(
         "POST",
@@ -173,12 +174,37 @@ async def submit_transaction(client: TableClient, operations: Sequence[Sequence[
     _raise_for_batch(response, client.table_name)
 
 
+async def upsert_entity(client: TableClient, entity: Mapping[str, Any]) -> None:
+    """One entity upserted whole (``UpdateMode.REPLACE``): a ``PUT`` without ``If-Match``,
+    the same request, body and errors as the SDK's ``upsert_entity``."""
+    table = quote(client.table_name, safe="")
+    request = HttpRequest(
+        "PUT",
+        f"{_endpoint(client)}/{table}({row_keys(entity)}){client._query_str}",
+        headers={
+            "x-ms-version": client.api_version,
+            "DataServiceVersion": "3.0",
+            "Content-Type": "application/json",
+            "Accept": "application/json",
+        },
+        content=entity_json(entity),
+    )
+    response = await _send(client, request)
+    if response.status_code != 204:
+        _process_table_error(HttpResponseError(response=response), table_name=client.table_name)
+
+
+def _endpoint(client: TableClient) -> str:
+    return f"{client.scheme}://{client._primary_hostname}"
+
+
 async def _send(client: TableClient, request: HttpRequest) -> AsyncHttpResponse:
-    """Through the client's pipeline, streamed (so its content-decoding policy does not
-    parse the body a second time), then read whole."""
-    response = await client._client.send_request(request, stream=True)
-    await response.read()
-    return response
+    """Through the client's lean sender (``timeline.storage.pipeline``), read whole."""
+    sender: LeanSender | None = getattr(client, "lean_sender", None)
+    if sender is None:
+        sender = LeanSender(client)
+        client.lean_sender = sender  # type: ignore[attr-defined]
+    return await sender.send(request)
 
 
 def _raise_for_batch(response: AsyncHttpResponse, table: str) -> None:
