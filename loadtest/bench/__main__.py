@@ -48,6 +48,8 @@ def ratios(result: dict[str, Any]) -> dict[str, float]:
     return {
         "live_vs_single": get("live_eps") / single,
         "burst_vs_single": get("burst_eps") / single,
+        "worker_cpu_live_over_floor": get("worker_cpu_ms_per_delivery_live")
+        / get("live_floor_cpu_ms_per_request"),
         "backfill_vs_egt": get("backfill_eps") / egt,
         "live_vs_adjacent_single": get("live_eps") / get("live_adjacent_single_eps"),
         "burst_vs_adjacent_single": get("burst_eps") / get("burst_adjacent_single_eps"),

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 from loadtest.bench.ceiling import adjacent_ceiling
+from loadtest.bench.floor import live_floor
 from loadtest.bench.harness import (
     DELIVERIES,
     SDK_PATH,
@@ -86,4 +87,6 @@ async def one_live(
                 eps = result["live_eps"]
                 result |= await lag(storage, process, authors, per_post, eps, sizes)
         probes.append(await adjacent_ceiling(storage, sizes, f"{label}: probe after"))
+        if with_lag:  # once per run: the floor does not depend on the worker's path
+            result |= await live_floor(storage, sizes.ceiling_entities // 2)
         return result | {"live_adjacent_single_eps": statistics.mean(probes)}
