@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import statistics
 import time
 from pathlib import Path
@@ -11,6 +12,7 @@ from loadtest.bench.floor import live_floor
 from loadtest.bench.harness import (
     DELIVERIES,
     SDK_PATH,
+    WorkerProcess,
     follower_rows,
     fresh_storage,
     steady_posts,
@@ -58,6 +60,7 @@ async def one_live(
         per_post = sizes.live_followers + 1  # the author's own timeline too
         probes = [await adjacent_ceiling(storage, sizes, f"{label}: probe before")]
         async with worker(azurites, **settings) as process:
+            idle = await idle_cores(process)
             before, cpu_before = await process.metrics(), process.cpu_s()
             started = time.monotonic()
             with profiled([process.pid], profile, label.replace(" (", "-").rstrip(")")):
@@ -80,6 +83,10 @@ async def one_live(
                 "worker_cpu_ms_per_delivery_live": 1000
                 * (cpu_after - cpu_before)
                 / max(1, deliveries),
+                "worker_idle_cores_live": idle,
+                "worker_cpu_ms_per_delivery_live_above_idle": 1000
+                * (cpu_after - cpu_before - idle * elapsed)
+                / max(1, deliveries),
             }
             target = before.get(DELIVERIES, 0) + posted * per_post
             await wait_for(process, DELIVERIES, target, f"{label}: draining")
@@ -90,3 +97,12 @@ async def one_live(
         if with_lag:  # once per run: the floor does not depend on the worker's path
             result |= await live_floor(storage, sizes.ceiling_entities // 2)
         return result | {"live_adjacent_single_eps": statistics.mean(probes)}
+
+
+async def idle_cores(process: WorkerProcess, seconds: float = 3.0) -> float:
+    """The worker's CPU with nothing to do (empty receives, timers, renewals), in cores: at
+    the bench's short idle sleep it is a fixed cost that live posting shares out."""
+    await asyncio.sleep(1.0)  # past its start-up
+    cpu, started = process.cpu_s(), time.monotonic()
+    await asyncio.sleep(seconds)
+    return (process.cpu_s() - cpu) / (time.monotonic() - started)
