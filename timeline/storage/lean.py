@@ -1,13 +1,15 @@
-"""The lean storage path: query pages and Entity Group Transactions on the SDK's own pipeline,
-without its per-property model layer.
+"""The lean storage path: query pages, Entity Group Transactions and single upserts on the
+SDK's own policies, without its per-property model layer.
 
-Requests are ``azure.core.rest.HttpRequest`` objects sent through the table client's
-generated client (``send_request``, the SDK's protocol method), so authentication (shared
-key, SAS), retries, timeouts and the transport stay azure-core's. What is done by hand: a
-batch body (``timeline.storage.egt``), and a query page's JSON, decoded with orjson and
-typed as the SDK types it. Errors are decoded by the SDK's own error decoder, so callers
-see the same exception types, status codes, error codes and transaction indexes. Why and
-what it saves: ``docs/lean-storage.md``.
+Requests are ``azure.core.rest.HttpRequest`` objects sent through the table client's lean
+sender (``timeline.storage.pipeline``: the client's own credential, retry and header
+policies and its transport, without the per-request ones that only cost CPU), so
+authentication (shared key, SAS, token), retries, timeouts and the transport stay
+azure-core's. What is done by hand: a batch body (``timeline.storage.egt``), a single
+upsert's ``PUT``, and a query page's JSON, decoded with orjson and typed as the SDK types
+it. Errors are decoded by the SDK's own error decoder, so callers see the same exception
+types, status codes, error codes and transaction indexes. Why and what it saves:
+``docs/lean-storage.md``.
 """
 
 from __future__ import annotations
