@@ -48,6 +48,8 @@ def ratios(result: dict[str, Any]) -> dict[str, float]:
     return {
         "live_vs_single": get("live_eps") / single,
         "burst_vs_single": get("burst_eps") / single,
+        "worker_cpu_live_over_floor": get("worker_cpu_ms_per_delivery_live")
+        / get("live_floor_cpu_ms_per_request"),
         "backfill_vs_egt": get("backfill_eps") / egt,
         "live_vs_adjacent_single": get("live_eps") / get("live_adjacent_single_eps"),
         "burst_vs_adjacent_single": get("burst_eps") / get("burst_adjacent_single_eps"),
@@ -83,7 +85,7 @@ async def run(sizes: Sizes, phases: set[str], profile: Path | None = None) -> di
     started = time.monotonic()
     result: dict[str, Any] = await ceilings(sizes)
     steps: dict[str, Callable[[], Awaitable[dict[str, Any]]]] = {
-        "live": lambda: live(sizes, result["ceiling_single_eps"]),
+        "live": lambda: live(sizes, result["ceiling_single_eps"], profile),
         "burst": lambda: burst(sizes),
         "scaling": lambda: scaling(sizes, profile),
         "backfill": lambda: backfill(sizes),
@@ -116,7 +118,7 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument(
         "--profile", type=Path, default=None,
-        help="sample the workers (scaling) and the API (api) with py-spy into this folder",
+        help="sample the workers (live, scaling) and the API (api) with py-spy into this folder",
     )  # fmt: skip
     args = parser.parse_args()
     unknown = set(args.phases.split(",")) - set(PHASES)

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import statistics
 import time
+from pathlib import Path
 
 from loadtest.bench.ceiling import adjacent_ceiling
+from loadtest.bench.floor import live_floor
 from loadtest.bench.harness import (
     DELIVERIES,
     SDK_PATH,
+    WorkerProcess,
     follower_rows,
     fresh_storage,
     steady_posts,
@@ -18,21 +22,28 @@ from loadtest.bench.harness import (
     write_rows,
 )
 from loadtest.bench.lag import lag
-from loadtest.bench.measure import delta
+from loadtest.bench.measure import delta, profiled
 from loadtest.bench.sizes import Sizes
 from timeline.storage.names import SUBJECT_FOLLOWERS
 
 
-async def live(sizes: Sizes, ceiling: float) -> dict[str, float]:
+async def live(sizes: Sizes, ceiling: float, profile: Path | None = None) -> dict[str, float]:
     """Live fan-out with the lean storage path (then the lag phase on the same worker), and
-    the same posting on the plain SDK calls (keys ending ``_sdk``, no lag phase)."""
-    lean = await one_live(sizes, ceiling, "live", with_lag=True)
-    sdk = await one_live(sizes, ceiling, "live (sdk)", with_lag=False, **SDK_PATH)
+    the same posting on the plain SDK calls (keys ending ``_sdk``, no lag phase); with
+    ``profile``, the worker is sampled by py-spy while posts arrive."""
+    lean = await one_live(sizes, ceiling, "live", profile, with_lag=True)
+    sdk = await one_live(sizes, ceiling, "live (sdk)", profile, with_lag=False, **SDK_PATH)
     return lean | suffixed(sdk, "_sdk")
 
 
 async def one_live(
-    sizes: Sizes, ceiling: float, label: str, *, with_lag: bool, **settings: str
+    sizes: Sizes,
+    ceiling: float,
+    label: str,
+    profile: Path | None,
+    *,
+    with_lag: bool,
+    **settings: str,
 ) -> dict[str, float]:
     """Authors with disjoint followers, posting round-robin at 1.2 times the single ceiling:
     consecutive posts never share a follower. ``settings``: the worker's extra variables."""
@@ -49,11 +60,17 @@ async def one_live(
         per_post = sizes.live_followers + 1  # the author's own timeline too
         probes = [await adjacent_ceiling(storage, sizes, f"{label}: probe before")]
         async with worker(azurites, **settings) as process:
+            idle = await idle_cores(process)
             before, cpu_before = await process.metrics(), process.cpu_s()
             started = time.monotonic()
-            posted = await steady_posts(
-                storage, authors, 1.2 * ceiling / per_post, sizes.live_seconds, f"{label}: posting"
-            )
+            with profiled([process.pid], profile, label.replace(" (", "-").rstrip(")")):
+                posted = await steady_posts(
+                    storage,
+                    authors,
+                    1.2 * ceiling / per_post,
+                    sizes.live_seconds,
+                    f"{label}: posting",
+                )
             after, cpu_after = await process.metrics(), process.cpu_s()
             elapsed = time.monotonic() - started
             deliveries = delta(before, after, DELIVERIES)
@@ -66,6 +83,10 @@ async def one_live(
                 "worker_cpu_ms_per_delivery_live": 1000
                 * (cpu_after - cpu_before)
                 / max(1, deliveries),
+                "worker_idle_cores_live": idle,
+                "worker_cpu_ms_per_delivery_live_above_idle": 1000
+                * (cpu_after - cpu_before - idle * elapsed)
+                / max(1, deliveries),
             }
             target = before.get(DELIVERIES, 0) + posted * per_post
             await wait_for(process, DELIVERIES, target, f"{label}: draining")
@@ -73,4 +94,15 @@ async def one_live(
                 eps = result["live_eps"]
                 result |= await lag(storage, process, authors, per_post, eps, sizes)
         probes.append(await adjacent_ceiling(storage, sizes, f"{label}: probe after"))
+        if with_lag:  # once per run: the floor does not depend on the worker's path
+            result |= await live_floor(storage, sizes.ceiling_entities // 2)
         return result | {"live_adjacent_single_eps": statistics.mean(probes)}
+
+
+async def idle_cores(process: WorkerProcess, seconds: float = 3.0) -> float:
+    """The worker's CPU with nothing to do (empty receives, timers, renewals), in cores: at
+    the bench's short idle sleep it is a fixed cost that live posting shares out."""
+    await asyncio.sleep(1.0)  # past its start-up
+    cpu, started = process.cpu_s(), time.monotonic()
+    await asyncio.sleep(seconds)
+    return (process.cpu_s() - cpu) / (time.monotonic() - started)

@@ -150,6 +150,8 @@ async def _send(client: TableClient, operations: list[Operation]) -> None:
         kind, entity = operations[0]
         if kind == "delete":
             await client.delete_entity(entity["PartitionKey"], entity["RowKey"])
+        elif _lean(client):
+            await lean.upsert_entity(client, entity)
         else:
             await client.upsert_entity(entity, mode=UpdateMode.REPLACE)
         return

@@ -21,8 +21,8 @@ CONTROL = "~control"
 
 
 class RoutedTableClient(TableClient):
-    """A table client that knows whether its queries and batches take the lean path
-    (``timeline.storage.lean``) or the SDK's own calls."""
+    """A table client that knows whether its queries, batches and single upserts take the
+    lean path (``timeline.storage.lean``) or the SDK's own calls."""
 
     lean = False
 

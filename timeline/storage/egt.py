@@ -59,10 +59,17 @@ def entity_json(entity: Mapping[str, Any]) -> bytes:
     return json.dumps(properties, separators=(",", ":")).encode()
 
 
-def _key(value: Any) -> str:
+def key_segment(value: Any) -> str:
+    """A key as the SDK puts it in a row's URL: ``'`` doubled, then percent-encoded."""
     if not isinstance(value, str):
         raise TypeError("PartitionKey or RowKey must be of type string.")
     return quote(value.replace("'", "''"), safe="")
+
+
+def row_keys(entity: Mapping[str, Any]) -> str:
+    """``PartitionKey='...',RowKey='...'``: a row's keys in its URL, as the SDK writes them."""
+    partition, row = key_segment(entity["PartitionKey"]), key_segment(entity["RowKey"])
+    return f"PartitionKey='{partition}',RowKey='{row}'"
 
 
 def _if_match(entity: Mapping[str, Any], options: Mapping[str, Any]) -> str:
@@ -95,8 +102,7 @@ def _request(operation: Sequence[Any], table_url: str) -> tuple[str, str, list[s
     kind, entity = operation[0], operation[1]
     options: Mapping[str, Any] = operation[2] if len(operation) > 2 else {}
     kind = str(getattr(kind, "value", kind)).lower()
-    keys = f"PartitionKey='{_key(entity['PartitionKey'])}',RowKey='{_key(entity['RowKey'])}'"
-    row_url = f"{table_url}({keys})"
+    row_url = f"{table_url}({row_keys(entity)})"
     if kind == "upsert":
         return _mode(options, UpdateMode.MERGE), row_url, [], entity_json(entity)
     if kind == "update":

@@ -1,13 +1,15 @@
-"""The lean storage path: query pages and Entity Group Transactions on the SDK's own pipeline,
-without its per-property model layer.
+"""The lean storage path: query pages, Entity Group Transactions and single upserts on the
+SDK's own policies, without its per-property model layer.
 
-Requests are ``azure.core.rest.HttpRequest`` objects sent through the table client's
-generated client (``send_request``, the SDK's protocol method), so authentication (shared
-key, SAS), retries, timeouts and the transport stay azure-core's. What is done by hand: a
-batch body (``timeline.storage.egt``), and a query page's JSON, decoded with orjson and
-typed as the SDK types it. Errors are decoded by the SDK's own error decoder, so callers
-see the same exception types, status codes, error codes and transaction indexes. Why and
-what it saves: ``docs/lean-storage.md``.
+Requests are ``azure.core.rest.HttpRequest`` objects sent through the table client's lean
+sender (``timeline.storage.pipeline``: the client's own credential, retry and header
+policies and its transport, without the per-request ones that only cost CPU), so
+authentication (shared key, SAS, token), retries, timeouts and the transport stay
+azure-core's. What is done by hand: a batch body (``timeline.storage.egt``), a single
+upsert's ``PUT``, and a query page's JSON, decoded with orjson and typed as the SDK types
+it. Errors are decoded by the SDK's own error decoder, so callers see the same exception
+types, status codes, error codes and transaction indexes. Why and what it saves:
+``docs/lean-storage.md``.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ from azure.data.tables._error import RequestTooLargeError
 from azure.data.tables.aio import TableClient
 
 from timeline.model.entities import Page
-from timeline.storage.egt import Part, build_batch, parse_batch
+from timeline.storage.egt import Part, build_batch, entity_json, parse_batch, row_keys
+from timeline.storage.pipeline import LeanSender
 
 _INT32 = 2**31
 # The SDK's own conversions and error decoding, so both paths type and fail alike.
@@ -43,7 +46,7 @@ _CONVERSIONS: dict[str, Callable[[Any], Any]] = {
 }
 _from_entity_datetime: Callable[[str], datetime] = _deserialize._from_entity_datetime
 _decode_error: Callable[..., HttpResponseError] = _error._decode_error
-_process_table_error: Callable[[HttpResponseError], None] = _error._process_table_error
+_process_table_error: Callable[..., None] = _error._process_table_error
 _validate_tablename_error: Callable[[HttpResponseError, str], None] = (
     _error._validate_tablename_error
 )
@@ -121,7 +124,7 @@ async def query_response(
             params["NextRowKey"] = continuation["RowKey"]
     request = HttpRequest(
         "GET",
-        f"/{quote(client.table_name, safe='')}()",
+        f"{_endpoint(client)}/{quote(client.table_name, safe='')}(){client._query_str}",
         params={name: quote(value, safe="") for name, value in params.items()},  # as the SDK
         headers={
             "x-ms-version": client.api_version,
@@ -195,7 +198,7 @@ async def submit_transaction(client: TableClient, operations: Sequence[Sequence[
     """One Entity Group Transaction; raises what the SDK's ``submit_transaction`` raises."""
     if not operations:
         return
-    endpoint = f"{client.scheme}://{client._primary_hostname}"
+    endpoint = _endpoint(client)
     content_type, body = build_batch(endpoint, client.table_name, operations, client.api_version)
     request = HttpRequest(
         "POST",
@@ -213,12 +216,37 @@ async def submit_transaction(client: TableClient, operations: Sequence[Sequence[
     _raise_for_batch(response, client.table_name)
 
 
+async def upsert_entity(client: TableClient, entity: Mapping[str, Any]) -> None:
+    """One entity upserted whole (``UpdateMode.REPLACE``): a ``PUT`` without ``If-Match``,
+    the same request, body and errors as the SDK's ``upsert_entity``."""
+    table = quote(client.table_name, safe="")
+    request = HttpRequest(
+        "PUT",
+        f"{_endpoint(client)}/{table}({row_keys(entity)}){client._query_str}",
+        headers={
+            "x-ms-version": client.api_version,
+            "DataServiceVersion": "3.0",
+            "Content-Type": "application/json",
+            "Accept": "application/json",
+        },
+        content=entity_json(entity),
+    )
+    response = await _send(client, request)
+    if response.status_code != 204:
+        _process_table_error(HttpResponseError(response=response), table_name=client.table_name)
+
+
+def _endpoint(client: TableClient) -> str:
+    return f"{client.scheme}://{client._primary_hostname}"
+
+
 async def _send(client: TableClient, request: HttpRequest) -> AsyncHttpResponse:
-    """Through the client's pipeline, streamed (so its content-decoding policy does not
-    parse the body a second time), then read whole."""
-    response = await client._client.send_request(request, stream=True)
-    await response.read()
-    return response
+    """Through the client's lean sender (``timeline.storage.pipeline``), read whole."""
+    sender: LeanSender | None = getattr(client, "lean_sender", None)
+    if sender is None:
+        sender = LeanSender(client)
+        client.lean_sender = sender  # type: ignore[attr-defined]
+    return await sender.send(request)
 
 
 def _raise_for_batch(response: AsyncHttpResponse, table: str) -> None:
