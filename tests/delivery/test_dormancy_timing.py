@@ -1,0 +1,37 @@
+"""When dormancy starts: a reader's dormancy check is swept within a second of its due time
+(plus the sweep interval), not at the end of its minute, so a short inactive period starts
+dormancy on time; and registration stamps a new user, so one who never reads goes dormant."""
+
+from __future__ import annotations
+
+from fanout_worker.sweeper import Sweeper
+from tests.conftest import unique
+from tests.delivery.helpers import add_users
+from timeline.delivery.dormancy import Dormancy
+from timeline.storage.accounts import Storage
+from timeline.storage.names import TIMELINES
+from timeline.tables.activity import MARKER_ROW, STATE, Inactivity
+from timeline.tables.repositories import Repositories
+from timeline.tables.rows import get_entity
+
+INACTIVITY = Inactivity(8.0)
+"""An inactive period of 8 s: stamps of 1 s."""
+
+
+async def test_a_check_is_swept_a_second_after_it_is_due_not_a_minute(storage: Storage) -> None:
+    """A stamp whose check falls due 10 s into a minute: a sweep 1.5 s after that starts
+    dormancy (with minute buckets it waited for the minute to end)."""
+    repos = Repositories.on(storage)
+    reader = unique("reader")
+    await add_users(repos, reader)
+    stamp = INACTIVITY.stamp() - 600
+    stamp -= int(INACTIVITY.due(stamp)) % 60 - 10  # due 10 s past a minute
+    due = INACTIVITY.due(stamp)
+    assert due % 60 == 10
+    await repos.activity.stamp(reader, stamp, INACTIVITY, first=True)
+    dormancy = Dormancy(storage, INACTIVITY, flag_window_s=10)
+    sweeper = Sweeper(storage, claim_lifetime_s=3600, dormancy=dormancy)
+    await sweeper.sweep(now=due + 1.5)
+    marker = await get_entity(storage, TIMELINES, reader, MARKER_ROW)
+    assert marker is not None, "the due check was not swept"
+    assert marker[STATE] == "dormant"
