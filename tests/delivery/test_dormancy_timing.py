@@ -6,11 +6,14 @@ from __future__ import annotations
 
 from fanout_worker.sweeper import Sweeper
 from tests.conftest import unique
-from tests.delivery.helpers import add_users
+from tests.delivery.helpers import add_users, unlimited_service
 from timeline.delivery.dormancy import Dormancy
+from timeline.reads.activity import Attendance
+from timeline.reads.home import HomeTimeline
 from timeline.storage.accounts import Storage
 from timeline.storage.names import TIMELINES
-from timeline.tables.activity import MARKER_ROW, STATE, Inactivity
+from timeline.storage.queue import FanoutQueue
+from timeline.tables.activity import MARKER_ROW, STATE, ActivityRepository, Inactivity
 from timeline.tables.repositories import Repositories
 from timeline.tables.rows import get_entity
 
@@ -34,4 +37,23 @@ async def test_a_check_is_swept_a_second_after_it_is_due_not_a_minute(storage: S
     await sweeper.sweep(now=due + 1.5)
     marker = await get_entity(storage, TIMELINES, reader, MARKER_ROW)
     assert marker is not None, "the due check was not swept"
+    assert marker[STATE] == "dormant"
+
+
+async def test_a_user_who_registers_and_never_reads_goes_dormant(storage: Storage) -> None:
+    """Registration stamps the new user and files its check: the sweep once the check is
+    due starts dormancy without the user ever reading (unstamped, it counted as active)."""
+    queue = FanoutQueue(storage)
+    attendance = Attendance(ActivityRepository(storage), queue, INACTIVITY, resend_after_s=60)
+    home = HomeTimeline(storage, max_merged=20, attendance=attendance)
+    service = unlimited_service(storage, queue, home=home)
+    user = unique("newcomer")
+    await service.accounts.register(user, None, client="test", idempotency_key=None)
+    head = await ActivityRepository(storage).head(user)
+    assert head.stamp == INACTIVITY.stamp() or head.stamp == INACTIVITY.stamp() - 1
+    dormancy = Dormancy(storage, INACTIVITY, flag_window_s=10)
+    sweeper = Sweeper(storage, claim_lifetime_s=3600, dormancy=dormancy)
+    await sweeper.sweep(now=INACTIVITY.due(head.stamp) + 1.5)
+    marker = await get_entity(storage, TIMELINES, user, MARKER_ROW)
+    assert marker is not None, "never stamped: counted as active"
     assert marker[STATE] == "dormant"
