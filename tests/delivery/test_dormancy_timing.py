@@ -57,3 +57,16 @@ async def test_a_user_who_registers_and_never_reads_goes_dormant(storage: Storag
     marker = await get_entity(storage, TIMELINES, user, MARKER_ROW)
     assert marker is not None, "never stamped: counted as active"
     assert marker[STATE] == "dormant"
+
+
+async def test_a_short_period_stamp_past_int32_is_stored(storage: Storage) -> None:
+    """A period of seconds makes stamp numbers past 2**31 (a 0.375 s stamp today): the stamp
+    is stored and read back all the same (as Int32 the write failed, a 500 on registration)."""
+    short = Inactivity(3.0)
+    repos = Repositories.on(storage)
+    reader = unique("reader")
+    await add_users(repos, reader)
+    stamp = short.stamp()
+    assert stamp > 2**31
+    await repos.activity.stamp(reader, stamp, short, first=True)
+    assert (await repos.activity.head(reader)).stamp == stamp

@@ -139,10 +139,11 @@ class ActivityRepository:
 
     async def stamp(self, reader: str, stamp: int, inactivity: Inactivity, *, first: bool) -> None:
         """Record activity in period ``stamp``; the first stamp files the reader's dormancy
-        check first (the sweep re-files it from then on)."""
+        check first (the sweep re-files it from then on). Stored as a double (exact to 2**53):
+        a period of seconds makes numbers past Int32."""
         if first:
             await self.file_check(reader, inactivity.due(stamp))
-        row = {"PartitionKey": reader, "RowKey": STAMP_ROW, STAMP: stamp}
+        row = {"PartitionKey": reader, "RowKey": STAMP_ROW, STAMP: float(stamp)}
         async with self._storage.guard(kind="write-1"):
             await self._storage.table(TIMELINES, reader).upsert_entity(row, mode=UpdateMode.MERGE)
 
