@@ -42,11 +42,13 @@ import aiohttp
 from tests.chaos.cluster import (
     CRASHLOOP_WORKERS,
     STORAGE_TIMEOUT_S,
+    TIMELINE_CAP,
     VARIANTS,
     Cluster,
     break_things,
 )
 from tests.chaos.invariants import check_end_state, check_placement, settle
+from tests.chaos.readers import Truth, check_flags, check_reads, quiesce, reading
 from tests.chaos.report import Report
 from tests.chaos.workload import CLIENTS, Clients
 from tests.conftest import eventually
@@ -71,6 +73,8 @@ async def run(
     workers = CRASHLOOP_WORKERS if variant == "crashloop" else workers
     cluster = Cluster(workdir, workers, accounts, initial)
     await cluster.start()
+    peek = Storage(cluster.connection_strings)
+    await peek.open()
     try:
         timeout = aiohttp.ClientTimeout(total=STORAGE_TIMEOUT_S * 3)
         base = f"http://127.0.0.1:{cluster.port}"
@@ -78,20 +82,31 @@ async def run(
             await eventually(lambda: _ready(session), timeout_s=30, what="the API")
             clients = Clients(session, rng, report)
             await clients.register_all()
+            truth = Truth(peek, sorted(clients.tokens), TIMELINE_CAP)
             until = asyncio.get_running_loop().time() + duration_s
             async with asyncio.TaskGroup() as group:
                 for _ in range(CLIENTS):
                     group.create_task(clients.act(until))
+                group.create_task(clients.read_loop(until, truth.state))
                 group.create_task(break_things(cluster, rng, report, variant, until))
                 if variant == "rebalance":
                     group.create_task(cluster.rebalance(rng, report))
-        assert not cluster.crashed(), f"processes died on their own: {cluster.crashed()}"
-        async with Storage(cluster.connection_strings) as storage:
-            await settle(storage, report)
-            await check_end_state(storage, sorted(clients.tokens), report)
-            await check_placement(storage)
+            assert not cluster.crashed(), f"processes died on their own: {cluster.crashed()}"
+            async with Storage(cluster.connection_strings) as storage:
+                await settle(storage, report)
+                truth = Truth(storage, sorted(clients.tokens), TIMELINE_CAP)
+                await truth.load()
+                states = [await truth.state(reader) for reader in truth.homes]
+                report.dormant_at_end = states.count("dormant")
+                await check_reads(clients, truth)
+                async with reading(clients, truth):
+                    await quiesce(storage, truth)
+                    await check_flags(storage, truth)
+                    await check_end_state(storage, sorted(clients.tokens), report)
+                await check_placement(storage)
         report.regrades = cluster.regrades()
     finally:
+        await peek.close()
         await cluster.stop()
     return report
 
