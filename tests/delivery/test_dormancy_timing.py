@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from fanout_worker.sweeper import Sweeper
 from tests.conftest import unique
-from tests.delivery.helpers import add_users, unlimited_service
+from tests.delivery.helpers import add_follow, add_posts, add_users, unlimited_service
 from timeline.delivery.dormancy import Dormancy
 from timeline.reads.activity import Attendance
 from timeline.reads.home import HomeTimeline
@@ -19,6 +19,7 @@ from timeline.tables.rows import get_entity
 
 INACTIVITY = Inactivity(8.0)
 """An inactive period of 8 s: stamps of 1 s."""
+LATER = 10**10
 
 
 async def test_a_check_is_swept_a_second_after_it_is_due_not_a_minute(storage: Storage) -> None:
@@ -70,3 +71,28 @@ async def test_a_short_period_stamp_past_int32_is_stored(storage: Storage) -> No
     assert stamp > 2**31
     await repos.activity.stamp(reader, stamp, short, first=True)
     assert (await repos.activity.head(reader)).stamp == stamp
+
+
+async def test_a_dormant_readers_later_pages_through_the_service(storage: Storage) -> None:
+    """A dormant reader's continuation carries ``d``: the service accepts it back, so the
+    second page is served (it was refused as malformed, a 400 on every later page)."""
+    queue = FanoutQueue(storage)
+    repos = Repositories.on(storage)
+    attendance = Attendance(repos.activity, queue, INACTIVITY, resend_after_s=60)
+    home = HomeTimeline(storage, max_merged=20, attendance=attendance)
+    service = unlimited_service(storage, queue, home=home)
+    reader, author = unique("reader"), unique("author")
+    await add_users(repos, reader, author)
+    await add_follow(repos, reader, author)
+    posts = await add_posts(repos, author, 3)
+    await repos.activity.stamp(reader, INACTIVITY.stamp() - 100, INACTIVITY, first=True)
+    assert await Dormancy(storage, INACTIVITY, flag_window_s=10).check(reader, LATER)
+    ids: list[str] = []
+    continuation = None
+    while True:
+        page = await service.timelines.home(reader, reader, 2, continuation)
+        ids += [item["post_id"] for item in page.items]
+        continuation = page.continuation
+        if continuation is None:
+            break
+    assert sorted(ids) == sorted(post.post_id for post in posts)
