@@ -27,6 +27,13 @@ themselves:
 - every queue is empty: nothing is left over and nothing was poisoned;
 - every row is on its partition's home account, and nowhere else.
 
+Readers read their home timelines through the API on seeded schedules (``workload``): some
+all along, some stop and come back once dormant (the inactive period is 3 s), some never
+read. Once the queues drain, every reader's timeline read through the API (every page)
+equals the truth (``readers``), dormant ones first (the read wakes them); the reads go on,
+each checked, until every wake has ended; then no follow row is left marked inactive, and
+the checks above run.
+
 The fault injection is in ``cluster``, the workload in ``workload``, the end-state checks in
 ``invariants``; ``run`` ties them together.
 """
