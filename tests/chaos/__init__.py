@@ -27,6 +27,13 @@ themselves:
 - every queue is empty: nothing is left over and nothing was poisoned;
 - every row is on its partition's home account, and nowhere else.
 
+Readers read their home timelines through the API on seeded schedules (``workload``): some
+all along, some stop and come back once dormant (the inactive period is 3 s), some never
+read. Once the queues drain, every reader's timeline read through the API (every page)
+equals the truth (``readers``), dormant ones first (the read wakes them); the reads go on,
+each checked, until every wake has ended; then no follow row is left marked inactive, and
+the checks above run.
+
 The fault injection is in ``cluster``, the workload in ``workload``, the end-state checks in
 ``invariants``; ``run`` ties them together.
 """
@@ -42,11 +49,13 @@ import aiohttp
 from tests.chaos.cluster import (
     CRASHLOOP_WORKERS,
     STORAGE_TIMEOUT_S,
+    TIMELINE_CAP,
     VARIANTS,
     Cluster,
     break_things,
 )
 from tests.chaos.invariants import check_end_state, check_placement, settle
+from tests.chaos.readers import Truth, check_flags, check_reads, quiesce, reading
 from tests.chaos.report import Report
 from tests.chaos.workload import CLIENTS, Clients
 from tests.conftest import eventually
@@ -71,6 +80,8 @@ async def run(
     workers = CRASHLOOP_WORKERS if variant == "crashloop" else workers
     cluster = Cluster(workdir, workers, accounts, initial)
     await cluster.start()
+    peek = Storage(cluster.connection_strings)
+    await peek.open()
     try:
         timeout = aiohttp.ClientTimeout(total=STORAGE_TIMEOUT_S * 3)
         base = f"http://127.0.0.1:{cluster.port}"
@@ -78,20 +89,31 @@ async def run(
             await eventually(lambda: _ready(session), timeout_s=30, what="the API")
             clients = Clients(session, rng, report)
             await clients.register_all()
+            truth = Truth(peek, sorted(clients.tokens), TIMELINE_CAP)
             until = asyncio.get_running_loop().time() + duration_s
             async with asyncio.TaskGroup() as group:
                 for _ in range(CLIENTS):
                     group.create_task(clients.act(until))
+                group.create_task(clients.read_loop(until, truth.state))
                 group.create_task(break_things(cluster, rng, report, variant, until))
                 if variant == "rebalance":
                     group.create_task(cluster.rebalance(rng, report))
-        assert not cluster.crashed(), f"processes died on their own: {cluster.crashed()}"
-        async with Storage(cluster.connection_strings) as storage:
-            await settle(storage, report)
-            await check_end_state(storage, sorted(clients.tokens), report)
-            await check_placement(storage)
+            assert not cluster.crashed(), f"processes died on their own: {cluster.crashed()}"
+            async with Storage(cluster.connection_strings) as storage:
+                await settle(storage, report)
+                truth = Truth(storage, sorted(clients.tokens), TIMELINE_CAP)
+                await truth.load()
+                states = [await truth.state(reader) for reader in truth.homes]
+                report.dormant_at_end = states.count("dormant")
+                await check_reads(clients, truth)
+                async with reading(clients, truth):
+                    await quiesce(storage, truth)
+                    await check_flags(storage, truth)
+                    await check_end_state(storage, sorted(clients.tokens), report)
+                await check_placement(storage)
         report.regrades = cluster.regrades()
     finally:
+        await peek.close()
         await cluster.stop()
     return report
 

@@ -27,6 +27,10 @@ HYBRID_THRESHOLD = 5
 """Of 7 possible followers (about half follow under this load): up at 5, down at 2 or fewer."""
 MAX_MERGED = 2
 """So readers who follow several large authors get some as copies (overflow)."""
+INACTIVE_S = 3.0
+"""The inactive period: stamps of 0.375 s, so readers go dormant and return within a run."""
+EXPIRY_SWEEP_S = 1.0
+TIMELINE_CAP = 800
 VARIANTS = {"kill": (2, 2), "pause": (1, 1), "rebalance": (3, 2), "crashloop": (2, 2)}
 """Each variant's accounts, and how many of them the placement starts on."""
 CRASHLOOP_WORKERS = 2
@@ -75,6 +79,9 @@ class Cluster:
             worker_retry_cap_s=2,
             fanout_on_read_followers=HYBRID_THRESHOLD,
             max_merged_authors=MAX_MERGED,
+            inactive_days=INACTIVE_S / 86_400,
+            max_timeline_items=TIMELINE_CAP,
+            expiry_sweep_interval_s=EXPIRY_SWEEP_S,
         )
 
     async def start(self) -> None:

@@ -25,6 +25,10 @@ class Report:
     merge_rows: int = 0
     overflow_rows: int = 0
     poisoned: int = 0
+    reads: Counter[str] = field(default_factory=Counter)
+    """Home timeline reads through the API, by the reader's stored state just before."""
+    dormant_at_end: int = 0
+    """Readers found dormant once the load stopped and the queues drained."""
 
     def line(self) -> dict[str, Any]:
         return {
@@ -42,4 +46,6 @@ class Report:
             "merge_rows": self.merge_rows,
             "overflow_rows": self.overflow_rows,
             "poisoned": self.poisoned,
+            "reads": dict(self.reads),
+            "dormant_at_end": self.dormant_at_end,
         }

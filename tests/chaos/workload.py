@@ -1,18 +1,31 @@
 """The workload: seeded random clients posting, deleting, following and unfollowing
-through the API."""
+through the API, and readers reading their home timelines on a schedule that lets some go
+dormant and come back mid-run."""
 
 from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
 
+from tests.chaos.cluster import INACTIVE_S
 from tests.chaos.report import Report
 
 USERS = 8
 CLIENTS = 4
+READ_PAGE = 7
+ACTIVE, RETURNS, GONE = "active", "returns", "gone"
+"""Reading schedules: reads all along; stops early and comes back once dormant; never reads
+(registration stamped it, so it goes dormant) until the end-state reads."""
+SILENCE_S = 2 * INACTIVE_S + 2.5
+"""How long a returning reader stays away: the inactive period, the stamp's granularity, a
+sweep interval and the marks, with room to spare."""
+
+Peek = Callable[[str], Awaitable[str | None]]
+"""A reader's dormancy state as stored (``dormant``, ``waking``, or None)."""
 
 
 class Clients:
@@ -24,6 +37,7 @@ class Clients:
         self._rng = rng
         self._report = report
         self.tokens: dict[str, str] = {}
+        self.schedules: dict[str, str] = {}
 
     async def register_all(self) -> None:
         for index in range(USERS):
@@ -31,6 +45,49 @@ class Clients:
             response = await self._request("POST", "/users", json={"user_id": user})
             assert response is not None, "registration failed even after retries"
             self.tokens[user] = response["token"]
+        users = sorted(self.tokens)
+        kinds = [ACTIVE, ACTIVE, RETURNS, RETURNS, RETURNS, GONE]
+        kinds += [self._rng.choice(kinds) for _ in range(len(users) - len(kinds))]
+        self._rng.shuffle(kinds)
+        self.schedules = dict(zip(users, kinds, strict=True))
+
+    async def read_loop(self, until: float, peek: Peek) -> None:
+        """Read the home timelines of the readers awake now, over and over: returning
+        readers stop after the first 15% of the run and come back ``SILENCE_S`` later."""
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        leave = start + 0.15 * (until - start)
+        back = leave + max(SILENCE_S, 0.35 * (until - start))
+        while loop.time() < until:
+            now = loop.time()
+            for user, kind in self.schedules.items():
+                if kind == ACTIVE or (kind == RETURNS and not leave <= now < back):
+                    await self.read(user, peek)
+            await asyncio.sleep(self._rng.uniform(0.2, 0.5))
+
+    async def read(self, user: str, peek: Peek) -> dict[str, str] | None:
+        """The whole home timeline through the API, paged as a client pages it: post id to
+        text (None if a page failed); counts the reads by the state the reader was in."""
+        try:
+            state = await peek(user)
+        except Exception:
+            state = "unknown"
+        self._report.reads[state or "active"] += 1
+        served: dict[str, str] = {}
+        query: dict[str, str | int] = {"limit": READ_PAGE}
+        headers = {"Authorization": f"Bearer {self.tokens[user]}"}
+        while True:
+            page = await self._request(
+                "GET", f"/users/{user}/timeline", params=query, headers=headers
+            )
+            if not page:
+                return None
+            for item in page["items"]:
+                assert item["post_id"] not in served, f"{user}: a repeat across pages"
+                served[item["post_id"]] = item["text"]
+            if not page.get("continuation"):
+                return served
+            query = {"limit": READ_PAGE, "continuation": page["continuation"]}
 
     async def act(self, until: float) -> None:
         """Follows outnumber unfollows in the first half and the other way round in the

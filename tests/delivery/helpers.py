@@ -61,7 +61,11 @@ async def timeline_ids(repos: Repositories, owner: str) -> list[str]:
 
 
 def unlimited_service(
-    storage: Storage, queue: FanoutQueue | None = None, *, arrival_window_s: float = 30.0
+    storage: Storage,
+    queue: FanoutQueue | None = None,
+    *,
+    arrival_window_s: float = 30.0,
+    home: HomeTimeline | None = None,
 ) -> TimelineService:
     return TimelineService(
         Repositories.on(storage),
@@ -70,7 +74,7 @@ def unlimited_service(
         page_size=250,
         max_post_chars=280,
         limits=RateLimits.per_minute(storage, posts=0, writes=0, registrations=0),
-        home=HomeTimeline(storage, max_merged=20),
+        home=home or HomeTimeline(storage, max_merged=20),
         arrival_window_s=arrival_window_s,
     )
 

@@ -185,7 +185,9 @@ async def test_a_wake_cut_short_and_a_late_sweep_mark_end_right(storage: Storage
 
         assert await w.dormancy.check(w.reader, LATER)  # reads "waking": marks nothing
         assert await w.flagged() == []
-        await w.repos.activity.flag(w.authors[2], w.reader, generation)  # a late mark lands
+        await w.repos.activity.flag(  # a late mark lands
+            w.authors[2], w.reader, generation, not_after=float("inf")
+        )
         late = await w.post(w.authors[2])
         assert late[0].post_id not in await w.partition()
         assert late[0].post_id in await w.pages()

@@ -31,3 +31,5 @@ async def test_chaos(seed: int, variant: str, tmp_path: Path) -> None:
     assert report.live_posts > 0
     assert report.timeline_rows > report.live_posts, "no fan-out happened"
     assert report.rebalanced == (variant == "rebalance")
+    assert report.reads["dormant"] > 0, "no reader was read while dormant"
+    assert report.reads["waking"] > 0, "no reader was read while its wake ran"

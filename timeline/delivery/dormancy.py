@@ -69,7 +69,10 @@ class Dormancy:
                     return False
                 chunk = subjects[start : start + _AT_ONCE]
                 await asyncio.gather(
-                    *(self._activity.flag(subject, reader, generation) for subject in chunk)
+                    *(
+                        self._activity.flag(subject, reader, generation, not_after=not_after)
+                        for subject in chunk
+                    )
                 )
         return True
 

@@ -22,11 +22,11 @@ MAX_CONTINUATION_CHARS = 4096
 CONTINUATION_PATTERN = r"^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$"
 """The shape of a continuation token (base64url payload, a dot, base64url signature)."""
 _CONTINUATION_KEYS = frozenset(
-    {"PartitionKey", "RowKey", "NextPartitionKey", "NextRowKey", "n", "a", "m", "u"}
+    {"PartitionKey", "RowKey", "NextPartitionKey", "NextRowKey", "n", "a", "m", "u", "d"}
 )
 """A storage continuation's keys, and a home timeline's: ``n`` entries served so far, ``a``
 the last row key served, ``m`` the merged authors, ``u`` the row key a newer-than read stops
-at (``timeline.service.timelines``)."""
+at, ``d`` a dormant reader's pages (``timeline.service.timelines``)."""
 POSITION_KEY = re.compile(r"[0-9]{19}_[0-9a-f]{26}\Z")
 """A position is a post's row key: ``{reversed_ticks:019d}_{post_id}``."""
 _BEARER = re.compile(

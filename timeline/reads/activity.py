@@ -55,6 +55,19 @@ class Attendance:
             return
         await self.seen(reader, head)
 
+    async def registered(self, reader: str) -> None:
+        """A new user counts as active from registration (the dormancy check filed before
+        the stamp is written), so one who never reads goes dormant; a failure is logged (the
+        user then counts as active until its first read, as one from before the upgrade)."""
+        if not self._inactivity.enabled:
+            return
+        try:
+            await self._activity.stamp(
+                reader, self._inactivity.stamp(), self._inactivity, first=True
+            )
+        except (StorageUnavailableError, HttpResponseError) as error:
+            log.warning("stamping new user %s failed: %s", reader, error)
+
     async def seen(self, reader: str, head: Head) -> None:
         """Stamp if the stored stamp is old, and wake a dormant reader; a failure is logged
         (the read it follows succeeded; the next read tries again)."""

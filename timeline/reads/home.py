@@ -152,6 +152,11 @@ class HomeTimeline:
         while len(self._guesses) > self._guess_capacity:
             self._guesses.popitem(last=False)
 
+    async def registered(self, owner: str) -> None:
+        """A new user: ``Attendance.registered``."""
+        if self._attendance is not None:
+            await self._attendance.registered(owner)
+
     async def touch(self, owner: str) -> None:
         """Activity without a page (a stream opens): ``Attendance.touch``."""
         if self._attendance is not None:

@@ -8,6 +8,7 @@ from timeline.errors import NotFoundError, PermissionDeniedError
 from timeline.model.entities import User
 from timeline.model.idempotency import IdempotencyKeys
 from timeline.model.keys import clean_text, validate_idempotency_key, validate_user_id
+from timeline.reads.home import HomeTimeline
 from timeline.service.credentials import Credentials
 from timeline.tables.ratelimits import RateLimiter
 from timeline.tables.users import UsersRepository
@@ -24,8 +25,10 @@ class Accounts:
         credentials: Credentials,
         registrations: RateLimiter,
         keys: IdempotencyKeys,
+        home: HomeTimeline | None = None,
     ) -> None:
         self._users = users
+        self._home = home
         self._credentials = credentials
         self._registrations = registrations
         self._keys = keys
@@ -59,6 +62,8 @@ class Accounts:
         user = User(user_id=user_id, display_name=name, created_at=datetime.now(UTC))
         if not await self._users.create(user, record):
             user = await self.profile(user_id)
+        if self._home is not None:
+            await self._home.registered(user_id)  # after the row: a taken id stamps no one
         return user, await self._credentials.mint(user_id)
 
     async def revoke_token(self, token: str, user_id: str) -> None:

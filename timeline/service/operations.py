@@ -44,7 +44,7 @@ class TimelineService:
         credentials = Credentials(
             signer, repositories.credentials, cache_s=credentials_cache_s, load_ring=load_ring
         )
-        self.accounts = Accounts(users, credentials, limits.registrations, keys)
+        self.accounts = Accounts(users, credentials, limits.registrations, keys, home)
         self.posts = Posts(
             repositories.posts,
             queue,

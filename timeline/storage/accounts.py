@@ -228,6 +228,7 @@ class Storage:
         renew: bool = True,
         limited: bool = True,
         kind: str = "other",
+        not_after: float | None = None,
     ) -> AbstractAsyncContextManager[None]:
         """Bound a storage call in time and turn outages into ``StorageUnavailableError``;
         first renew the placement if its lease ran out (``renew``).
@@ -235,12 +236,16 @@ class Storage:
         With a limiter, a ``limited`` call first waits for a place (untimed: the wait is
         back-pressure, not storage's latency); control calls (``renew=False``) and queue
         calls pass, so leases and the placement never wait behind a backlog. ``kind`` names
-        the request's shape for the limiter, which compares latencies within a kind."""
+        the request's shape for the limiter, which compares latencies within a kind. With
+        ``not_after`` (``time.monotonic``), a call not sent by then (its place in the limiter
+        came later) is refused with ``StorageUnavailableError``: from its start, every try
+        (the client's retries included) ends within the timeout."""
         return guarded(
             timeout_s or self.options.timeout_s,
             self.lease.renew_if_expired if renew else None,
             self.options.limiter if limited else None,
             kind,
+            not_after,
         )
 
     async def create_all(self) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
@@ -46,21 +47,37 @@ def is_retryable(error: BaseException) -> bool:
 
 @asynccontextmanager
 async def guarded(
-    timeout_s: float, renew: Renew | None, limiter: AdaptiveLimiter | None, kind: str
+    timeout_s: float,
+    renew: Renew | None,
+    limiter: AdaptiveLimiter | None,
+    kind: str,
+    not_after: float | None = None,
 ) -> AsyncIterator[None]:
     """``Storage.guard``'s body: only calls that ``renew`` wait for a place in ``limiter``
-    (control calls pass), and a call made while this task holds a place does not wait."""
+    (control calls pass), and a call made while this task holds a place does not wait. A
+    call that has its place only after ``not_after`` (``time.monotonic``) is not sent."""
     limiter = limiter if renew is not None and not _HOLDING.get() else None
     if limiter is None:
+        _refuse_if_past(not_after)
         async with _bounded(timeout_s, renew, outcome=None):
             yield
         return
     holding = _HOLDING.set(True)  # a call made inside this one must not wait for a place
     try:
-        async with limiter.slot(kind) as outcome, _bounded(timeout_s, renew, outcome):
-            yield
+        async with limiter.slot(kind) as outcome:
+            _refuse_if_past(not_after)
+            async with _bounded(timeout_s, renew, outcome):
+                yield
     finally:
         _HOLDING.reset(holding)
+
+
+def _refuse_if_past(not_after: float | None) -> None:
+    """A call whose reason is older than its deadline allows is not sent (retryable)."""
+    if not_after is not None and time.monotonic() > not_after:
+        raise StorageUnavailableError(
+            "the call's deadline passed before it was sent", retry_after=0
+        )
 
 
 @asynccontextmanager

@@ -139,10 +139,11 @@ class ActivityRepository:
 
     async def stamp(self, reader: str, stamp: int, inactivity: Inactivity, *, first: bool) -> None:
         """Record activity in period ``stamp``; the first stamp files the reader's dormancy
-        check first (the sweep re-files it from then on)."""
+        check first (the sweep re-files it from then on). Stored as a double (exact to 2**53):
+        a period of seconds makes numbers past Int32."""
         if first:
             await self.file_check(reader, inactivity.due(stamp))
-        row = {"PartitionKey": reader, "RowKey": STAMP_ROW, STAMP: stamp}
+        row = {"PartitionKey": reader, "RowKey": STAMP_ROW, STAMP: float(stamp)}
         async with self._storage.guard(kind="write-1"):
             await self._storage.table(TIMELINES, reader).upsert_entity(row, mode=UpdateMode.MERGE)
 
@@ -196,9 +197,11 @@ class ActivityRepository:
                 return False
         return True
 
-    async def flag(self, subject: str, reader: str, generation: str) -> None:
-        """Mark the reader's follow of ``subject`` inactive (no follow: nothing to mark)."""
-        await self._set_flag(subject, reader, generation)
+    async def flag(self, subject: str, reader: str, generation: str, *, not_after: float) -> None:
+        """Mark the reader's follow of ``subject`` inactive (no follow: nothing to mark); not
+        sent after ``not_after`` (``time.monotonic``: a wait for a limiter place is untimed),
+        so the mark ends within one storage timeout of it."""
+        await self._set_flag(subject, reader, generation, not_after=not_after)
 
     async def unflag(self, subject: str, reader: str) -> bool:
         """Clear the mark if set (a point read first: an unmarked row costs no write)."""
@@ -210,9 +213,11 @@ class ActivityRepository:
         await self._set_flag(subject, reader, "")
         return True
 
-    async def _set_flag(self, subject: str, reader: str, value: str) -> None:
+    async def _set_flag(
+        self, subject: str, reader: str, value: str, *, not_after: float | None = None
+    ) -> None:
         entity = {"PartitionKey": subject, "RowKey": reader, FLAG: value}
-        async with self._storage.guard(kind="write-1"):
+        async with self._storage.guard(kind="write-1", not_after=not_after):
             with suppress(ResourceNotFoundError):
                 await self._storage.table(SUBJECT_FOLLOWERS, subject).update_entity(
                     entity, mode=UpdateMode.MERGE

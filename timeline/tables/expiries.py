@@ -7,11 +7,12 @@ row's keys, so writing it twice is one row): a process that dies between the two
 index row naming nothing, which the sweep drops; never a row nobody will remove.
 
 Keys: ``PartitionKey`` is ``{group}{bucket}-{shard}``, where the bucket is a minute of Unix
-time, zero-padded so keys sort by time, and the shard (a hash of the named row's partition,
-``SHARDS`` of them) spreads one minute's index rows over partitions, so a busy minute is
-not one hot partition. Group ``c`` holds rows filed by when they were *created* (their
-lifetime is the sweeper's setting); group ``d`` rows filed by when they are *due* (their
-end is stored on the row itself: a key's record expiry, a rate-limit window's end).
+time (a second for dormancy checks, ``CHECK_BUCKET_S``), zero-padded so keys sort by time,
+and the shard (a hash of the named row's partition, ``SHARDS`` of them) spreads one bucket's
+index rows over partitions, so a busy minute is not one hot partition. Group ``c`` holds
+rows filed by when they were *created* (their lifetime is the sweeper's setting); group
+``d`` rows filed by when they are *due* (their end is stored on the row itself: a key's
+record expiry, a rate-limit window's end); group ``a`` reader dormancy checks, by due time.
 ``RowKey`` is the SHA-256 of the named row's table and keys; the row holds them as
 ``table``, ``pk``, ``rk`` and its ``kind``.
 
@@ -37,7 +38,13 @@ from timeline.storage.names import EXPIRIES
 from timeline.storage.placement import hash64
 
 BUCKET_S = 60
-"""Seconds of time one bucket covers."""
+"""Seconds of time one bucket covers (groups ``c`` and ``d``)."""
+CHECK_BUCKET_S = 1
+"""Seconds one bucket of dormancy checks (group ``a``) covers: a check is swept at most this
+(plus the sweep interval) late, so even an inactive period of seconds starts on time. Checks
+are due at stamp-period boundaries, so finer buckets do not spread them over more partitions.
+Checks filed in minute buckets before sort below every second bucket: swept early, they are
+judged from the stamp and re-filed at their due time."""
 SHARDS = 16
 """Index partitions per bucket and group."""
 CREATED, DUE, ACTIVITY = "c", "d", "a"
@@ -62,9 +69,14 @@ class Expiry:
     index_rk: str
 
 
+def bucket_seconds(group: str) -> int:
+    """Seconds one bucket of ``group`` covers."""
+    return CHECK_BUCKET_S if group == ACTIVITY else BUCKET_S
+
+
 def bucket_key(group: str, moment: float) -> str:
     """The sortable prefix of every index partition of ``group`` for ``moment``."""
-    return f"{group}{int(moment // BUCKET_S):010d}"
+    return f"{group}{int(moment // bucket_seconds(group)):010d}"
 
 
 class ExpiriesRepository:
@@ -141,7 +153,7 @@ class ExpiriesRepository:
 
 def filed_at(expiry: Expiry) -> float:
     """The start (Unix seconds) of the bucket an index row is filed in."""
-    return float(int(expiry.index_pk[1:11]) * BUCKET_S)
+    return float(int(expiry.index_pk[1:11]) * bucket_seconds(expiry.index_pk[0]))
 
 
 def index_row_key(table: str, pk: str, rk: str) -> str:

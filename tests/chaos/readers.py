@@ -1,0 +1,130 @@
+"""The readers' end-state checks: every home timeline read through the API (every page)
+equals the truth for dormant, waking and active readers alike; once every wake is done the
+readers' markers are gone and no follow row is left marked inactive."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+from tests.chaos.workload import Clients
+from tests.conftest import eventually
+from timeline.errors import StorageUnavailableError
+from timeline.storage.accounts import Storage
+from timeline.storage.names import SUBJECT_FOLLOWERS
+from timeline.storage.queue import FanoutQueues
+from timeline.tables.activity import STATE, ActivityRepository
+from timeline.tables.follows import INACTIVE
+from timeline.tables.repositories import Repositories
+from timeline.tables.rows import get_entity
+
+QUIESCE_TIMEOUT_S = 120.0
+
+
+class Truth:
+    """Each reader's home timeline as the tables say it must be: its own live posts and
+    those of the authors that follow rows say it follows, capped."""
+
+    def __init__(self, storage: Storage, users: list[str], cap: int) -> None:
+        self._repos = Repositories.on(storage)
+        self._storage = storage
+        self._users = users
+        self._cap = cap
+        self.homes: dict[str, dict[str, str]] = {}
+
+    async def load(self) -> None:
+        repos = self._repos
+        live, order = {}, {}
+        for user in self._users:
+            posts = await repos.posts.newest(user, 10_000)
+            live[user] = {post.post_id: post.text for post in posts}
+            order.update({post.post_id: post.row_key for post in posts})
+        followers = {user: await self._followers(user) for user in self._users}
+        for reader in self._users:
+            authors = [reader, *(a for a in self._users if reader in followers[a])]
+            expected = {pid: text for author in authors for pid, text in live[author].items()}
+            newest = sorted(expected, key=order.__getitem__)[: self._cap]
+            self.homes[reader] = {pid: expected[pid] for pid in newest}
+
+    async def _followers(self, author: str) -> set[str]:
+        """The author's followers as its ``subjectFollowers`` rows say (the truth)."""
+        found: set[str] = set()
+        continuation = None
+        while True:
+            page = await self._repos.follows.followers_page(author, 1000, continuation)
+            found |= {edge.user_id for edge in page.items}
+            continuation = page.continuation
+            if continuation is None:
+                return found
+
+    async def state(self, reader: str) -> str | None:
+        head = await ActivityRepository(self._storage).head(reader)
+        return None if head.marker is None else str(head.marker.get(STATE))
+
+
+async def check_reads(clients: Clients, truth: Truth) -> None:
+    """Every reader's home timeline, read through the API, is the truth (the first of these
+    reads of a dormant reader wakes it)."""
+    for reader, expected in truth.homes.items():
+        served = await clients.read(reader, truth.state)
+        assert served is not None, f"{reader}: the API read failed"
+        assert served == expected, (
+            f"{reader} ({clients.schedules[reader]}): missing {expected.keys() - served.keys()},"
+            f" extra {served.keys() - expected.keys()}"
+        )
+
+
+@contextlib.asynccontextmanager
+async def reading(clients: Clients, truth: Truth) -> AsyncIterator[None]:
+    """Read (and check) every reader's timeline over and over meanwhile, so none goes
+    dormant again while the wakes finish and the partitions are checked."""
+    failures: list[BaseException] = []
+
+    async def loop() -> None:
+        while True:
+            try:
+                await check_reads(clients, truth)
+            except AssertionError as error:
+                failures.append(error)
+                return
+            await asyncio.sleep(0.2)
+
+    task = asyncio.create_task(loop())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    if failures:
+        raise failures[0]
+
+
+async def quiesce(storage: Storage, truth: Truth) -> None:
+    """Wait until every wake has ended: the queues empty and no reader has a marker."""
+    queue = FanoutQueues(storage)
+
+    async def quiet() -> bool:
+        try:
+            if (await queue.depth())[0]:
+                return False
+            return all([await truth.state(reader) is None for reader in truth.homes])
+        except StorageUnavailableError:
+            return False
+
+    await eventually(quiet, timeout_s=QUIESCE_TIMEOUT_S, what="every wake to end")
+
+
+async def check_flags(storage: Storage, truth: Truth) -> None:
+    """No follow row is left marked inactive for a reader whose marker is gone (the marks
+    are read first: a marker written after them could only precede new marks)."""
+    for reader in truth.homes:
+        marked = []
+        for author in truth.homes:
+            row = await get_entity(storage, SUBJECT_FOLLOWERS, author, reader)
+            if row is not None and row.get(INACTIVE):
+                marked.append(author)
+        if marked:
+            state = await truth.state(reader)
+            assert state is not None, f"{reader}: follows of {marked} still marked inactive"
