@@ -57,7 +57,25 @@ class Dormancy:
             head = await self._activity.head(reader)
         if head.marker is None or head.marker.get(STATE) != DORMANT:
             return True  # waking: the reader is back
-        return await self._flag_all(reader, head.generation)
+        flagged = await self._flag_all(reader, head.generation)
+        await self._undo_if_woken(reader, head.generation)
+        return flagged
+
+    async def _undo_if_woken(self, reader: str, generation: str) -> None:
+        """After the marks ended: if the marker is no longer this dormancy's ``dormant``, a
+        wake may have unmarked before a mark of ours landed (however late it was sent), so
+        clear every mark of this generation ourselves. A marker still ``dormant`` read after
+        every mark ended means they all landed before ``waking``: the wake's passes clear them."""
+        head = await self._activity.head(reader)
+        marker = head.marker
+        if marker is not None and head.generation == generation and marker.get(STATE) == DORMANT:
+            return
+        async for subjects in self._activity.ever_followed(reader):
+            for start in range(0, len(subjects), _AT_ONCE):
+                chunk = subjects[start : start + _AT_ONCE]
+                await asyncio.gather(
+                    *(self._activity.unflag(s, reader, generation=generation) for s in chunk)
+                )
 
     async def _flag_all(self, reader: str, generation: str) -> bool:
         """Mark every followed author's follow row, each sent within the window of the
@@ -100,7 +118,7 @@ class Waking:
         stamp = head.stamp if head.stamp is not None else self._inactivity.stamp()
         if self._inactivity.enabled:
             await self._activity.file_check(message.reader, self._inactivity.due(stamp))
-        await self._activity.end_dormancy(message.reader, head.marker)
+        await self._activity.end_dormancy(message.reader, message.generation)
         return DONE
 
     async def _restore(self, reader: str, *, missing_only: bool) -> None:

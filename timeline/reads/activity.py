@@ -82,7 +82,9 @@ class Attendance:
             return
         current = self._inactivity.stamp()
         if head.stamp is None or head.stamp < current:
-            await self._activity.stamp(reader, current, self._inactivity, first=head.stamp is None)
+            await self._activity.stamp(
+                reader, current, self._inactivity, first=head.stamp is None, read=head.stamp_row
+            )
 
     async def _wake(self, reader: str, head: Head) -> None:
         """Queue the wake (before the marker changes, like every API write), then mark the
