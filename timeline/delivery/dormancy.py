@@ -111,7 +111,8 @@ class Waking:
         if head.marker.get(STATE) == DORMANT:
             await self._activity.mark_waking(message.reader, head.marker)
             return Continue(message)  # read the marker again: now (or by another) waking
-        await self._restore(message.reader, missing_only=message.confirm)
+        since = head.since - self._inactivity.granularity_s if head.since else 0.0
+        await self._restore(message.reader, since)
         if not message.confirm:
             again = message.model_copy(update={"confirm": True})
             return Continue(again, delay_s=self._ctx.timing.sweep_delay_s)
@@ -121,15 +122,16 @@ class Waking:
         await self._activity.end_dormancy(message.reader, message.generation)
         return DONE
 
-    async def _restore(self, reader: str, *, missing_only: bool) -> None:
-        """Unmark every follow row the index names, and copy each author's newest posts."""
+    async def _restore(self, reader: str, since: float) -> None:
+        """Unmark every follow row the index names, and copy in each author's posts made
+        ``since`` that the partition lacks (only those can have been skipped)."""
         async for subjects in self._activity.ever_followed(reader):
             for start in range(0, len(subjects), _AT_ONCE):
                 chunk = subjects[start : start + _AT_ONCE]
                 await asyncio.gather(
-                    *(self._restore_one(reader, subject, missing_only) for subject in chunk)
+                    *(self._restore_one(reader, subject, since) for subject in chunk)
                 )
 
-    async def _restore_one(self, reader: str, subject: str, missing_only: bool) -> None:
+    async def _restore_one(self, reader: str, subject: str, since: float) -> None:
         await self._activity.unflag(subject, reader)
-        await self._feed.copy_newest(reader, subject, missing_only=missing_only)
+        await self._feed.copy_newest(reader, subject, missing_only=True, since=since)

@@ -34,10 +34,10 @@ from timeline.tables.follows import INACTIVE
 from timeline.tables.rows import LISTING, META, create_entity, get_entity, if_unchanged
 
 STAMP_ROW, MARKER_ROW = "!a", "!d"
-STAMP, GENERATION, STATE, WAKE_AT = "stamp", "gen", "state", "wake_at"
+STAMP, GENERATION, STATE, WAKE_AT, SINCE = "stamp", "gen", "state", "wake_at", "since"
 FLAG = INACTIVE
 DORMANT, WAKING = "dormant", "waking"
-HEAD_SELECT = [STAMP, GENERATION, STATE, WAKE_AT]
+HEAD_SELECT = [STAMP, GENERATION, STATE, WAKE_AT, SINCE]
 """The properties of the activity rows a head query must select beside a post's."""
 _HEAD = "PartitionKey eq @pk and RowKey ge @low and RowKey le @high"
 _END_TRIES = 5
@@ -87,6 +87,11 @@ class Head:
     @property
     def dormant(self) -> bool:
         return self.marker is not None
+
+    @property
+    def since(self) -> float:
+        """When this dormancy began (epoch seconds; 0 for a marker from before ``since``)."""
+        return float(self.marker.get(SINCE) or 0.0) if self.marker is not None else 0.0
 
     @property
     def generation(self) -> str:
@@ -183,6 +188,7 @@ class ActivityRepository:
             GENERATION: uuid.uuid4().hex,
             STATE: DORMANT,
             WAKE_AT: 0.0,
+            SINCE: time.time(),
         }
         operations: list[Any] = [("create", marker)]
         if head.stamp_row is not None:
