@@ -365,6 +365,8 @@ async def test_a_reader_streaming_through_the_inactive_period_still_gets_posts(
         await watch.open(None)
         assert await Dormancy(storage, INACTIVITY, flag_window_s=60).check(w.reader, LATER)
         await watch.fresh()  # the stream polls on, as it does every few seconds
+        assert await w.marker_state() == "waking", "the poll that saw the marker queued no wake"
+        await run_every_pass(w.processor, await w.wake_message())
         posted = await w.post(w.authors[0])
         sent = [update.post_id for update in await watch.fresh() if isinstance(update, Post)]
         assert posted[0] in sent, "a post never reached an open stream"

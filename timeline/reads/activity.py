@@ -46,6 +46,11 @@ class Attendance:
         self._inactivity = inactivity
         self._resend_after_s = resend_after_s
 
+    @property
+    def every_s(self) -> float:
+        """One stamp period: a stream's polls touch that often (inf when disabled)."""
+        return self._inactivity.granularity_s if self._inactivity.enabled else float("inf")
+
     async def touch(self, reader: str) -> None:
         """Activity without a home read (a stream opens): read the head rows, then ``seen``."""
         try:

@@ -142,6 +142,11 @@ class HomeTimeline:
         if self._attendance is not None:
             await self._attendance.registered(owner)
 
+    @property
+    def touch_every_s(self) -> float:
+        """How often an open stream counts as activity (``Attendance.every_s``)."""
+        return self._attendance.every_s if self._attendance is not None else float("inf")
+
     async def touch(self, owner: str) -> None:
         """Activity without a page (a stream opens): ``Attendance.touch``."""
         if self._attendance is not None:
