@@ -30,6 +30,8 @@ from timeline.tables.activity import DORMANT, STATE, ActivityRepository, Inactiv
 
 log = logging.getLogger(__name__)
 _AT_ONCE = 16
+_NOTE_EVERY = 8
+"""Chunks between two writes of the wake's progress (128 subjects)."""
 
 
 class Dormancy:
@@ -112,7 +114,8 @@ class Waking:
             await self._activity.mark_waking(message.reader, head.marker)
             return Continue(message)  # read the marker again: now (or by another) waking
         since = head.since - self._inactivity.granularity_s if head.since else 0.0
-        await self._restore(message.reader, since)
+        noted = message.generation if message.confirm else None
+        await self._restore(message.reader, since, noted)
         if not message.confirm:
             again = message.model_copy(update={"confirm": True})
             return Continue(again, delay_s=self._ctx.timing.sweep_delay_s)
@@ -122,15 +125,20 @@ class Waking:
         await self._activity.end_dormancy(message.reader, message.generation)
         return DONE
 
-    async def _restore(self, reader: str, since: float) -> None:
+    async def _restore(self, reader: str, since: float, noted: str | None) -> None:
         """Unmark every follow row the index names, and copy in each author's posts made
-        ``since`` that the partition lacks (only those can have been skipped)."""
+        ``since`` that the partition lacks (only those can have been skipped); with
+        ``noted`` (the second pass: no late mark can follow it), record the progress every
+        ``_NOTE_EVERY`` subjects, so dormant pages merge only authors not restored yet."""
         async for subjects in self._activity.ever_followed(reader):
             for start in range(0, len(subjects), _AT_ONCE):
                 chunk = subjects[start : start + _AT_ONCE]
                 await asyncio.gather(
                     *(self._restore_one(reader, subject, since) for subject in chunk)
                 )
+                last = start + len(chunk) >= len(subjects)
+                if noted is not None and (last or (start // _AT_ONCE + 1) % _NOTE_EVERY == 0):
+                    await self._activity.note_restored(reader, noted, chunk[-1])
 
     async def _restore_one(self, reader: str, subject: str, since: float) -> None:
         await self._activity.unflag(subject, reader)

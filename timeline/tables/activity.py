@@ -33,11 +33,12 @@ from timeline.tables.expiries import DORMANCY, ExpiriesRepository
 from timeline.tables.follows import INACTIVE
 from timeline.tables.rows import LISTING, META, create_entity, get_entity, if_unchanged
 
-STAMP_ROW, MARKER_ROW = "!a", "!d"
+STAMP_ROW, CURSOR_ROW, MARKER_ROW = "!a", "!c", "!d"
 STAMP, GENERATION, STATE, WAKE_AT, SINCE = "stamp", "gen", "state", "wake_at", "since"
 FLAG = INACTIVE
 DORMANT, WAKING = "dormant", "waking"
-HEAD_SELECT = [STAMP, GENERATION, STATE, WAKE_AT, SINCE]
+RESTORED = "restored"
+HEAD_SELECT = [STAMP, GENERATION, STATE, WAKE_AT, SINCE, RESTORED]
 """The properties of the activity rows a head query must select beside a post's."""
 _HEAD = "PartitionKey eq @pk and RowKey ge @low and RowKey le @high"
 _END_TRIES = 5
@@ -83,6 +84,15 @@ class Head:
     stamp: int | None = None
     stamp_row: TableEntity | None = None
     marker: TableEntity | None = None
+    cursor: TableEntity | None = None
+
+    @property
+    def restored(self) -> str:
+        """The last subject (``subjectFollowing`` order) this dormancy's wake restored in its
+        second pass: ``""`` if none (or the cursor is an older dormancy's)."""
+        if self.cursor is None or str(self.cursor.get(GENERATION, "")) != self.generation:
+            return ""
+        return str(self.cursor.get(RESTORED, ""))
 
     @property
     def dormant(self) -> bool:
@@ -100,10 +110,16 @@ class Head:
 
 def head_of(rows: list[TableEntity]) -> Head:
     """The activity rows among a head query's rows."""
-    found = {row["RowKey"]: row for row in rows if row["RowKey"] in (STAMP_ROW, MARKER_ROW)}
+    keys = (STAMP_ROW, CURSOR_ROW, MARKER_ROW)
+    found = {row["RowKey"]: row for row in rows if row["RowKey"] in keys}
     stamp_row = found.get(STAMP_ROW)
     stamp = stamp_row.get(STAMP) if stamp_row is not None else None
-    return Head(int(stamp) if stamp is not None else None, stamp_row, found.get(MARKER_ROW))
+    return Head(
+        int(stamp) if stamp is not None else None,
+        stamp_row,
+        found.get(MARKER_ROW),
+        found.get(CURSOR_ROW),
+    )
 
 
 class ActivityRepository:
@@ -238,6 +254,14 @@ class ActivityRepository:
                     continue
             return True
         raise ResourceModifiedError(f"{reader}'s marker changed {_END_TRIES} times in a row")
+
+    async def note_restored(self, reader: str, generation: str, subject: str) -> None:
+        """Record that the wake's second pass restored every subject up to ``subject``:
+        dormant pages read those from the partition from now on."""
+        row = {"PartitionKey": reader, "RowKey": CURSOR_ROW, GENERATION: generation}
+        row[RESTORED] = subject
+        async with self._storage.guard(kind="write-1"):
+            await self._storage.table(TIMELINES, reader).upsert_entity(row, mode=UpdateMode.REPLACE)
 
     async def flag(self, subject: str, reader: str, generation: str, *, not_after: float) -> None:
         """Mark the reader's follow of ``subject`` inactive (no follow: nothing to mark); not
