@@ -1,7 +1,6 @@
-"""REPRODUCTIONS (failing on 7097797): problems found in the inactive-readers feature.
-
-Each test states what should hold and fails on the merged code; the docstring says how it
-goes wrong in production and what the test stands in for. Real Azurite throughout: requests
+"""Inactive readers under races and cost: each test protects a behaviour a review found
+missing (each failed on 4d1cee0); the docstring says how it went wrong in production and what
+the test stands in for. Real Azurite throughout: requests
 are counted, and one is held, on the HTTP session (``aiohttp.TraceConfig``), never faked.
 """
 
@@ -174,10 +173,10 @@ async def world(
     return World(storage, repos, processor, home, reader, names)
 
 
-async def test_a_sweep_mark_sent_late_leaves_an_active_reader_without_copies(
+async def test_a_sweep_mark_landing_after_the_wake_is_cleared_by_the_sweep(
     settings: Settings, storage: Storage
 ) -> None:
-    """REPRODUCES (high): a post missed by an active reader, a flag left with no marker.
+    """Was (high): a post missed by an active reader, a flag left with no marker.
 
     ``Dormancy._flag_all`` checks its window (``W``) once per chunk, *before* the marks are
     handed to ``Storage.guard``; the guard then waits for a limiter place untimed (its own
@@ -220,7 +219,7 @@ async def test_a_sweep_mark_sent_late_leaves_an_active_reader_without_copies(
 async def test_reads_during_a_long_wake_do_not_keep_it_from_ending(
     settings: Settings, storage: Storage
 ) -> None:
-    """REPRODUCES (medium): a wake that never ends (and multiplies its own work).
+    """Was (medium): a wake that never ends (and multiplies its own work).
 
     A read that finds the marker ``waking`` for longer than ``resend_after_s`` (2 S) queues
     a new ``Wake`` and rewrites the marker (``mark_waking``: new ``wake_at``, new ETag). A
@@ -262,7 +261,7 @@ async def test_reads_during_a_long_wake_do_not_keep_it_from_ending(
 async def test_a_dormant_page_costs_a_bounded_number_of_requests(
     settings: Settings, storage: Storage
 ) -> None:
-    """REPRODUCES (high, cost): a dormant reader's every page costs one query per followed
+    """Was (high, cost): a dormant reader's every page costs one query per followed
     author, unbounded.
 
     ``_dormant_page`` reads ``following_ids`` (one query per 1,000 follows) and then one
@@ -298,7 +297,7 @@ async def test_a_dormant_page_costs_a_bounded_number_of_requests(
 
 
 async def test_a_wake_copies_only_what_the_dormancy_skipped(storage: Storage) -> None:
-    """REPRODUCES (medium, cost): the wake's first pass rewrites every followed author's
+    """Was (medium, cost): the wake's first pass rewrites every followed author's
     newest 250 posts, whether or not any was skipped.
 
     ``Waking._restore`` calls ``copy_newest(missing_only=False)`` per author: up to
@@ -326,7 +325,7 @@ async def test_a_wake_copies_only_what_the_dormancy_skipped(storage: Storage) ->
 async def test_concurrent_reads_in_one_period_write_the_stamp_once(
     settings: Settings, storage: Storage
 ) -> None:
-    """REPRODUCES (low, cost): "at most one stamp write per reader per period" holds only
+    """Was (low, cost): "at most one stamp write per reader per period" holds only
     for reads one after another. Each first page decides from the stamp its own head query
     returned, so reads that start together (several tabs or devices, the web client's page
     and stream opening at once, several API processes) each write ``!a``; the first stamp
@@ -351,7 +350,7 @@ async def test_concurrent_reads_in_one_period_write_the_stamp_once(
 async def test_a_reader_streaming_through_the_inactive_period_still_gets_posts(
     storage: Storage,
 ) -> None:
-    """REPRODUCES (low): an active reader whose stream is open misses posts.
+    """Was (low): an active reader whose stream is open misses posts.
 
     A stream counts as activity only when it opens (``Timelines.watch`` calls ``touch``
     once); its polls never stamp. A stream left open past ``TIMELINE_INACTIVE_DAYS`` (a
