@@ -90,6 +90,7 @@ def _build_service(settings: Settings, storage: Storage, ring: KeyRing) -> Timel
         home=HomeTimeline(
             storage,
             max_merged=settings.max_merged_authors,
+            dormant_authors=settings.dormant_merge_authors,
             attendance=Attendance(
                 ActivityRepository(storage),
                 queue,

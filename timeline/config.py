@@ -72,6 +72,9 @@ class Settings(BaseSettings):
     max_merged_authors: int = Field(default=20, ge=1, le=40)
     """Large authors one timeline page merges; a reader who follows more gets copies of the
     rest."""
+    dormant_merge_authors: int = Field(default=200, ge=1, le=1000)
+    """Followed authors one page of a dormant reader merges from ``posts`` (those its wake
+    has not restored yet); the rest show from its timeline as the wake restores them."""
     max_streams: int = Field(default=200, ge=0)
     """Live timeline streams one API process serves at once (503 beyond)."""
     max_streams_per_user: int = Field(default=4, ge=1)

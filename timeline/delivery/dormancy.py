@@ -30,6 +30,8 @@ from timeline.tables.activity import DORMANT, STATE, ActivityRepository, Inactiv
 
 log = logging.getLogger(__name__)
 _AT_ONCE = 16
+_NOTE_EVERY = 8
+"""Chunks between two writes of the wake's progress (128 subjects)."""
 
 
 class Dormancy:
@@ -57,7 +59,25 @@ class Dormancy:
             head = await self._activity.head(reader)
         if head.marker is None or head.marker.get(STATE) != DORMANT:
             return True  # waking: the reader is back
-        return await self._flag_all(reader, head.generation)
+        flagged = await self._flag_all(reader, head.generation)
+        await self._undo_if_woken(reader, head.generation)
+        return flagged
+
+    async def _undo_if_woken(self, reader: str, generation: str) -> None:
+        """After the marks ended: if the marker is no longer this dormancy's ``dormant``, a
+        wake may have unmarked before a mark of ours landed (however late it was sent), so
+        clear every mark of this generation ourselves. A marker still ``dormant`` read after
+        every mark ended means they all landed before ``waking``: the wake's passes clear them."""
+        head = await self._activity.head(reader)
+        marker = head.marker
+        if marker is not None and head.generation == generation and marker.get(STATE) == DORMANT:
+            return
+        async for subjects in self._activity.ever_followed(reader):
+            for start in range(0, len(subjects), _AT_ONCE):
+                chunk = subjects[start : start + _AT_ONCE]
+                await asyncio.gather(
+                    *(self._activity.unflag(s, reader, generation=generation) for s in chunk)
+                )
 
     async def _flag_all(self, reader: str, generation: str) -> bool:
         """Mark every followed author's follow row, each sent within the window of the
@@ -93,25 +113,33 @@ class Waking:
         if head.marker.get(STATE) == DORMANT:
             await self._activity.mark_waking(message.reader, head.marker)
             return Continue(message)  # read the marker again: now (or by another) waking
-        await self._restore(message.reader, missing_only=message.confirm)
+        since = head.since - self._inactivity.granularity_s if head.since else 0.0
+        noted = message.generation if message.confirm else None
+        await self._restore(message.reader, since, noted)
         if not message.confirm:
             again = message.model_copy(update={"confirm": True})
             return Continue(again, delay_s=self._ctx.timing.sweep_delay_s)
         stamp = head.stamp if head.stamp is not None else self._inactivity.stamp()
         if self._inactivity.enabled:
             await self._activity.file_check(message.reader, self._inactivity.due(stamp))
-        await self._activity.end_dormancy(message.reader, head.marker)
+        await self._activity.end_dormancy(message.reader, message.generation)
         return DONE
 
-    async def _restore(self, reader: str, *, missing_only: bool) -> None:
-        """Unmark every follow row the index names, and copy each author's newest posts."""
+    async def _restore(self, reader: str, since: float, noted: str | None) -> None:
+        """Unmark every follow row the index names, and copy in each author's posts made
+        ``since`` that the partition lacks (only those can have been skipped); with
+        ``noted`` (the second pass: no late mark can follow it), record the progress every
+        ``_NOTE_EVERY`` subjects, so dormant pages merge only authors not restored yet."""
         async for subjects in self._activity.ever_followed(reader):
             for start in range(0, len(subjects), _AT_ONCE):
                 chunk = subjects[start : start + _AT_ONCE]
                 await asyncio.gather(
-                    *(self._restore_one(reader, subject, missing_only) for subject in chunk)
+                    *(self._restore_one(reader, subject, since) for subject in chunk)
                 )
+                last = start + len(chunk) >= len(subjects)
+                if noted is not None and (last or (start // _AT_ONCE + 1) % _NOTE_EVERY == 0):
+                    await self._activity.note_restored(reader, noted, chunk[-1])
 
-    async def _restore_one(self, reader: str, subject: str, missing_only: bool) -> None:
+    async def _restore_one(self, reader: str, subject: str, since: float) -> None:
         await self._activity.unflag(subject, reader)
-        await self._feed.copy_newest(reader, subject, missing_only=missing_only)
+        await self._feed.copy_newest(reader, subject, missing_only=True, since=since)

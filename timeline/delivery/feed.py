@@ -75,9 +75,12 @@ class Feed:
             await self._writer.delete(owner, row_key, tracker)
         await tracker.wait()
 
-    async def copy_newest(self, follower: str, subject: str, *, missing_only: bool = False) -> None:
+    async def copy_newest(
+        self, follower: str, subject: str, *, missing_only: bool = False, since: float = 0.0
+    ) -> None:
         """Copy the subject's newest posts into the follower's timeline (``missing_only``:
-        those it lacks); undo what lost its reason by the time the copies landed.
+        those it lacks; ``since``: only those made from then on, epoch seconds); undo what
+        lost its reason by the time the copies landed.
         Race-sensitive: the follow and mode are read inside the admission, so the copies are
         written within the deadline of that read. Rewriting every copy is what makes a purge
         that read them before this follow keep them (their etags change); a copy not
@@ -95,6 +98,9 @@ class Feed:
                 return  # it merges the subject (a copy of a post made since could outlive
                 # the post: its delete sweeps only overflow readers)
             posts = await self._repos.posts.newest(subject, BACKFILL_POSTS)
+            posts = [post for post in posts if post.created_at.timestamp() >= since]
+            if not posts:
+                return
             held = await self._held(follower, subject) if missing_only else set()
             fresh = [post for post in posts if post.row_key not in held]
             written = await self.push_rows(follower, fresh, deadline)

@@ -46,6 +46,11 @@ class Attendance:
         self._inactivity = inactivity
         self._resend_after_s = resend_after_s
 
+    @property
+    def every_s(self) -> float:
+        """One stamp period: a stream's polls touch that often (inf when disabled)."""
+        return self._inactivity.granularity_s if self._inactivity.enabled else float("inf")
+
     async def touch(self, reader: str) -> None:
         """Activity without a home read (a stream opens): read the head rows, then ``seen``."""
         try:
@@ -82,7 +87,9 @@ class Attendance:
             return
         current = self._inactivity.stamp()
         if head.stamp is None or head.stamp < current:
-            await self._activity.stamp(reader, current, self._inactivity, first=head.stamp is None)
+            await self._activity.stamp(
+                reader, current, self._inactivity, first=head.stamp is None, read=head.stamp_row
+            )
 
     async def _wake(self, reader: str, head: Head) -> None:
         """Queue the wake (before the marker changes, like every API write), then mark the

@@ -32,7 +32,7 @@ from azure.data.tables import TableEntity
 from timeline.model.entities import POST_SELECT, Post, PostRow
 from timeline.reads.activity import Attendance
 from timeline.storage.accounts import Storage
-from timeline.storage.calls import as_entity, query_rows
+from timeline.storage.calls import as_entity, query_page, query_rows
 from timeline.storage.names import POSTS, TIMELINES
 from timeline.tables.activity import HEAD_SELECT, Head, head_of
 from timeline.tables.audience import FIRST_POST_KEY, merge_row_author
@@ -79,11 +79,13 @@ class HomeTimeline:
         max_merged: int,
         guesses: int = 100_000,
         attendance: Attendance | None = None,
+        dormant_authors: int = 200,
     ) -> None:
         self._storage = storage
         self._attendance = attendance
         self._follows = FollowsRepository(storage)
         self._max_merged = max_merged
+        self._dormant_authors = dormant_authors
         self._guesses: OrderedDict[str, tuple[str, ...]] = OrderedDict()
         self._guess_capacity = guesses
 
@@ -157,6 +159,11 @@ class HomeTimeline:
         if self._attendance is not None:
             await self._attendance.registered(owner)
 
+    @property
+    def touch_every_s(self) -> float:
+        """How often an open stream counts as activity (``Attendance.every_s``)."""
+        return self._attendance.every_s if self._attendance is not None else float("inf")
+
     async def touch(self, owner: str) -> None:
         """Activity without a page (a stream opens): ``Attendance.touch``."""
         if self._attendance is not None:
@@ -165,21 +172,46 @@ class HomeTimeline:
     async def _dormant_page(
         self, owner: str, limit: int, position: Position
     ) -> tuple[list[PostRow], Position | None]:
-        """A page of a dormant (or waking) reader, complete at once: its own and every
-        followed author's posts from ``posts``, the follows read from storage; its own
-        partition (missing the copies dormancy skipped) is not read."""
-        following = await self._follows.following_ids(owner)
-        authors = tuple(sorted({owner, *following}))
-        rows = self._author_rows(limit, len(authors))
-        sources = await asyncio.gather(
-            *(self._query(POSTS, a, position.after, position.until, rows) for a in authors)
+        """A page of a dormant (or waking) reader, complete at once for the authors the wake
+        has not restored yet (the next ``dormant_authors`` after its cursor, from ``posts``,
+        with the reader's own); the rest, and the large authors it merges, as on any page.
+        At most ``dormant_authors`` + the merged authors + 4 queries, however many follows."""
+        heads = await self._head_rows(owner)
+        head = head_of(heads)
+        hybrid = tuple(a for a in (merge_row_author(r["RowKey"]) for r in heads) if a)
+        window, dropped = await self._follows.following_after(
+            owner, head.restored, self._dormant_authors
         )
-        nothing = _Source([], False, position.after)
-        merged = dict(zip(authors, sources, strict=True))
-        posts, following_position = _merge(nothing, merged, (), limit, position.until)
-        if following_position is None:
+        authors = tuple(sorted({owner, *window}))
+        others = tuple(author for author in hybrid if author not in authors)
+        rows = self._author_rows(limit, len(authors) + len(others))
+        after, until = position.after, position.until
+        own, sources, large = await asyncio.gather(
+            self._query(TIMELINES, owner, after, until, limit),
+            asyncio.gather(*(self._query(POSTS, a, after, until, rows) for a in authors)),
+            self._authors(
+                owner, others, limit, after=after, until=until, listed=len(authors) + len(others)
+            ),
+        )
+        merged = dict(zip(authors, sources, strict=True)) | large
+        skipped = (*authors, *others, *dropped)  # their copies: merged instead, or unfollowed
+        posts, following = _merge(own, merged, skipped, limit, until)
+        if following is None:
             return posts, None
-        return posts, replace(following_position, dormant=True)
+        return posts, replace(following, listed=(), dormant=True)
+
+    async def _head_rows(self, owner: str) -> list[TableEntity]:
+        """The head rows only (activity, cursor, merge rows; bounded): one query."""
+        async with self._storage.guard():
+            page = await query_page(
+                self._storage.reader(TIMELINES, owner),
+                _HEAD,
+                {"pk": owner, "until": FIRST_POST_KEY},
+                select=["RowKey", *HEAD_SELECT],
+                limit=self._max_merged + 8,
+                continuation=None,
+            )
+        return list(page.items)
 
     async def _head(
         self, owner: str, limit: int, until: str

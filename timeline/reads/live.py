@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Set
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -51,6 +52,7 @@ from timeline.model.keys import MAX_TICKS, post_id_from_row_key, post_id_ticks, 
 from timeline.reads.home import HomeTimeline, Position
 from timeline.reads.landed import OVERLAP_S, Landed, Reading, landed_at
 from timeline.storage.names import POSTS, TIMELINES
+from timeline.tables.activity import MARKER_ROW
 from timeline.tables.audience import FIRST_POST_KEY, AudienceRepository, merge_row_author
 from timeline.tables.follows import FollowsRepository
 from timeline.tables.rows import META
@@ -101,6 +103,8 @@ class _Found:
     """Authors whose merge row landed, with when."""
     unmerged: set[str]
     """Authors whose merge row went."""
+    marker: bool = False
+    """The reader's dormancy marker landed (a sweep judged it inactive): the stream wakes it."""
 
 
 class TimelineWatch:
@@ -120,6 +124,9 @@ class TimelineWatch:
         self._seen: dict[str, _Seen] = {}
         """Post id to what was last sent of each post that may still land."""
         self._backlog: list[Update] = []
+        self._touch_due = time.monotonic() + home.touch_every_s
+        """When a poll next counts as activity (``HomeTimeline.touch``): once per stamp
+        period, and at once after a poll saw the marker land."""
 
     async def open(self, since: str | None) -> None:
         """Start from the row key ``since`` (None: from now): set up the sources and read
@@ -144,6 +151,9 @@ class TimelineWatch:
         changes nothing: the backlog and every source's cursor stay for the next."""
         fresh = [*self._backlog, *await self._poll()]
         self._backlog = []
+        if time.monotonic() >= self._touch_due:
+            self._touch_due = time.monotonic() + self._home.touch_every_s
+            await self._home.touch(self._owner)  # failures are logged, never raised
         return fresh
 
     async def _poll(self) -> list[Update]:
@@ -168,6 +178,8 @@ class TimelineWatch:
             self._drop(gone, out)
         for gone in found.unmerged:
             self._sources.pop(gone, None)
+        if found.marker:
+            self._touch_due = 0.0
         self._forget()
         posts = [update for update in out.values() if isinstance(update, Post)]
         removals = [update for update in out.values() if isinstance(update, Removal)]
@@ -185,6 +197,7 @@ class TimelineWatch:
                 found.merged[added] = landed_at(row)
             if removed is not None:
                 found.unmerged.add(removed)
+            found.marker |= key == MARKER_ROW
         merged = self._sources.keys() | found.merged.keys()
         for source, reading in readings:
             for row in reading.fresh:

@@ -31,15 +31,19 @@ from timeline.storage.calls import failed_index, query_page, transact
 from timeline.storage.names import SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING, TIMELINES
 from timeline.tables.expiries import DORMANCY, ExpiriesRepository
 from timeline.tables.follows import INACTIVE
-from timeline.tables.rows import LISTING, META, get_entity, if_unchanged
+from timeline.tables.rows import LISTING, META, create_entity, get_entity, if_unchanged
 
-STAMP_ROW, MARKER_ROW = "!a", "!d"
-STAMP, GENERATION, STATE, WAKE_AT = "stamp", "gen", "state", "wake_at"
+STAMP_ROW, CURSOR_ROW, MARKER_ROW = "!a", "!c", "!d"
+STAMP, GENERATION, STATE, WAKE_AT, SINCE = "stamp", "gen", "state", "wake_at", "since"
 FLAG = INACTIVE
 DORMANT, WAKING = "dormant", "waking"
-HEAD_SELECT = [STAMP, GENERATION, STATE, WAKE_AT]
+RESTORED = "restored"
+HEAD_SELECT = [STAMP, GENERATION, STATE, WAKE_AT, SINCE, RESTORED]
 """The properties of the activity rows a head query must select beside a post's."""
 _HEAD = "PartitionKey eq @pk and RowKey ge @low and RowKey le @high"
+_END_TRIES = 5
+"""Deletes of the marker tried against fresh reads (each retry follows a read's resend,
+at most one per resend period): the message is redelivered if all fail."""
 DAY_S = 86_400.0
 STAMPS_PER_PERIOD = 8
 """A stamp's granularity is an eighth of the inactive period (at most a day): a reader is
@@ -80,10 +84,24 @@ class Head:
     stamp: int | None = None
     stamp_row: TableEntity | None = None
     marker: TableEntity | None = None
+    cursor: TableEntity | None = None
+
+    @property
+    def restored(self) -> str:
+        """The last subject (``subjectFollowing`` order) this dormancy's wake restored in its
+        second pass: ``""`` if none (or the cursor is an older dormancy's)."""
+        if self.cursor is None or str(self.cursor.get(GENERATION, "")) != self.generation:
+            return ""
+        return str(self.cursor.get(RESTORED, ""))
 
     @property
     def dormant(self) -> bool:
         return self.marker is not None
+
+    @property
+    def since(self) -> float:
+        """When this dormancy began (epoch seconds; 0 for a marker from before ``since``)."""
+        return float(self.marker.get(SINCE) or 0.0) if self.marker is not None else 0.0
 
     @property
     def generation(self) -> str:
@@ -92,10 +110,16 @@ class Head:
 
 def head_of(rows: list[TableEntity]) -> Head:
     """The activity rows among a head query's rows."""
-    found = {row["RowKey"]: row for row in rows if row["RowKey"] in (STAMP_ROW, MARKER_ROW)}
+    keys = (STAMP_ROW, CURSOR_ROW, MARKER_ROW)
+    found = {row["RowKey"]: row for row in rows if row["RowKey"] in keys}
     stamp_row = found.get(STAMP_ROW)
     stamp = stamp_row.get(STAMP) if stamp_row is not None else None
-    return Head(int(stamp) if stamp is not None else None, stamp_row, found.get(MARKER_ROW))
+    return Head(
+        int(stamp) if stamp is not None else None,
+        stamp_row,
+        found.get(MARKER_ROW),
+        found.get(CURSOR_ROW),
+    )
 
 
 class ActivityRepository:
@@ -137,15 +161,36 @@ class ActivityRepository:
             if continuation is None:
                 return
 
-    async def stamp(self, reader: str, stamp: int, inactivity: Inactivity, *, first: bool) -> None:
+    async def stamp(
+        self,
+        reader: str,
+        stamp: int,
+        inactivity: Inactivity,
+        *,
+        first: bool,
+        read: TableEntity | None = None,
+    ) -> bool:
         """Record activity in period ``stamp``; the first stamp files the reader's dormancy
-        check first (the sweep re-files it from then on). Stored as a double (exact to 2**53):
-        a period of seconds makes numbers past Int32."""
+        check first (the sweep re-files it from then on). Conditional, so reads that start
+        together write once: over ``read`` (the stamp row as a head query returned it,
+        ``If-Match``), else the first only if no stamp exists (a later one without ``read``
+        is unconditional); False if another write came first.
+        Stored as a double (exact to 2**53): a period of seconds makes numbers past Int32."""
         if first:
             await self.file_check(reader, inactivity.due(stamp))
         row = {"PartitionKey": reader, "RowKey": STAMP_ROW, STAMP: float(stamp)}
+        if read is None and first:
+            return await create_entity(self._storage, TIMELINES, row)
+        table = self._storage.table(TIMELINES, reader)
         async with self._storage.guard(kind="write-1"):
-            await self._storage.table(TIMELINES, reader).upsert_entity(row, mode=UpdateMode.MERGE)
+            if read is None:
+                await table.upsert_entity(row, mode=UpdateMode.MERGE)
+                return True
+            try:
+                await table.update_entity(row, mode=UpdateMode.MERGE, **if_unchanged(read))
+            except (ResourceNotFoundError, ResourceModifiedError):
+                return False
+        return True
 
     async def file_check(self, reader: str, at: float) -> None:
         await self._expiries.note(DORMANCY, TIMELINES, reader, STAMP_ROW, at=at)
@@ -159,6 +204,7 @@ class ActivityRepository:
             GENERATION: uuid.uuid4().hex,
             STATE: DORMANT,
             WAKE_AT: 0.0,
+            SINCE: time.time(),
         }
         operations: list[Any] = [("create", marker)]
         if head.stamp_row is not None:
@@ -186,16 +232,36 @@ class ActivityRepository:
                 return False
         return True
 
-    async def end_dormancy(self, reader: str, marker: TableEntity) -> bool:
-        """Delete the marker if unchanged since read (the wake's last step)."""
-        async with self._storage.guard(kind="write-1"):
-            try:
-                await self._storage.table(TIMELINES, reader).delete_entity(
-                    reader, MARKER_ROW, **if_unchanged(marker)
-                )
-            except (ResourceNotFoundError, ResourceModifiedError):
+    async def end_dormancy(self, reader: str, generation: str) -> bool:
+        """Delete this dormancy's marker (the wake's last step), judged on a fresh read by
+        generation and state only: a read that resent the wake meanwhile rewrote only
+        ``wake_at`` (its ETag changed, nothing that matters), so it is read again and the
+        delete retried; False if the marker is gone or another dormancy's."""
+        for _ in range(_END_TRIES):
+            marker = (await self.head(reader)).marker
+            if marker is None or str(marker.get(GENERATION, "")) != generation:
                 return False
-        return True
+            if marker.get(STATE) != WAKING:
+                return False
+            async with self._storage.guard(kind="write-1"):
+                try:
+                    await self._storage.table(TIMELINES, reader).delete_entity(
+                        reader, MARKER_ROW, **if_unchanged(marker)
+                    )
+                except ResourceNotFoundError:
+                    return False
+                except ResourceModifiedError:
+                    continue
+            return True
+        raise ResourceModifiedError(f"{reader}'s marker changed {_END_TRIES} times in a row")
+
+    async def note_restored(self, reader: str, generation: str, subject: str) -> None:
+        """Record that the wake's second pass restored every subject up to ``subject``:
+        dormant pages read those from the partition from now on."""
+        row = {"PartitionKey": reader, "RowKey": CURSOR_ROW, GENERATION: generation}
+        row[RESTORED] = subject
+        async with self._storage.guard(kind="write-1"):
+            await self._storage.table(TIMELINES, reader).upsert_entity(row, mode=UpdateMode.REPLACE)
 
     async def flag(self, subject: str, reader: str, generation: str, *, not_after: float) -> None:
         """Mark the reader's follow of ``subject`` inactive (no follow: nothing to mark); not
@@ -203,14 +269,27 @@ class ActivityRepository:
         so the mark ends within one storage timeout of it."""
         await self._set_flag(subject, reader, generation, not_after=not_after)
 
-    async def unflag(self, subject: str, reader: str) -> bool:
-        """Clear the mark if set (a point read first: an unmarked row costs no write)."""
+    async def unflag(self, subject: str, reader: str, *, generation: str | None = None) -> bool:
+        """Clear the mark if set (a point read first: an unmarked row costs no write); with
+        ``generation``, only that dormancy's mark, and only if unchanged since read."""
         row = await get_entity(
             self._storage, SUBJECT_FOLLOWERS, subject, reader, select=["RowKey", FLAG]
         )
         if row is None or not row.get(FLAG):
             return False
-        await self._set_flag(subject, reader, "")
+        if generation is None:
+            await self._set_flag(subject, reader, "")
+            return True
+        if row.get(FLAG) != generation:
+            return False
+        entity = {"PartitionKey": subject, "RowKey": reader, FLAG: ""}
+        async with self._storage.guard(kind="write-1"):
+            try:
+                await self._storage.table(SUBJECT_FOLLOWERS, subject).update_entity(
+                    entity, mode=UpdateMode.MERGE, **if_unchanged(row)
+                )
+            except (ResourceNotFoundError, ResourceModifiedError):
+                return False
         return True
 
     async def _set_flag(

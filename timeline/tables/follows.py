@@ -28,6 +28,7 @@ from timeline.storage.counters import count_of, transact_counted
 from timeline.storage.names import SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING
 from timeline.tables.expiries import CLAIM, ExpiriesRepository
 from timeline.tables.rows import (
+    LISTING,
     META,
     PARTITION,
     create_entity,
@@ -230,6 +231,23 @@ class FollowsRepository:
         )
         edges = [Edge(e["RowKey"], e["since"]) for e in page.items if e.get("active")]
         return Page(edges, page.continuation)
+
+    async def following_after(
+        self, follower: str, after: str, limit: int
+    ) -> tuple[list[str], list[str]]:
+        """The next ``limit`` rows after ``after`` in ``subjectFollowing`` order, as the
+        subjects followed and those no longer followed: one query."""
+        async with self._storage.guard():
+            page = await query_page(
+                self._storage.reader(SUBJECT_FOLLOWING, follower),
+                f"{LISTING} and RowKey gt @after",
+                {"pk": follower, "meta": META, "after": after},
+                select=["RowKey", "active"],
+                limit=limit,
+                continuation=None,
+            )
+        rows = [(str(entity["RowKey"]), bool(entity.get("active"))) for entity in page.items]
+        return [s for s, active in rows if active], [s for s, active in rows if not active]
 
     async def following_ids(self, follower: str) -> list[str]:
         """Every subject the follower follows now, from its ``subjectFollowing`` rows."""
