@@ -179,7 +179,10 @@ class Worker:
             async with asyncio.TaskGroup() as receivers:
                 for index in range(high + low):
                     level = Priority.HIGH if index < high else Priority.LOW
-                    receivers.create_task(self._intake.receive(lanes[level], index, level, start))
+                    lookout = index in (0, high)  # the first of each priority
+                    receivers.create_task(
+                        self._intake.receive(lanes[level], index, level, start, lookout=lookout)
+                    )
         finally:
             sampler.cancel()
             if watcher is not None:
