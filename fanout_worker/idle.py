@@ -79,7 +79,7 @@ class IdlePace:
         receiver leased messages (the streak starts again), or had since ``found`` was
         ``since``."""
         if self.found != since:
-            return True
+            return self._woken()
         work = self._work
         delay = self.delay(streak) * (1 - JITTER * self._rng())
         timeout = None if self.parks(streak, lookout) else delay
@@ -90,7 +90,10 @@ class IdlePace:
             for wait in waits:
                 wait.cancel()
         if work.is_set() and not self._stopping.is_set():
-            self.polls.woken += 1
-            RECEIVERS_WOKEN.inc()
-            return True
+            return self._woken()
         return False
+
+    def _woken(self) -> bool:
+        self.polls.woken += 1
+        RECEIVERS_WOKEN.inc()
+        return True
