@@ -28,13 +28,13 @@ class IdlePace:
     """How long a receiver rests after a round of empty lanes, shared by a process's receivers.
 
     As Azure Functions' queue trigger does: each empty round in a row doubles a receiver's
-    rest, from ``base`` up to ``cap``, jittered. A receive that leases anything wakes every
-    resting receiver at once and their rests start again from ``base`` (a burst brings all
-    of them back). When backing off (``cap`` above ``base``), a receiver whose rest has
-    reached the cap stops polling unless it is its priority's lookout: it waits for work
-    found by any receiver. So an idle worker makes one round of receives per priority per
-    ``cap`` at most, and the first message after a quiet spell waits at most ``cap`` plus
-    one round of receives before it is leased."""
+    rest, from ``base`` up to ``cap``, jittered. A receive that leases anything starts its
+    receiver's rests again from ``base``; one that leases all it asked for (a burst) wakes
+    every resting receiver at once, and theirs start again too. When backing off (``cap``
+    above ``base``), a receiver whose rest has reached the cap stops polling unless it is
+    its priority's lookout: it waits for a burst found by any receiver. So an idle worker
+    makes one round of receives per priority per ``cap`` at most, and the first message
+    after a quiet spell waits at most ``cap`` plus one round of receives to be leased."""
 
     def __init__(
         self,
@@ -49,21 +49,24 @@ class IdlePace:
         self._rng = rng
         self._work = asyncio.Event()
         self.found = 0
-        """Receives that leased messages so far, in this process (a receiver compares it
-        with what it saw when its round began, to miss no wake-up)."""
+        """Wake-ups so far, in this process (a receiver compares it with what it saw when
+        its round began, to miss none)."""
         self.polls = Polls()
 
-    def received(self, leased: int) -> None:
-        """Count one receive; when it leased messages, wake every resting receiver."""
+    def received(self, leased: int, asked: int) -> None:
+        """Count one receive; when it leased all it asked for (more may be waiting: a burst),
+        wake every resting receiver. Fewer means that lane is drained: only the receiver
+        that leased them starts its rests again, so a trickle keeps the others resting."""
         if not leased:
             self.polls.empty += 1
             RECEIVES.labels("empty").inc()
             return
         self.polls.leased += 1
-        self.found += 1
         RECEIVES.labels("leased").inc()
-        self._work.set()
-        self._work = asyncio.Event()
+        if leased >= asked:
+            self.found += 1
+            self._work.set()
+            self._work = asyncio.Event()
 
     def delay(self, streak: int) -> float:
         """The rest after the ``streak``-th empty round in a row, before jitter."""

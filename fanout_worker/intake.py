@@ -107,7 +107,7 @@ class Intake:
             finally:
                 await self._release(count, level)
             if not failures:
-                self.pace.received(len(messages))
+                self.pace.received(len(messages), count)
             for message in messages:
                 self._track(asyncio.create_task(start(queue, message)), queue.level)
             if messages:

@@ -1,5 +1,6 @@
 """Idle receivers back off: few receives while the queues stay empty, the first message
-after a quiet spell leased within the longest rest, and a burst wakes every receiver."""
+after a quiet spell leased within the longest rest, a burst wakes every receiver and a
+single message does not."""
 
 from __future__ import annotations
 
@@ -74,9 +75,11 @@ async def test_a_message_after_a_long_idle_is_leased_within_the_longest_rest(
     await until(lambda: polls.empty >= 2 * WARM_UP, "a long idle")
     sent = time.monotonic()
     await idle.queue.send_raw("not a fan-out message", level=level)
+    woken = polls.woken
     await until(lambda: polls.leased >= 1, "the message to be leased")
     waited = time.monotonic() - sent
     assert waited <= CAP_S + 0.5, waited  # the longest rest, one receive, and slack
+    assert polls.woken == woken  # one message: the lane is drained, the others rest on
 
 
 async def test_a_burst_wakes_every_receiver(idle: Idle) -> None:
