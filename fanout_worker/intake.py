@@ -11,6 +11,7 @@ from typing import Any
 from azure.core.exceptions import ResourceNotFoundError
 from azure.storage.queue import QueueMessage
 
+from fanout_worker.idle import IdlePace
 from fanout_worker.isolation import Isolation
 from fanout_worker.metrics import IN_FLIGHT
 from timeline.config import Settings
@@ -66,16 +67,24 @@ class Intake:
         self._reserved = [0 for _ in Priority]
         self._capacity = asyncio.Condition()
         self._notifiers: set[asyncio.Future[None]] = set()
+        self.pace = IdlePace(
+            settings.worker_idle_sleep_s, settings.worker_idle_max_sleep_s, stopping
+        )
+        """Idle receivers' back-off, shared so that one receiver's work wakes all of them."""
 
-    async def receive(self, shards: list[Lane], first: int, level: Priority, start: Start) -> None:
+    async def receive(
+        self, shards: list[Lane], first: int, level: Priority, start: Start, *, lookout: bool
+    ) -> None:
         """One receiver of one priority: lease as many messages as there is room for, start
         each one.
 
         Receivers take the shards' lanes in turn, each from its own starting shard, so every
         shard is asked as often as any other; a receiver idles only after a whole round of
-        empty lanes."""
-        failures = empty = 0
+        empty lanes, for longer after each such round (``fanout_worker.idle``); the
+        ``lookout`` keeps polling at the longest rest while the others wait for work."""
+        failures = empty = streak = 0
         turn = first
+        since = self.pace.found
         while not self._stopping.is_set():
             count = await self._reserve(level)
             if not count or not shards:
@@ -97,14 +106,22 @@ class Intake:
                 messages = []
             finally:
                 await self._release(count, level)
+            if not failures:
+                self.pace.received(len(messages), count)
             for message in messages:
                 self._track(asyncio.create_task(start(queue, message)), queue.level)
-            empty = 0 if messages else empty + 1
+            if messages:
+                empty = streak = 0
+                since = self.pace.found
+            else:
+                empty += 1
             if failures:
                 await self._sleep(backoff_delay(failures, base=0.2, cap=10))
             elif empty >= len(shards):
-                empty = 0
-                await self._sleep(self._settings.worker_idle_sleep_s)
+                empty, streak = 0, streak + 1
+                if await self.pace.rest(streak, lookout, since):
+                    streak = 0
+                since = self.pace.found
 
     async def _reserve(self, level: Priority) -> int:
         """Wait for room, then reserve up to 32 places for the messages about to be leased."""

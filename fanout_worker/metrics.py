@@ -34,6 +34,17 @@ OLDEST_DUE = Gauge(
     ["group"],
     registry=FANOUT,
 )
+RECEIVES = Counter(
+    "fanout_receives_total",
+    "Queue receive requests that returned, by result: empty or leased (at least one message)",
+    ["result"],
+    registry=FANOUT,
+)
+RECEIVERS_WOKEN = Counter(
+    "fanout_receivers_woken_total",
+    "Idle receivers woken early because another receiver of the process leased messages",
+    registry=FANOUT,
+)
 QUEUE_DEPTH = Gauge(
     "fanout_queue_depth", "Approximate messages in a queue", ["queue"], registry=FANOUT
 )

@@ -9,6 +9,7 @@ import signal
 
 from azure.storage.queue import QueueMessage
 
+from fanout_worker.idle import Polls
 from fanout_worker.intake import Intake
 from fanout_worker.isolation import Isolation, triage
 from fanout_worker.lease import Lease
@@ -57,6 +58,11 @@ class Worker:
         self._isolation = Isolation(on_idle=lambda: self._intake.notify())
         self._intake = Intake(settings, self._limiter, self._isolation, self._stopping, self._sleep)
         self._settler = Settler(settings, self._stopping)
+
+    @property
+    def polls(self) -> Polls:
+        """What this worker's receivers did so far (its ``fanout_receives_total`` share)."""
+        return self._intake.pace.polls
 
     def run(self) -> None:
         asyncio.run(self.async_run(install_signal_handlers=True))
@@ -179,7 +185,10 @@ class Worker:
             async with asyncio.TaskGroup() as receivers:
                 for index in range(high + low):
                     level = Priority.HIGH if index < high else Priority.LOW
-                    receivers.create_task(self._intake.receive(lanes[level], index, level, start))
+                    lookout = index in (0, high)  # the first of each priority
+                    receivers.create_task(
+                        self._intake.receive(lanes[level], index, level, start, lookout=lookout)
+                    )
         finally:
             sampler.cancel()
             if watcher is not None:

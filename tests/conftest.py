@@ -41,6 +41,7 @@ def make_settings(connection_string: str, data_dir: Path, **overrides: Any) -> S
         "worker_retry_cap_s": 2.0,
         "storage_timeout_s": 5.0,
         "worker_idle_sleep_s": 0.05,
+        "worker_idle_max_sleep_s": 0.05,
         "worker_visibility_timeout_s": 10,
         "worker_shutdown_grace_s": 5.0,
     }

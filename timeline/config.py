@@ -140,6 +140,9 @@ class Settings(BaseSettings):
     worker_sweep_delay_s: float | None = Field(default=None, gt=0)
     worker_arrival_window_s: float = Field(default=30.0, gt=0)
     worker_idle_sleep_s: float = Field(default=0.5, ge=0)
+    worker_idle_max_sleep_s: float = Field(default=2.0, ge=0)
+    """Idle receivers' rest doubles from ``worker_idle_sleep_s`` up to this (no less than
+    it): the longest a first message after a quiet spell waits to be leased."""
     worker_shutdown_grace_s: float = Field(default=10.0, ge=0)
     claim_lifetime_s: float = Field(default=3600.0, gt=0)
     """How long a follow request's claim row and a void post row are kept."""

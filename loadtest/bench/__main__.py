@@ -25,6 +25,7 @@ from loadtest.bench.ceiling import ceilings
 from loadtest.bench.crashloop import crashloop
 from loadtest.bench.follow_storm import follow_storm
 from loadtest.bench.hybrid import hybrid
+from loadtest.bench.idle import idle
 from loadtest.bench.live import live
 from loadtest.bench.scaling import scaling
 from loadtest.bench.sizes import QUICK, Sizes
@@ -32,7 +33,7 @@ from loadtest.bench.stream import stream
 
 PHASES = (
     "live", "burst", "scaling", "backfill", "bigfanout", "accounts", "api", "hybrid", "cap",
-    "stream", "backlog", "crashloop", "follow_storm",
+    "stream", "backlog", "crashloop", "follow_storm", "idle",
 )  # fmt: skip
 
 
@@ -98,6 +99,7 @@ async def run(sizes: Sizes, phases: set[str], profile: Path | None = None) -> di
         "backlog": lambda: backlog(sizes, result["ceiling_single_eps"]),
         "crashloop": lambda: crashloop(sizes),
         "follow_storm": lambda: follow_storm(sizes),
+        "idle": lambda: idle(sizes),
     }
     seconds = {"ceilings": time.monotonic() - started}
     for name in tqdm([p for p in PHASES if p in phases], desc="bench", unit="phase"):

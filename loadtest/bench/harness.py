@@ -40,6 +40,9 @@ BENCH_OPTIONS = StorageOptions(timeout_s=30, placement_lease_s=3600)
 """The bench's own client: nothing rebalances here, so a placement read delayed by a
 saturated Azurite must not stop the bench from routing."""
 
+BENCH_IDLE = {"TIMELINE_WORKER_IDLE_SLEEP_S": "0.05", "TIMELINE_WORKER_IDLE_MAX_SLEEP_S": "0.05"}
+"""The bench's workers poll every 0.05 s, without back-off (every receiver polls), as before
+idle back-off: the phases stay comparable from run to run; the idle phase overrides it."""
 
 SDK_PATH = {"TIMELINE_STORAGE_LEAN": "false"}
 """Settings of a process on the plain SDK calls, to compare with the lean storage path."""
@@ -98,11 +101,15 @@ class WorkerProcess:
         """``settings``: extra ``TIMELINE_*`` variables (for the phases that need them)."""
         (self.port,) = free_ports(1)
         env = scrubbed_env(
-            TIMELINE_STORAGE_CONNECTION_STRINGS="\n".join(a.connection_string for a in azurites),
-            TIMELINE_WORKER_METRICS_PORT=str(self.port),
-            TIMELINE_WORKER_IDLE_SLEEP_S="0.05",
-            TIMELINE_DATA_DIR=tempfile.mkdtemp(prefix="bench-"),
-            **settings,
+            **{
+                "TIMELINE_STORAGE_CONNECTION_STRINGS": "\n".join(
+                    a.connection_string for a in azurites
+                ),
+                "TIMELINE_WORKER_METRICS_PORT": str(self.port),
+                "TIMELINE_DATA_DIR": tempfile.mkdtemp(prefix="bench-"),
+            }
+            | BENCH_IDLE
+            | settings
         )
         self.process = subprocess.Popen(
             [sys.executable, "-m", "fanout_worker"], env=env, stderr=subprocess.DEVNULL

@@ -47,6 +47,7 @@ class Sizes:
     crashloop_seconds: float = 20.0
     follow_storm_follows: int = 1500
     follow_storm_point_writes: int = 200
+    idle_seconds: float = 20.0
 
 
 QUICK = Sizes(
@@ -59,5 +60,5 @@ QUICK = Sizes(
     cap_authors=4, cap_posts_per_author=20, cap_followers=4, stream_clients=4, stream_seconds=5,
     stream_events=5, backlog_follows=300, backlog_subject_posts=5, backlog_writes=40,
     backlog_posts=2, backlog_window_s=5, crashloop_seconds=6, follow_storm_follows=200,
-    follow_storm_point_writes=50,
+    follow_storm_point_writes=50, idle_seconds=5,
 )  # fmt: skip

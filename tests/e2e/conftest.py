@@ -127,6 +127,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, output_dir: Path) -> Iterato
         writes_per_minute=0,
         registrations_per_minute=0,
         worker_idle_sleep_s=0.05,
+        worker_idle_max_sleep_s=0.05,
         stream_lookback_s=STREAM_LOOKBACK_S,
     )
     base = f"http://127.0.0.1:{port}"

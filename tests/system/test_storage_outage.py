@@ -129,6 +129,7 @@ async def stack(tmp_path: Path) -> AsyncIterator[Stack]:
         posts_per_minute=0,
         storage_timeout_s=STORAGE_TIMEOUT_S,
         worker_idle_sleep_s=0.05,
+        worker_idle_max_sleep_s=0.05,
         worker_visibility_timeout_s=5,
         worker_shutdown_grace_s=3,
     )

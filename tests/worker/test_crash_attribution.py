@@ -63,6 +63,7 @@ async def _supervised(
         data_dir=workdir,
         auth_secret=TEST_SECRET,
         worker_idle_sleep_s=0.05,
+        worker_idle_max_sleep_s=0.05,
         worker_visibility_timeout_s=VISIBILITY_S,
         worker_shutdown_grace_s=2,
     ) | {"PILL_AUTHOR": pill}

@@ -97,6 +97,7 @@ async def _worker_process(settings: Settings, log: Path) -> AsyncIterator[str]:
         data_dir=settings.data_dir,
         auth_secret=settings.auth_secret,
         worker_idle_sleep_s=0.05,
+        worker_idle_max_sleep_s=0.05,
         worker_metrics_port=metrics_port,
     )
     with log.open("wb") as sink:

@@ -277,6 +277,7 @@ async def test_worker_killed_mid_fan_out_is_taken_over(
             worker_visibility_timeout_s=4,
             worker_write_concurrency=2,
             worker_idle_sleep_s=0.05,
+            worker_idle_max_sleep_s=0.05,
         )
         victim = subprocess.Popen(  # noqa: ASYNC220 - the worker under test
             [sys.executable, "-m", "fanout_worker"], env=env, stderr=subprocess.DEVNULL
