@@ -13,7 +13,7 @@ from timeline.model.entities import Post
 from timeline.reads.home import HomeTimeline, Position
 from timeline.storage.accounts import Storage
 from timeline.storage.counters import count_of
-from timeline.storage.names import POSTS, SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING, TABLES
+from timeline.storage.names import POSTS, SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING, TABLES, TIMELINES
 from timeline.storage.placement import hash64
 from timeline.storage.queue import FanoutQueues
 from timeline.tables.audience import COPIED, MERGED
@@ -55,7 +55,11 @@ async def check_end_state(storage: Storage, users: list[str], report: Report) ->
         served = await _home(home, reader)
         assert len({post.post_id for post in served}) == len(served), f"{reader}: a repeat"
         assert [post.row_key for post in served] == sorted(post.row_key for post in served)
-        assert {post.post_id: post.text for post in served} == expected, f"{reader}: home"
+        got = {post.post_id: post.text for post in served}
+        if got != expected:
+            absent, surplus = sorted(set(expected) - set(got)), sorted(set(got) - set(expected))
+            detail = await _diagnose(storage, reader, [_author(live, pid) for pid in absent])
+            raise AssertionError(f"{reader}: home misses {absent}, has extra {surplus}; {detail}")
         listed = set(await repos.audience.merged_authors(reader))
         stale = {author for author in listed if modes[author].state != MERGED}
         assert not stale, f"{reader} has merge rows of authors that are copied: {stale}"
@@ -125,3 +129,20 @@ def _author(live: dict[str, dict[str, str]], post_id: str) -> str:
 
 async def _all_posts(repos: Repositories, author: str) -> dict[str, str]:
     return {post.post_id: post.text for post in await _all(repos.posts.page, author)}
+
+
+async def _diagnose(storage: Storage, reader: str, authors: list[str]) -> str:
+    """What storage shows about a reader whose home timeline is wrong: its head rows, and
+    its rows in the missing posts' authors' follower lists."""
+    heads = [
+        dict(entity)
+        async for entity in storage.table(TIMELINES, reader).query_entities(
+            "PartitionKey eq @pk and RowKey lt @first", parameters={"pk": reader, "first": "0"}
+        )
+    ]
+    rows = []
+    for author in authors:
+        client = storage.table(SUBJECT_FOLLOWERS, author)
+        entity = await client.get_entity(author, reader)
+        rows.append(dict(entity))
+    return f"heads={heads} follow_rows={rows}"
