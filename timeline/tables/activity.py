@@ -26,6 +26,7 @@ from typing import Any
 from azure.core.exceptions import ResourceModifiedError, ResourceNotFoundError
 from azure.data.tables import TableEntity, TableTransactionError, UpdateMode
 
+from timeline.storage import calls
 from timeline.storage.accounts import Storage
 from timeline.storage.calls import failed_index, query_page, transact
 from timeline.storage.names import SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING, TIMELINES
@@ -178,8 +179,11 @@ class ActivityRepository:
         keys = {"PartitionKey": reader, "RowKey": MARKER_ROW, STATE: WAKING, WAKE_AT: time.time()}
         async with self._storage.guard(kind="write-1"):
             try:
-                await self._storage.table(TIMELINES, reader).update_entity(
-                    keys, mode=UpdateMode.MERGE, **if_unchanged(marker)
+                await calls.update_entity(
+                    self._storage.table(TIMELINES, reader),
+                    keys,
+                    mode=UpdateMode.MERGE,
+                    **if_unchanged(marker),
                 )
             except (ResourceNotFoundError, ResourceModifiedError):
                 return False
@@ -189,8 +193,11 @@ class ActivityRepository:
         """Delete the marker if unchanged since read (the wake's last step)."""
         async with self._storage.guard(kind="write-1"):
             try:
-                await self._storage.table(TIMELINES, reader).delete_entity(
-                    reader, MARKER_ROW, **if_unchanged(marker)
+                await calls.delete_entity(
+                    self._storage.table(TIMELINES, reader),
+                    reader,
+                    MARKER_ROW,
+                    **if_unchanged(marker),
                 )
             except (ResourceNotFoundError, ResourceModifiedError):
                 return False
@@ -214,6 +221,6 @@ class ActivityRepository:
         entity = {"PartitionKey": subject, "RowKey": reader, FLAG: value}
         async with self._storage.guard(kind="write-1"):
             with suppress(ResourceNotFoundError):
-                await self._storage.table(SUBJECT_FOLLOWERS, subject).update_entity(
-                    entity, mode=UpdateMode.MERGE
+                await calls.update_entity(
+                    self._storage.table(SUBJECT_FOLLOWERS, subject), entity, mode=UpdateMode.MERGE
                 )
