@@ -110,7 +110,7 @@ class Settings(BaseSettings):
     storage_timeout_s: float = Field(default=5.0, gt=0)
     storage_retries: int = Field(default=2, ge=0)
     storage_lean: bool = True
-    """Queries, batches and single upserts skip the SDK's model layer and most of its
+    """Queries, batches and single-entity calls skip the SDK's model layer and most of its
     per-request policies (``docs/lean-storage.md``)."""
 
     worker_concurrency: int = Field(default=1024, ge=1)

@@ -68,6 +68,7 @@ def ratios(result: dict[str, Any]) -> dict[str, float]:
         "lean_vs_sdk_api_cpu_per_read": get("api_cpu_ms_per_read") / get("api_cpu_ms_per_read_sdk"),
         "lean_vs_sdk_api_cpu_per_post": get("api_cpu_ms_per_post") / get("api_cpu_ms_per_post_sdk"),
         "api_read_vs_floor": get("api_cpu_ms_per_read") / get("read_floor_cpu_ms"),
+        "lean_vs_sdk_single_call": get("single_call_cpu_ms") / get("single_call_cpu_ms_sdk"),
     }
 
 

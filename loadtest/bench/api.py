@@ -31,6 +31,7 @@ from loadtest.bench.harness import (
 )
 from loadtest.bench.measure import cpu_seconds, delta, profiled, scrape
 from loadtest.bench.read_steps import read_steps
+from loadtest.bench.single_calls import single_calls
 from loadtest.bench.sizes import Sizes
 from timeline.model.keys import now_ticks
 from timeline.model.tokens import TokenSigner
@@ -144,6 +145,7 @@ async def api(sizes: Sizes, profile: Path | None = None) -> dict[str, float]:
         async with Storage(strings, replace(BENCH_OPTIONS, lean=False)) as sdk_storage:
             bearer = tokens[owners[0]]["Authorization"].removeprefix("Bearer ")
             steps = await read_steps(storage, sdk_storage, owners[0], bearer, signer)
+            steps |= await single_calls(storage, sdk_storage)
     return steps | {
         "api_cpu_ms_per_read": read_ms,
         "api_cpu_ms_per_read_sdk": sdk_read_ms,

@@ -25,7 +25,7 @@ POSITIVE = {
     "follow_storm_storage_requests_per_follow", "follow_storm_point_write_p50_ms",
     "worker_cpu_ms_per_delivery_live_sdk", "worker_cpu_ms_per_delivery_burst_sdk",
     "burst_eps_sdk", "live_eps_sdk", "api_cpu_ms_per_read_sdk", "live_floor_cpu_ms_per_request",
-    "worker_idle_cores_live",
+    "worker_idle_cores_live", "single_call_cpu_ms", "single_call_cpu_ms_sdk",
 }  # fmt: skip
 """Keys of the several-accounts, CPU and API-cost measurements: present, and positive."""
 

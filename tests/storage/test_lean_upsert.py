@@ -12,22 +12,20 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
-from aiohttp import web
 from azure.core.exceptions import HttpResponseError
 from azure.data.tables import EdmType, EntityProperty, TableEntity, UpdateMode
 from azure.data.tables.aio import TableClient
-from yarl import URL
 
 from fanout_worker.worker import Worker
 from tests.conftest import make_settings, opened, unique
+from tests.storage.helpers import BusyFront, busy_front_on
 from tests.worker.helpers import author_with_followers, timeline_ids
 from timeline.config import Settings
 from timeline.model.messages import PostCreated
 from timeline.storage import lean
 from timeline.storage.accounts import Storage, StorageOptions
-from timeline.storage.azurite import ACCOUNT, ACCOUNT_KEY, HOST, Azurite
+from timeline.storage.azurite import Azurite
 from timeline.storage.calls import submit_batch
 from timeline.storage.clients import Clients
 from timeline.storage.names import TIMELINES
@@ -166,67 +164,10 @@ async def test_a_bare_int_beyond_int32_is_refused_alike(paths: dict[str, Storage
     assert str(by_lean.value) == str(by_sdk.value)
 
 
-class BusyFront:
-    """An HTTP front to Azurite's table port that answers ``503 ServerBusy`` (as Azure does
-    when throttling) to the next ``busy`` PUTs and passes everything else through."""
-
-    def __init__(self, azurite: Azurite) -> None:
-        self.target = f"http://{HOST}:{azurite.ports[2]}"
-        self.busy = 0
-        self.puts = 0
-        self.port = 0
-
-    async def handle(self, request: web.Request) -> web.StreamResponse:
-        body = await request.read()
-        if request.method == "PUT":
-            self.puts += 1
-            if self.busy > 0:
-                self.busy -= 1
-                error = b'{"odata.error":{"code":"ServerBusy","message":{"value":"busy"}}}'
-                return web.Response(
-                    status=503,
-                    body=error,
-                    headers={"x-ms-error-code": "ServerBusy", "Content-Type": "application/json"},
-                )
-        headers = {k: v for k, v in request.headers.items() if k.lower() != "host"}
-        async with (
-            aiohttp.ClientSession(auto_decompress=False) as session,
-            session.request(
-                request.method,
-                URL(self.target + request.raw_path, encoded=True),
-                headers=headers,
-                data=body or None,
-                skip_auto_headers=("Content-Type",),
-            ) as answer,
-        ):
-            passed = {
-                k: v
-                for k, v in answer.headers.items()
-                if k.lower() not in ("transfer-encoding", "content-length", "connection")
-            }
-            return web.Response(status=answer.status, body=await answer.read(), headers=passed)
-
-    def connection_string(self) -> str:
-        return (
-            f"DefaultEndpointsProtocol=http;AccountName={ACCOUNT};AccountKey={ACCOUNT_KEY};"
-            f"TableEndpoint=http://{HOST}:{self.port}/{ACCOUNT};"
-        )
-
-
 @pytest.fixture
 async def busy_front(azurite: Azurite) -> AsyncIterator[BusyFront]:
-    front = BusyFront(azurite)
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", front.handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, HOST, 0)
-    await site.start()
-    front.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
+    async with busy_front_on(azurite) as front:
         yield front
-    finally:
-        await runner.cleanup()
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -248,15 +189,15 @@ async def test_a_busy_server_is_retried_as_the_sdk_retries(
             else:
                 await client.upsert_entity(entity, mode=UpdateMode.REPLACE)
 
-        busy_front.busy, busy_front.puts = 2, 0
+        busy_front.busy, busy_front.hits = 2, 0
         await upsert()
-        assert busy_front.puts == 3
+        assert busy_front.hits == 3
         assert (await get(paths["sdk"], partition, "r"))["text"] == "after two 503s"
 
-        busy_front.busy, busy_front.puts = 100, 0
+        busy_front.busy, busy_front.hits = 100, 0
         with pytest.raises(HttpResponseError) as caught:
             await upsert()
-        assert busy_front.puts == 3
+        assert busy_front.hits == 3
     finally:
         await clients.close()
     assert error_shape(caught.value) == (HttpResponseError, 503, "TableErrorCode.SERVER_BUSY")

@@ -66,8 +66,8 @@ class StorageOptions:
     trace_configs: tuple[aiohttp.TraceConfig, ...] = ()
     """Hooks on every HTTP request of table calls (tests and benchmarks count requests)."""
     lean: bool = True
-    """Queries, batches and single upserts take the lean path (``timeline.storage.lean``);
-    False: the SDK's own calls."""
+    """Queries, batches and single-entity calls take the lean path (``timeline.storage.lean``,
+    ``lean_single``); False: the SDK's own calls."""
 
 
 class Storage:

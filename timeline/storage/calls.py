@@ -1,4 +1,5 @@
-"""One storage call each: a page of a query, a batch of idempotent writes, a transaction.
+"""One storage call each: a page of a query, a batch of idempotent writes, a transaction,
+a single entity's read, insert, update or delete.
 
 Each holds its place in the limiter through ``Storage.guard`` and is routed to the
 partition's account at the moment it is sent."""
@@ -9,11 +10,12 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from azure.core import MatchConditions
 from azure.data.tables import TableEntity, TableTransactionError, UpdateMode
 from azure.data.tables.aio import TableClient
 
 from timeline.model.entities import Page
-from timeline.storage import lean
+from timeline.storage import lean, lean_single
 from timeline.storage.clients import RoutedTableClient
 
 if TYPE_CHECKING:
@@ -149,13 +151,66 @@ async def _send(client: TableClient, operations: list[Operation]) -> None:
     if len(operations) == 1:
         kind, entity = operations[0]
         if kind == "delete":
-            await client.delete_entity(entity["PartitionKey"], entity["RowKey"])
+            await delete_entity(client, entity["PartitionKey"], entity["RowKey"])
         elif _lean(client):
             await lean.upsert_entity(client, entity)
         else:
             await client.upsert_entity(entity, mode=UpdateMode.REPLACE)
         return
     await _submit(client, [_transaction_operation(op) for op in operations])
+
+
+async def get_entity(
+    client: TableClient, partition_key: str, row_key: str, *, select: list[str] | None = None
+) -> TableEntity:
+    """``client.get_entity``, on the lean path for ``Storage``'s own clients: the row, or the
+    SDK's ``ResourceNotFoundError``."""
+    if _lean(client):
+        return await lean_single.get_entity(client, partition_key, row_key, select=select)
+    return await client.get_entity(partition_key, row_key, select=select)
+
+
+async def create_entity(client: TableClient, entity: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``client.create_entity`` (``ResourceExistsError`` when the row exists), lean when it can."""
+    if _lean(client):
+        return await lean_single.create_entity(client, entity)
+    return await client.create_entity(entity)
+
+
+async def update_entity(
+    client: TableClient,
+    entity: Mapping[str, Any],
+    mode: UpdateMode = UpdateMode.MERGE,
+    *,
+    etag: str | None = None,
+    match_condition: MatchConditions | None = None,
+) -> Mapping[str, Any]:
+    """``client.update_entity`` (``ResourceModifiedError`` when the etag no longer matches),
+    lean when it can."""
+    if _lean(client):
+        return await lean_single.update_entity(
+            client, entity, mode, etag=etag, match_condition=match_condition
+        )
+    return await client.update_entity(entity, mode, etag=etag, match_condition=match_condition)
+
+
+async def delete_entity(
+    client: TableClient,
+    partition_key: str,
+    row_key: str,
+    *,
+    etag: str | None = None,
+    match_condition: MatchConditions | None = None,
+) -> None:
+    """``client.delete_entity`` (a missing row is no error), lean when it can."""
+    if _lean(client):
+        await lean_single.delete_entity(
+            client, partition_key, row_key, etag=etag, match_condition=match_condition
+        )
+    else:
+        await client.delete_entity(
+            partition_key, row_key, etag=etag, match_condition=match_condition
+        )
 
 
 def _lean(client: TableClient) -> bool:

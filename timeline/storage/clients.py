@@ -21,8 +21,8 @@ CONTROL = "~control"
 
 
 class RoutedTableClient(TableClient):
-    """A table client that knows whether its queries, batches and single upserts take the
-    lean path (``timeline.storage.lean``) or the SDK's own calls."""
+    """A table client that knows whether its queries, batches and single-entity calls take
+    the lean path (``timeline.storage.lean``, ``lean_single``) or the SDK's own calls."""
 
     lean = False
 

@@ -33,6 +33,7 @@ from azure.data.tables import TableEntity, TableTransactionError, UpdateMode
 from timeline.errors import contention
 from timeline.metrics import COUNTER_CONFLICTS
 from timeline.retry import backoff_delay
+from timeline.storage import calls
 from timeline.storage.accounts import Storage
 from timeline.storage.calls import TransactionOperation, failed_index, query_page, transact
 
@@ -181,8 +182,8 @@ async def _shard_operation(
     key = shard_key(shard)
     async with storage.guard():
         try:
-            counter = await storage.reader(table, partition_key).get_entity(
-                partition_key, key, select=["n"]
+            counter = await calls.get_entity(
+                storage.reader(table, partition_key), partition_key, key, select=["n"]
             )
         except ResourceNotFoundError:
             return ("create", {"PartitionKey": partition_key, "RowKey": key, "n": delta})

@@ -33,6 +33,7 @@ from azure.data.tables import TableEntity, TableTransactionError, UpdateMode
 from timeline.errors import contention
 from timeline.model.entities import Page
 from timeline.retry import ETAG_ATTEMPTS
+from timeline.storage import calls
 from timeline.storage.accounts import Storage
 from timeline.storage.calls import TransactionOperation, failed_index, query_page, transact
 from timeline.storage.counters import COUNT_BOUNDS, COUNT_RANGE, by_partition, total
@@ -103,9 +104,10 @@ class AudienceRepository:
             client = self._storage.table(SUBJECT_FOLLOWERS, author)
             try:
                 if seen.etag is None:
-                    await client.create_entity(row)
+                    await calls.create_entity(client, row)
                 else:
-                    await client.update_entity(
+                    await calls.update_entity(
+                        client,
                         row,
                         mode=UpdateMode.REPLACE,
                         etag=seen.etag,
@@ -246,7 +248,7 @@ class AudienceRepository:
         async with self._storage.guard():
             client = self._storage.table(SUBJECT_FOLLOWERS, author)
             with contextlib.suppress(ResourceModifiedError, ResourceNotFoundError):
-                await client.delete_entity(author, COPY_PREFIX + reader, **kwargs)
+                await calls.delete_entity(client, author, COPY_PREFIX + reader, **kwargs)
 
     async def copy_readers_page(
         self, author: str, limit: int, continuation: dict[str, str] | None
@@ -278,7 +280,9 @@ class AudienceRepository:
     async def _get(self, table: str, partition: str, row: str) -> TableEntity | None:
         async with self._storage.guard():
             try:
-                return await self._storage.reader(table, partition).get_entity(partition, row)
+                return await calls.get_entity(
+                    self._storage.reader(table, partition), partition, row
+                )
             except ResourceNotFoundError:
                 return None
 

@@ -19,6 +19,7 @@ from azure.data.tables import TableEntity, UpdateMode
 from timeline.errors import NotFoundError, contention
 from timeline.model.entities import PROFILE_ROW_KEY
 from timeline.retry import ETAG_ATTEMPTS
+from timeline.storage import calls
 from timeline.storage.accounts import Storage
 from timeline.storage.calls import query_page
 from timeline.storage.names import USERS
@@ -81,8 +82,8 @@ class CredentialsRepository:
         """Delete a revoked row whose token has expired by itself."""
         async with self._storage.guard(kind="write-1"):
             with suppress(ResourceNotFoundError, ResourceModifiedError):
-                await self._storage.table(USERS, user_id).delete_entity(
-                    user_id, row["RowKey"], **if_unchanged(row)
+                await calls.delete_entity(
+                    self._storage.table(USERS, user_id), user_id, row["RowKey"], **if_unchanged(row)
                 )
 
     async def revoke(self, user_id: str, token_id: str, expires: int) -> None:
@@ -108,8 +109,11 @@ class CredentialsRepository:
             change = {"PartitionKey": user_id, "RowKey": PROFILE_ROW_KEY, TOKEN_EPOCH: epoch}
             async with self._storage.guard(kind="write-1"):
                 try:
-                    await self._storage.table(USERS, user_id).update_entity(
-                        change, mode=UpdateMode.MERGE, **if_unchanged(profile)
+                    await calls.update_entity(
+                        self._storage.table(USERS, user_id),
+                        change,
+                        mode=UpdateMode.MERGE,
+                        **if_unchanged(profile),
                     )
                     return epoch
                 except ResourceModifiedError:

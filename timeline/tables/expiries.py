@@ -32,6 +32,7 @@ from azure.core.exceptions import ResourceNotFoundError
 from azure.data.tables import UpdateMode
 
 from timeline.model.entities import Page
+from timeline.storage import calls
 from timeline.storage.accounts import Storage
 from timeline.storage.calls import query_page
 from timeline.storage.names import EXPIRIES
@@ -146,8 +147,8 @@ class ExpiriesRepository:
         """Delete the index row (gone already: fine)."""
         async with self._storage.guard(kind="write-1"):
             with suppress(ResourceNotFoundError):
-                await self._storage.table(EXPIRIES, expiry.index_pk).delete_entity(
-                    expiry.index_pk, expiry.index_rk
+                await calls.delete_entity(
+                    self._storage.table(EXPIRIES, expiry.index_pk), expiry.index_pk, expiry.index_rk
                 )
 
 

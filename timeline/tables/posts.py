@@ -16,6 +16,7 @@ from timeline.model.entities import POST_SELECT, Page, Post
 from timeline.model.idempotency import IdempotencyRecord
 from timeline.model.keys import post_row_key
 from timeline.retry import ETAG_ATTEMPTS
+from timeline.storage import calls
 from timeline.storage.accounts import Storage
 from timeline.storage.calls import (
     TransactionOperation,
@@ -126,8 +127,11 @@ class PostsRepository:
         """Delete an expired key row unless it changed since read (a new use of the key)."""
         async with self._storage.guard(kind="write-1"):
             with suppress(ResourceNotFoundError, ResourceModifiedError):
-                await self._storage.table(POSTS, author).delete_entity(
-                    author, entity["RowKey"], **if_unchanged(entity)
+                await calls.delete_entity(
+                    self._storage.table(POSTS, author),
+                    author,
+                    entity["RowKey"],
+                    **if_unchanged(entity),
                 )
 
     async def sweep_keys(self, author: str, *, now: float | None = None) -> int:

@@ -48,6 +48,7 @@ from limits.aio.strategies import FixedWindowRateLimiter
 
 from timeline.errors import RateLimitedError, StorageUnavailableError, contention
 from timeline.retry import ETAG_ATTEMPTS, backoff_delay
+from timeline.storage import calls
 from timeline.storage.accounts import Storage
 from timeline.storage.names import RATE_LIMITS
 from timeline.tables.expiries import RATE_LIMIT, ExpiriesRepository
@@ -139,7 +140,7 @@ class TableWindowStorage(LimitsStorage):
         async with self._storage.guard():
             client = self._storage.reader(RATE_LIMITS, partition)
             try:
-                return await client.get_entity(partition, _ROW)
+                return await calls.get_entity(client, partition, _ROW)
             except ResourceNotFoundError:
                 return None
 
@@ -151,15 +152,17 @@ class TableWindowStorage(LimitsStorage):
         async with self._storage.guard():
             client = self._storage.table(RATE_LIMITS, partition)
             if read is None:
-                await client.create_entity(row)
+                await calls.create_entity(client, row)
             else:
-                await client.update_entity(row, mode=UpdateMode.REPLACE, **_if_unchanged(read))
+                await calls.update_entity(
+                    client, row, mode=UpdateMode.REPLACE, **_if_unchanged(read)
+                )
 
     async def _delete(self, partition: str) -> None:
         async with self._storage.guard():
             client = self._storage.table(RATE_LIMITS, partition)
             with suppress(ResourceNotFoundError):
-                await client.delete_entity(partition, _ROW)
+                await calls.delete_entity(client, partition, _ROW)
 
 
 def _live(row: TableEntity | None, now: float) -> TableEntity | None:

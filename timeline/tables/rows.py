@@ -17,6 +17,7 @@ from azure.data.tables import TableEntity
 
 from timeline.errors import ArrivalWindowPassedError
 from timeline.model.entities import Edge, Page
+from timeline.storage import calls
 from timeline.storage.accounts import Storage
 from timeline.storage.calls import query_page, size_kind
 from timeline.tables.audience import FIRST_POST_KEY
@@ -45,7 +46,7 @@ async def create_entity(storage: Storage, table: str, entity: dict[str, Any]) ->
     """Insert ``entity``; False when a row with its keys exists (nothing is changed)."""
     async with storage.guard(kind="write-1"):
         try:
-            await storage.table(table, entity["PartitionKey"]).create_entity(entity)
+            await calls.create_entity(storage.table(table, entity["PartitionKey"]), entity)
             return True
         except ResourceExistsError:
             return False
@@ -63,7 +64,7 @@ async def get_entity(
     async with storage.guard(kind="read"):
         client = storage.reader(table, partition_key)
         try:
-            return await client.get_entity(partition_key, row_key, select=select)
+            return await calls.get_entity(client, partition_key, row_key, select=select)
         except ResourceNotFoundError:
             return None
 
