@@ -26,6 +26,7 @@ from loadtest.bench.crashloop import crashloop
 from loadtest.bench.follow_storm import follow_storm
 from loadtest.bench.hybrid import hybrid
 from loadtest.bench.idle import idle
+from loadtest.bench.inactive import inactive
 from loadtest.bench.live import live
 from loadtest.bench.scaling import scaling
 from loadtest.bench.sizes import QUICK, Sizes
@@ -33,7 +34,7 @@ from loadtest.bench.stream import stream
 
 PHASES = (
     "live", "burst", "scaling", "backfill", "bigfanout", "accounts", "api", "hybrid", "cap",
-    "stream", "backlog", "crashloop", "follow_storm", "idle",
+    "stream", "backlog", "crashloop", "follow_storm", "idle", "inactive",
 )  # fmt: skip
 
 
@@ -69,6 +70,10 @@ def ratios(result: dict[str, Any]) -> dict[str, float]:
         "lean_vs_sdk_api_cpu_per_post": get("api_cpu_ms_per_post") / get("api_cpu_ms_per_post_sdk"),
         "api_read_vs_floor": get("api_cpu_ms_per_read") / get("read_floor_cpu_ms"),
         "lean_vs_sdk_single_call": get("single_call_cpu_ms") / get("single_call_cpu_ms_sdk"),
+        "inactive_worker_cpu_on_vs_off": get("inactive_worker_cpu_ms_per_post")
+        / get("inactive_worker_cpu_ms_per_post_off"),
+        "inactive_return_vs_rebuilt_first_page": get("inactive_return_first_page_ms")
+        / get("inactive_rebuilt_first_page_ms"),
     }
 
 
@@ -101,6 +106,7 @@ async def run(sizes: Sizes, phases: set[str], profile: Path | None = None) -> di
         "crashloop": lambda: crashloop(sizes),
         "follow_storm": lambda: follow_storm(sizes),
         "idle": lambda: idle(sizes),
+        "inactive": lambda: inactive(sizes),
     }
     seconds = {"ceilings": time.monotonic() - started}
     for name in tqdm([p for p in PHASES if p in phases], desc="bench", unit="phase"):

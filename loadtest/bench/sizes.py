@@ -48,6 +48,14 @@ class Sizes:
     follow_storm_follows: int = 1500
     follow_storm_point_writes: int = 200
     idle_seconds: float = 20.0
+    inactive_readers: int = 1000
+    inactive_authors: int = 20
+    inactive_followers: int = 100
+    inactive_posts: int = 200
+    inactive_period_s: float = 16.0
+    inactive_returning: int = 3
+    inactive_library_posts: int = 3
+    inactive_tries: int = 5
 
 
 QUICK = Sizes(
@@ -61,4 +69,7 @@ QUICK = Sizes(
     stream_events=5, backlog_follows=300, backlog_subject_posts=5, backlog_writes=40,
     backlog_posts=2, backlog_window_s=5, crashloop_seconds=6, follow_storm_follows=200,
     follow_storm_point_writes=50, idle_seconds=5,
+    inactive_readers=100, inactive_authors=5,
+    inactive_followers=40, inactive_posts=20, inactive_period_s=8, inactive_returning=2,
+    inactive_library_posts=2, inactive_tries=2,
 )  # fmt: skip

@@ -26,6 +26,10 @@ POSITIVE = {
     "worker_cpu_ms_per_delivery_live_sdk", "worker_cpu_ms_per_delivery_burst_sdk",
     "burst_eps_sdk", "live_eps_sdk", "api_cpu_ms_per_read_sdk", "live_floor_cpu_ms_per_request",
     "worker_idle_cores_live", "single_call_cpu_ms", "single_call_cpu_ms_sdk",
+    "inactive_worker_cpu_ms_per_post",
+    "inactive_worker_cpu_ms_per_post_off", "inactive_return_first_page_ms",
+    "inactive_rebuilt_first_page_ms", "inactive_wake_s",
+    "inactive_return_first_page_storage_requests",
 }  # fmt: skip
 """Keys of the several-accounts, CPU and API-cost measurements: present, and positive."""
 
@@ -50,3 +54,5 @@ async def test_bench_quick_prints_every_key() -> None:
     assert result["live_eps"] > 0
     assert result["ratios"]["live_vs_adjacent_single"] > 0
     assert 0 < result["bigfanout_rss_mb"] < 1000
+    # 70% of the followers dormant: about that share of the copies is skipped
+    assert 0.5 < result["inactive_deliveries_saved"] < 0.75
