@@ -30,6 +30,8 @@ async def test_a_mark_that_waited_past_its_window_for_a_limiter_place_is_not_sen
         reader, author = unique("reader"), unique("author")
         await add_users(repos, reader, author)
         await add_follow(repos, reader, author)
+        read = await repos.activity.follow_row(author, reader)
+        assert read is not None
         held, release = asyncio.Event(), asyncio.Event()
 
         async def hold() -> None:
@@ -40,7 +42,8 @@ async def test_a_mark_that_waited_past_its_window_for_a_limiter_place_is_not_sen
         holder = asyncio.create_task(hold())
         await held.wait()
         not_after = time.monotonic()  # the window ends while the mark waits for its place
-        mark = asyncio.create_task(repos.activity.flag(author, reader, "g", not_after=not_after))
+        flag = repos.activity.flag(author, reader, read, "g", 0.0, not_after=not_after)
+        mark = asyncio.create_task(flag)
         await asyncio.sleep(0)  # the mark is waiting for the place
         release.set()
         await holder

@@ -173,23 +173,13 @@ async def world(
     return World(storage, repos, processor, home, reader, names)
 
 
-async def test_a_sweep_mark_landing_after_the_wake_is_cleared_by_the_sweep(
+async def test_a_sweep_mark_held_past_its_window_and_the_wake_does_not_land(
     settings: Settings, storage: Storage
 ) -> None:
-    """Was (high): a post missed by an active reader, a flag left with no marker.
-
-    ``Dormancy._flag_all`` checks its window (``W``) once per chunk, *before* the marks are
-    handed to ``Storage.guard``; the guard then waits for a limiter place untimed (its own
-    docstring: "the wait is back-pressure"), and the rate limiter before that. So "each mark
-    is sent within W of reading the marker" does not hold: a mark can reach storage after
-    the wake's second pass (``S`` later) has unmarked every row and deleted the marker. The
-    follow row then stays ``inactive`` with no marker: every later post of that author skips
-    an active reader, forever (nothing but a new dormancy and wake clears it), and the
-    reader's pages, read from its partition again, never show them.
-
-    Here the mark is held on the HTTP session after the window check passed (as a limiter
-    wait would hold it), for longer than the window, while the reader returns and the wake
-    runs both passes."""
+    """A mark that passed the window check, then waited (as for a limiter place) longer
+    than the window while the reader returned and the wake ran both passes: it cannot land
+    (its condition is the follow row as read before the marker), so no follow row is left
+    ``inactive`` without a marker and the author's next post reaches the reader."""
     async with PartitionWriter(storage, TIMELINES, linger_s=0) as writer:
         w = await world(storage, writer, authors=1)
         author = w.authors[0]
@@ -210,7 +200,7 @@ async def test_a_sweep_mark_landing_after_the_wake_is_cleared_by_the_sweep(
             assert await w.marker_state() is None
             assert time.monotonic() - held_at > window, "precondition: held past the window"
             wire.gate.set()
-            assert await asyncio.wait_for(sweep, 20)
+            assert not await asyncio.wait_for(sweep, 20), "the held mark did not fail"
         late = await w.post(author)
         assert late[0] in await w.pages(), "an active reader missed a post"
         assert await w.flagged() == [], "a follow row is marked inactive with no marker"

@@ -176,6 +176,8 @@ async def test_a_wake_cut_short_and_a_late_sweep_mark_end_right(storage: Storage
         await gone_dormant(w)
         generation = (await w.wake_message()).generation
         await w.pages()  # the read that queues the wake (marker: waking)
+        stale = await w.repos.activity.follow_row(w.authors[2], w.reader)  # a sweep's read
+        assert stale is not None
 
         outcome = await w.processor.handle(await w.wake_message())
         assert isinstance(outcome, Continue)
@@ -185,11 +187,12 @@ async def test_a_wake_cut_short_and_a_late_sweep_mark_end_right(storage: Storage
 
         assert await w.dormancy.check(w.reader, LATER)  # reads "waking": marks nothing
         assert await w.flagged() == []
-        await w.repos.activity.flag(  # a late mark lands
-            w.authors[2], w.reader, generation, not_after=float("inf")
+        late_mark = w.repos.activity.flag(  # a late mark on a read from before the wake
+            w.authors[2], w.reader, stale, generation, 0.0, not_after=float("inf")
         )
+        assert not await late_mark, "a mark landed after the wake's unmark"
         late = await w.post(w.authors[2])
-        assert late[0].post_id not in await w.partition()
+        assert late[0].post_id in await w.partition()
         assert late[0].post_id in await w.pages()
 
         await run_every_pass(w.processor, outcome.message)  # the delayed second pass
@@ -245,3 +248,26 @@ async def test_zero_turns_it_off(storage: Storage) -> None:
         assert await get_entity(storage, TIMELINES, w.reader, STAMP_ROW) is None
         assert await Dormancy(storage, off, flag_window_s=60).check(w.reader, LATER)
         assert await w.marker_state() is None
+
+
+async def test_a_post_made_before_dormancy_but_fanned_out_after_reaches_the_reader(
+    storage: Storage,
+) -> None:
+    """A post's fan-out delayed past the start of dormancy (a backlog, a redelivery after a
+    crash) is not skipped: marks skip only posts made from the dormancy's start, the posts
+    the wake copies back, so an older post would be lost for good."""
+    async with PartitionWriter(storage, TIMELINES, linger_s=0) as writer:
+        w = await world(storage, writer, authors=1)
+        author = w.authors[0]
+        (early,) = await add_posts(w.repos, author, 1)  # made now, its message still queued
+        await gone_dormant(w)
+        skipped = INACTIVE_SKIPPED._value.get()
+        await run_every_pass(w.processor, PostCreated(author=author, post_id=early.post_id))
+        assert INACTIVE_SKIPPED._value.get() == skipped
+        assert early.post_id in await w.partition()
+        (late,) = await w.post(author)
+        assert INACTIVE_SKIPPED._value.get() == skipped + 1
+        assert late.post_id not in await w.partition()
+        await w.pages()  # the reader is back
+        await run_every_pass(w.processor, await w.wake_message())
+        assert await w.pages() == await w.partition() == await w.truth()

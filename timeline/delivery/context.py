@@ -69,16 +69,22 @@ class Context:
         return now_ticks() - requested_ticks > lifetime
 
     async def readers_page(
-        self, author: str, merged: bool, cursor: dict[str, str] | None, *, active: bool = False
+        self,
+        author: str,
+        merged: bool,
+        cursor: dict[str, str] | None,
+        *,
+        posted_at: float | None = None,
     ) -> Page[str]:
         """A page of those who may hold copies of the author's posts: every follower, or
-        only the overflow readers of a merged author. ``active``: for a new post, without
-        the followers marked dormant (counted); a removal must never leave them out."""
+        only the overflow readers of a merged author. ``posted_at``: for a new post made
+        then, without the followers marked dormant before it (counted); a removal must
+        never leave them out."""
         if merged:
             return await self.repos.audience.copy_readers_page(author, self.page_size, cursor)
-        if active:
+        if posted_at is not None:
             page, skipped = await self.repos.follows.active_follower_ids_page(
-                author, self.page_size, cursor
+                author, self.page_size, cursor, posted_at
             )
             INACTIVE_SKIPPED.inc(skipped)
             return page

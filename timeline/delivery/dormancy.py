@@ -2,16 +2,18 @@
 
 Start (``Dormancy.check``, the sweep of a reader's due dormancy check): if the stamp moved
 on, file the next check; else write the marker (conditional on the stamp as read, so a read
-that stamped meanwhile wins), then mark each followed author's follow row ``inactive``. Every
-mark is sent within ``flag_window_s`` of reading the marker as ``dormant``; what the window
-does not cover is left to the next sweep (the check stays filed).
+that stamped meanwhile wins), then mark each followed author's follow row ``inactive`` for
+posts made from the marker's ``since``. Each row is read before the marker is read as
+``dormant`` and marked only if unchanged since, so a mark cannot land after a wake's unmark.
 
 End (``Waking.wake``, queued by the first read that finds the marker): move the marker to
-``waking`` (from then on no sweep marks anything), unmark every follow row and copy each
-followed author's newest posts in (``Feed.copy_newest``, race-free with deletes, unfollows,
-hybrid authors and the cap); ``sweep_delay_s`` later (past any mark sent within the window
-of an earlier read of ``dormant``) do it again, file the next check and delete the marker.
-Until then reads merge every followed author from ``posts`` (``timeline.reads.home``).
+``waking`` (from then on no sweep marks anything), unmark every follow row (a write each
+time) and copy in each followed author's posts made from ``since`` that the partition lacks
+(``Feed.copy_newest``, race-free with deletes, unfollows, hybrid authors and the cap): the
+marks skip exactly those posts. ``sweep_delay_s`` later do it again (for follow rows the
+index named late), file the next check and delete the marker.
+Until then reads merge the followed authors not yet restored from ``posts``
+(``timeline.reads.home``).
 docs/guarantees.md ("Inactive readers") walks through each interleaving.
 """
 
@@ -26,7 +28,7 @@ from timeline.delivery.feed import Feed
 from timeline.delivery.outcomes import DONE, Continue, Outcome
 from timeline.model.messages import Wake
 from timeline.storage.accounts import Storage
-from timeline.tables.activity import DORMANT, STATE, ActivityRepository, Inactivity
+from timeline.tables.activity import DORMANT, FLAG, STATE, ActivityRepository, Inactivity
 
 log = logging.getLogger(__name__)
 _AT_ONCE = 16
@@ -59,42 +61,37 @@ class Dormancy:
             head = await self._activity.head(reader)
         if head.marker is None or head.marker.get(STATE) != DORMANT:
             return True  # waking: the reader is back
-        flagged = await self._flag_all(reader, head.generation)
-        await self._undo_if_woken(reader, head.generation)
-        return flagged
-
-    async def _undo_if_woken(self, reader: str, generation: str) -> None:
-        """After the marks ended: if the marker is no longer this dormancy's ``dormant``, a
-        wake may have unmarked before a mark of ours landed (however late it was sent), so
-        clear every mark of this generation ourselves. A marker still ``dormant`` read after
-        every mark ended means they all landed before ``waking``: the wake's passes clear them."""
-        head = await self._activity.head(reader)
-        marker = head.marker
-        if marker is not None and head.generation == generation and marker.get(STATE) == DORMANT:
-            return
-        async for subjects in self._activity.ever_followed(reader):
-            for start in range(0, len(subjects), _AT_ONCE):
-                chunk = subjects[start : start + _AT_ONCE]
-                await asyncio.gather(
-                    *(self._activity.unflag(s, reader, generation=generation) for s in chunk)
-                )
+        return await self._flag_all(reader, head.generation)
 
     async def _flag_all(self, reader: str, generation: str) -> bool:
-        """Mark every followed author's follow row, each sent within the window of the
-        marker read; False if the window ran out first."""
+        """Mark every followed author's follow row: each row read before the marker is read
+        as this dormancy's ``dormant``, then marked only if unchanged since (so a wake that
+        began meanwhile wins: its unmark always writes). Each mark is sent within the window
+        of that read; False if the window ran out or a row changed first (the next sweep
+        goes on)."""
         not_after = time.monotonic() + self._window_s
+        complete = True
         async for subjects in self._activity.ever_followed(reader):
             for start in range(0, len(subjects), _AT_ONCE):
                 if time.monotonic() > not_after:
                     return False
                 chunk = subjects[start : start + _AT_ONCE]
-                await asyncio.gather(
-                    *(
-                        self._activity.flag(subject, reader, generation, not_after=not_after)
-                        for subject in chunk
-                    )
+                rows = await asyncio.gather(
+                    *(self._activity.follow_row(subject, reader) for subject in chunk)
                 )
-        return True
+                head = await self._activity.head(reader)  # after the rows: see flag()
+                marker = head.marker
+                if marker is None or head.generation != generation or marker.get(STATE) != DORMANT:
+                    return True  # waking or woken: the wake unmarks whatever landed
+                marks = [
+                    self._activity.flag(
+                        subject, reader, row, generation, head.since, not_after=not_after
+                    )
+                    for subject, row in zip(chunk, rows, strict=True)
+                    if row is not None and row.get(FLAG) != generation
+                ]
+                complete = all(await asyncio.gather(*marks)) and complete
+        return complete
 
 
 class Waking:
@@ -113,7 +110,7 @@ class Waking:
         if head.marker.get(STATE) == DORMANT:
             await self._activity.mark_waking(message.reader, head.marker)
             return Continue(message)  # read the marker again: now (or by another) waking
-        since = head.since - self._inactivity.granularity_s if head.since else 0.0
+        since = head.since  # the marks skip posts made from then on: copy exactly those
         noted = message.generation if message.confirm else None
         await self._restore(message.reader, since, noted)
         if not message.confirm:

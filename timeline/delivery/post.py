@@ -40,7 +40,10 @@ class PostDelivery:
             merged = message.merged
             if message.cursor is None:
                 merged = not (await self._repos.audience.mode(post.author)).copies_to_followers
-            page = await self._ctx.readers_page(post.author, merged, message.cursor, active=True)
+            posted_at = post.created_at.timestamp()
+            page = await self._ctx.readers_page(
+                post.author, merged, message.cursor, posted_at=posted_at
+            )
             owners = page.items if message.cursor is not None else [post.author, *page.items]
             self._ctx.count_page_rows(len(owners))
             written = await self._feed.push(owners, post, deadline)

@@ -11,7 +11,9 @@ read's head query returns them at no extra cost):
   the wake deletes it last. ``gen`` names one dormancy.
 
 A dormant reader's follow rows in ``subjectFollowers`` carry ``inactive`` (the marker's
-generation): the post fan-out skips them; deletes, purges and trims never do.
+generation) and ``inactive_from`` (its ``since``): the post fan-out skips them for posts made
+from then on, which are exactly the posts the wake copies back; deletes, purges and trims
+never skip them.
 """
 
 from __future__ import annotations
@@ -30,12 +32,12 @@ from timeline.storage.accounts import Storage
 from timeline.storage.calls import failed_index, query_page, transact
 from timeline.storage.names import SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING, TIMELINES
 from timeline.tables.expiries import DORMANCY, ExpiriesRepository
-from timeline.tables.follows import INACTIVE
+from timeline.tables.follows import INACTIVE, INACTIVE_FROM
 from timeline.tables.rows import LISTING, META, create_entity, get_entity, if_unchanged
 
 STAMP_ROW, CURSOR_ROW, MARKER_ROW = "!a", "!c", "!d"
 STAMP, GENERATION, STATE, WAKE_AT, SINCE = "stamp", "gen", "state", "wake_at", "since"
-FLAG = INACTIVE
+FLAG, FLAG_FROM = INACTIVE, INACTIVE_FROM
 DORMANT, WAKING = "dormant", "waking"
 RESTORED = "restored"
 HEAD_SELECT = [STAMP, GENERATION, STATE, WAKE_AT, SINCE, RESTORED]
@@ -263,40 +265,46 @@ class ActivityRepository:
         async with self._storage.guard(kind="write-1"):
             await self._storage.table(TIMELINES, reader).upsert_entity(row, mode=UpdateMode.REPLACE)
 
-    async def flag(self, subject: str, reader: str, generation: str, *, not_after: float) -> None:
-        """Mark the reader's follow of ``subject`` inactive (no follow: nothing to mark); not
-        sent after ``not_after`` (``time.monotonic``: a wait for a limiter place is untimed),
-        so the mark ends within one storage timeout of it."""
-        await self._set_flag(subject, reader, generation, not_after=not_after)
-
-    async def unflag(self, subject: str, reader: str, *, generation: str | None = None) -> bool:
-        """Clear the mark if set (a point read first: an unmarked row costs no write); with
-        ``generation``, only that dormancy's mark, and only if unchanged since read."""
-        row = await get_entity(
+    async def follow_row(self, subject: str, reader: str) -> TableEntity | None:
+        """The reader's follow row of ``subject`` (None: no follow), with its ETag: a sweep
+        reads it before it reads the marker, and marks it only if unchanged since."""
+        return await get_entity(
             self._storage, SUBJECT_FOLLOWERS, subject, reader, select=["RowKey", FLAG]
         )
-        if row is None or not row.get(FLAG):
-            return False
-        if generation is None:
-            await self._set_flag(subject, reader, "")
-            return True
-        if row.get(FLAG) != generation:
-            return False
-        entity = {"PartitionKey": subject, "RowKey": reader, FLAG: ""}
-        async with self._storage.guard(kind="write-1"):
+
+    async def flag(
+        self,
+        subject: str,
+        reader: str,
+        read: TableEntity,
+        generation: str,
+        since: float,
+        *,
+        not_after: float,
+    ) -> bool:
+        """Mark the follow row as read (``read``, read before the marker was read as this
+        dormancy's ``dormant``) inactive for posts made from ``since``, if unchanged since
+        read: a wake's unmark always writes, so a mark can land only before it, however
+        late it was sent (docs/guarantees.md). Not sent after ``not_after``; False if the
+        row changed or went."""
+        entity = {"PartitionKey": subject, "RowKey": reader, FLAG: generation, FLAG_FROM: since}
+        async with self._storage.guard(kind="write-1", not_after=not_after):
             try:
                 await self._storage.table(SUBJECT_FOLLOWERS, subject).update_entity(
-                    entity, mode=UpdateMode.MERGE, **if_unchanged(row)
+                    entity, mode=UpdateMode.MERGE, **if_unchanged(read)
                 )
             except (ResourceNotFoundError, ResourceModifiedError):
                 return False
         return True
 
-    async def _set_flag(
-        self, subject: str, reader: str, value: str, *, not_after: float | None = None
-    ) -> None:
+    async def unflag(self, subject: str, reader: str) -> None:
+        """Clear the mark, whether set or not: a write every time, so any sweep's mark based
+        on an earlier read of the row now fails its condition (no follow: nothing to do)."""
+        await self._set_flag(subject, reader, "")
+
+    async def _set_flag(self, subject: str, reader: str, value: str) -> None:
         entity = {"PartitionKey": subject, "RowKey": reader, FLAG: value}
-        async with self._storage.guard(kind="write-1", not_after=not_after):
+        async with self._storage.guard(kind="write-1"):
             with suppress(ResourceNotFoundError):
                 await self._storage.table(SUBJECT_FOLLOWERS, subject).update_entity(
                     entity, mode=UpdateMode.MERGE

@@ -41,6 +41,9 @@ from timeline.tables.rows import (
 )
 
 INACTIVE = "inactive"
+INACTIVE_FROM = "inactive_from"
+"""On a follow row marked ``inactive``: the posts it skips are those made from then on
+(epoch seconds: the dormancy's ``since``); older posts always reach the reader."""
 """On a follow row: the follower is dormant (``timeline.tables.activity``); posts skip it."""
 _KEYS_PER_FILTER = 14
 """Azure Table Storage allows at most 15 comparisons in one filter (one is the partition)."""
@@ -275,24 +278,30 @@ class FollowsRepository:
         return Page([entity["RowKey"] for entity in page.items], page.continuation)
 
     async def active_follower_ids_page(
-        self, subject: str, limit: int, continuation: dict[str, str] | None
+        self, subject: str, limit: int, continuation: dict[str, str] | None, posted_at: float
     ) -> tuple[Page[str], int]:
-        """``follower_ids_page`` without the followers marked inactive
-        (``timeline.tables.activity``), and how many were left out."""
+        """``follower_ids_page`` for a post made at ``posted_at`` (epoch seconds), without the
+        followers marked inactive since then or earlier (``timeline.tables.activity``), and
+        how many were left out."""
         page = await partition_page(
             self._storage,
             SUBJECT_FOLLOWERS,
             subject,
-            select=["RowKey", INACTIVE],
+            select=["RowKey", INACTIVE, INACTIVE_FROM],
             limit=limit,
             continuation=continuation,
         )
-        active = [entity["RowKey"] for entity in page.items if not entity.get(INACTIVE)]
+        active = [entity["RowKey"] for entity in page.items if not _skips(entity, posted_at)]
         return Page(active, page.continuation), len(page.items) - len(active)
 
     async def followers_between(self, subject: str, first: str, last: str) -> set[str]:
         """Followers of ``subject`` whose ids lie in ``[first, last]``."""
         return await row_keys_between(self._storage, SUBJECT_FOLLOWERS, subject, first, last)
+
+
+def _skips(follow: TableEntity, posted_at: float) -> bool:
+    """Whether a follow row marked inactive skips a post made at ``posted_at``."""
+    return bool(follow.get(INACTIVE)) and posted_at >= float(follow.get(INACTIVE_FROM) or 0.0)
 
 
 def request_id(follower: str, requested_ticks: int) -> str:

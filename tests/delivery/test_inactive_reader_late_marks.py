@@ -1,0 +1,127 @@
+"""Inactive readers: a dormancy mark that reaches storage late (held, or orphaned by a failed
+sweep) never outlives the wake. Real Azurite; requests are held (or failed) on the HTTP
+session (``aiohttp.TraceConfig``), as in ``test_inactive_reader_races``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from types import SimpleNamespace
+from typing import Any
+
+import aiohttp
+
+from tests.delivery.helpers import run_every_pass
+from tests.delivery.test_inactive_reader_races import (
+    INACTIVITY,
+    LATER,
+    WRITES,
+    Wire,
+    follow_row_write,
+    world,
+)
+from timeline.config import Settings
+from timeline.delivery.dormancy import Dormancy
+from timeline.storage.accounts import Storage, StorageOptions
+from timeline.storage.names import SUBJECT_FOLLOWERS, TIMELINES
+from timeline.storage.writer import PartitionWriter
+
+
+@contextlib.asynccontextmanager
+async def wired(
+    settings: Settings, wire: Wire, *extra: aiohttp.TraceConfig
+) -> AsyncIterator[Storage]:
+    """A ``Storage`` on the test Azurite through ``wire`` (and ``extra``), no client retries."""
+    options = StorageOptions(timeout_s=60.0, retries=0, trace_configs=(wire.config(), *extra))
+    async with Storage(settings.connection_string(), options) as storage:
+        yield storage
+
+
+def faults(failing: str, watched: str, landed: asyncio.Event) -> aiohttp.TraceConfig:
+    """Every write to ``failing``'s follow rows fails on the wire (a storage error);
+    ``landed`` is set when a write to ``watched``'s follow rows got its answer."""
+    config = aiohttp.TraceConfig()
+
+    def follow_write(params: Any, partition: str) -> bool:
+        row = f"/{SUBJECT_FOLLOWERS}(PartitionKey='{partition}'"
+        return params.method in WRITES and row in params.url.path
+
+    async def started(_session: Any, _context: SimpleNamespace, params: Any) -> None:
+        if follow_write(params, failing):
+            raise aiohttp.ClientConnectionError("connection reset (test)")
+
+    async def ended(_session: Any, _context: SimpleNamespace, params: Any) -> None:
+        if follow_write(params, watched):
+            landed.set()
+
+    config.on_request_start.append(started)
+    config.on_request_end.append(ended)
+    return config
+
+
+async def test_a_mark_held_past_the_wake_fails_and_the_next_post_reaches_the_reader(
+    settings: Settings, storage: Storage
+) -> None:
+    """A sweep's mark sent in time but held on the wire while the reader comes back and the
+    whole wake runs: it is conditional on the follow row as read before the marker, and the
+    wake's unmark rewrote that row, so it fails; the author's next post reaches the reader."""
+    async with PartitionWriter(storage, TIMELINES, linger_s=0) as writer:
+        w = await world(storage, writer, authors=1)
+        author = w.authors[0]
+        await w.post(author)
+        await w.pages()  # stamped
+        wire = Wire()
+        wire.arm(follow_row_write)
+        async with wired(settings, wire) as slow:
+            sweep = asyncio.create_task(
+                Dormancy(slow, INACTIVITY, flag_window_s=60).check(w.reader, LATER)
+            )
+            await asyncio.wait_for(wire.held.wait(), 20)  # the mark, sent in time, is slow
+            await w.pages()  # the reader is back: wake queued, marker "waking"
+            await run_every_pass(w.processor, await w.wake_message())
+            assert await w.marker_state() is None
+            wire.gate.set()
+            assert not await asyncio.wait_for(sweep, 20), "the held mark did not fail"
+        assert await w.flagged() == [], "a mark landed after the wake"
+        posted = await w.post(author)
+        assert posted[0] in await w.partition()
+        assert posted[0] in await w.pages()
+
+
+async def test_a_sweep_that_fails_on_one_mark_leaves_no_late_mark(
+    settings: Settings, storage: Storage
+) -> None:
+    """A sweep raises at one failed mark while another of its marks is still in flight
+    (``gather`` does not cancel it), as a worker dying mid-sweep would leave it; that mark
+    lands after the wake, and fails its condition: no follow row is left ``inactive``
+    without a marker. Here one author's mark fails on the wire while the other's is held
+    past the wake."""
+    async with PartitionWriter(storage, TIMELINES, linger_s=0) as writer:
+        w = await world(storage, writer, authors=2)
+        slow_one, failing_one = w.authors
+        await w.pages()  # stamped
+        wire = Wire()
+        wire.arm(
+            lambda method, path: (
+                follow_row_write(method, path) and f"PartitionKey='{slow_one}'" in path
+            )
+        )
+        landed = asyncio.Event()
+        async with wired(settings, wire, faults(failing_one, slow_one, landed)) as slow:
+            sweep = asyncio.create_task(
+                Dormancy(slow, INACTIVITY, flag_window_s=60).check(w.reader, LATER)
+            )
+            await asyncio.wait_for(wire.held.wait(), 20)
+            await asyncio.wait([sweep], timeout=20)
+            assert sweep.done(), "precondition: the sweep raised at the failed mark"
+            assert sweep.exception() is not None, "precondition: the sweep raised"
+            await w.pages()  # the reader is back: wake queued, marker "waking"
+            await run_every_pass(w.processor, await w.wake_message())
+            assert await w.marker_state() is None
+            wire.gate.set()
+            await asyncio.wait_for(landed.wait(), 20)  # the orphaned mark lands late
+            # the check is still filed (the sweep raised): the next sweep judges it
+            await Dormancy(slow, INACTIVITY, flag_window_s=60).check(w.reader, time.time())
+        assert await w.flagged() == [], "a follow row is marked inactive with no marker"
