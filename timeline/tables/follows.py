@@ -300,8 +300,10 @@ class FollowsRepository:
 
 
 def _skips(follow: TableEntity, posted_at: float) -> bool:
-    """Whether a follow row marked inactive skips a post made at ``posted_at``."""
-    return bool(follow.get(INACTIVE)) and posted_at >= float(follow.get(INACTIVE_FROM) or 0.0)
+    """Whether a follow row marked inactive skips a post made at ``posted_at``; a mark
+    without ``inactive_from`` (from before it existed) skips nothing."""
+    since = follow.get(INACTIVE_FROM)
+    return bool(follow.get(INACTIVE)) and since is not None and posted_at >= float(since)
 
 
 def request_id(follower: str, requested_ticks: int) -> str:
