@@ -53,7 +53,9 @@ def processes(cores: float) -> int:
 def sizing(bench: dict[str, Any], load: Workload, inactive: float) -> dict[str, float]:
     """Worker and API processes at peak; ``inactive``: the share of deliveries whose reader
     has not read for TIMELINE_INACTIVE_DAYS (skipped, `inactive_deliveries_saved`)."""
-    live_ms = bench["worker_cpu_ms_per_delivery_live"]
+    live_ms = bench.get(  # an idle worker's polling is not per delivery (it backs off)
+        "worker_cpu_ms_per_delivery_live_above_idle", bench["worker_cpu_ms_per_delivery_live"]
+    )
     burst_ms = bench["worker_cpu_ms_per_delivery_burst"]
     read_ms = bench["api_cpu_ms_per_read"]
     post_ms = bench["api_cpu_ms_per_post"]
