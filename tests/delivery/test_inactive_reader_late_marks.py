@@ -61,35 +61,6 @@ def faults(failing: str, watched: str, landed: asyncio.Event) -> aiohttp.TraceCo
     return config
 
 
-async def test_a_mark_held_past_the_wake_fails_and_the_next_post_reaches_the_reader(
-    settings: Settings, storage: Storage
-) -> None:
-    """A sweep's mark sent in time but held on the wire while the reader comes back and the
-    whole wake runs: it is conditional on the follow row as read before the marker, and the
-    wake's unmark rewrote that row, so it fails; the author's next post reaches the reader."""
-    async with PartitionWriter(storage, TIMELINES, linger_s=0) as writer:
-        w = await world(storage, writer, authors=1)
-        author = w.authors[0]
-        await w.post(author)
-        await w.pages()  # stamped
-        wire = Wire()
-        wire.arm(follow_row_write)
-        async with wired(settings, wire) as slow:
-            sweep = asyncio.create_task(
-                Dormancy(slow, INACTIVITY, flag_window_s=60).check(w.reader, LATER)
-            )
-            await asyncio.wait_for(wire.held.wait(), 20)  # the mark, sent in time, is slow
-            await w.pages()  # the reader is back: wake queued, marker "waking"
-            await run_every_pass(w.processor, await w.wake_message())
-            assert await w.marker_state() is None
-            wire.gate.set()
-            assert not await asyncio.wait_for(sweep, 20), "the held mark did not fail"
-        assert await w.flagged() == [], "a mark landed after the wake"
-        posted = await w.post(author)
-        assert posted[0] in await w.partition()
-        assert posted[0] in await w.pages()
-
-
 async def test_a_sweep_that_fails_on_one_mark_leaves_no_late_mark(
     settings: Settings, storage: Storage
 ) -> None:
