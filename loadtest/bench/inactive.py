@@ -34,7 +34,7 @@ from timeline.model.entities import Post
 from timeline.model.keys import new_post_id, now_ticks
 from timeline.model.tokens import TokenSigner
 from timeline.storage.accounts import Storage
-from timeline.storage.names import POSTS, SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING
+from timeline.storage.names import POSTS, SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING, TIMELINES
 from timeline.tables.activity import ActivityRepository, Inactivity
 from timeline.tables.follows import INACTIVE
 
@@ -102,6 +102,9 @@ class Graph:
         await write_rows(storage, SUBJECT_FOLLOWING, following, "inactive: following", in_flight=32)
         posts = [p.to_entity(p.author) for p in self.library_posts]
         await write_rows(storage, POSTS, posts, "inactive: library posts")
+        # the copies their fan-out left before the dormancy (the wake restores only later posts)
+        copies = [p.to_entity(r) for r in self.returning for p in self.library_posts]
+        await write_rows(storage, TIMELINES, copies, "inactive: library copies")
 
 
 async def inactive(sizes: Sizes) -> dict[str, float]:

@@ -63,12 +63,19 @@ class Truth:
         return None if head.marker is None else str(head.marker.get(STATE))
 
 
+READ_TRIES = 3
+
+
 async def check_reads(clients: Clients, truth: Truth) -> None:
     """Every reader's home timeline, read through the API, is the truth (the first of these
     reads of a dormant reader wakes it)."""
     for reader, expected in truth.homes.items():
-        served = await clients.read(reader, truth.state)
-        assert served is not None, f"{reader}: the API read failed"
+        served = None
+        for _ in range(READ_TRIES):  # a page refused while storage is slow (503) is read again
+            served = await clients.read(reader, truth.state)
+            if served is not None:
+                break
+        assert served is not None, f"{reader}: the API read failed {READ_TRIES} times"
         assert served == expected, (
             f"{reader} ({clients.schedules[reader]}): missing {expected.keys() - served.keys()},"
             f" extra {served.keys() - expected.keys()}"
