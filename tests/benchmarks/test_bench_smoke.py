@@ -38,7 +38,7 @@ async def test_bench_quick_prints_every_key() -> None:
     done = await asyncio.to_thread(
         subprocess.run,
         [sys.executable, "-m", "loadtest.bench", "--quick"],
-        capture_output=True, text=True, timeout=600, check=True,
+        capture_output=True, text=True, timeout=1200, check=True,
     )  # fmt: skip
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert set(result) >= KEYS | POSITIVE
