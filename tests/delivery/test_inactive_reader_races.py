@@ -198,6 +198,8 @@ async def test_a_sweep_mark_held_past_its_window_and_the_wake_does_not_land(
             await w.pages()  # the reader is back: wake queued, marker "waking"
             await run_every_pass(w.processor, await w.wake_message())
             assert await w.marker_state() is None
+            # The window is a span of time, so the hold must outlast it on the clock.
+            await asyncio.sleep(max(0.0, window - (time.monotonic() - held_at)) + 0.01)
             assert time.monotonic() - held_at > window, "precondition: held past the window"
             wire.gate.set()
             assert not await asyncio.wait_for(sweep, 20), "the held mark did not fail"
