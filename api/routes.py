@@ -237,6 +237,22 @@ async def home_timeline(request: web.Request) -> web.Response:
     return _post_page(page)
 
 
+async def get_marker(request: web.Request) -> web.Response:
+    marker = await _service(request).markers.get(
+        await _actor(request), request.match_info["user_id"]
+    )
+    return json_response({"position": marker.position, "version": marker.version})
+
+
+async def put_marker(request: web.Request) -> web.Response:
+    actor = await _actor(request)
+    body = await _body(request, schemas.MarkerRequest)
+    marker = await _service(request).markers.put(
+        actor, request.match_info["user_id"], body.position, body.version
+    )
+    return json_response({"position": marker.position, "version": marker.version})
+
+
 async def revoke_token(request: web.Request) -> web.Response:
     await _service(request).accounts.revoke_token(_bearer(request), request.match_info["user_id"])
     return web.Response(status=204)
@@ -313,6 +329,13 @@ OPERATIONS = [
     Operation("GET", "/users/{user_id}/timeline", home_timeline,
               "The user's home timeline, newest first", response=schemas.PostPage, auth=True,
               paged=True, since=True),
+    Operation("GET", "/users/{user_id}/markers/home", get_marker,
+              "Where the user stopped reading the home timeline (position null, version 0 "
+              "before the first write)", response=schemas.Marker, auth=True),
+    Operation("PUT", "/users/{user_id}/markers/home", put_marker,
+              "Move the read marker: send the version last read (0 for none); a retry of the "
+              "same write answers as the first did", request=schemas.MarkerRequest,
+              response=schemas.Marker, auth=True, errors=(409,)),
     Operation("GET", "/users/{user_id}/timeline/stream", timeline_stream,
               "The user's home timeline live, as Server-Sent Events (one `post` event per "
               "new entry, its position as the event id; resume with Last-Event-ID)",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from timeline.model.keys import POST_ID_PATTERN, USER_ID_PATTERN, text_pattern
+from timeline.model.tokens import CONTINUATION_PATTERN, MAX_CONTINUATION_CHARS
 from timeline.service.accounts import MAX_DISPLAY_NAME_CHARS
 
 
@@ -62,6 +63,28 @@ class PostPage(_Body):
 class EdgePage(_Body):
     items: list[EdgeOut]
     continuation: str | None = Field(description="pass back to get the next page; null at the end")
+
+
+MAX_MARKER_VERSION = 2**31 - 1
+
+
+class MarkerRequest(_Body):
+    position: str = Field(
+        description="a home timeline page's 'newest' (or a stream event id), as given",
+        json_schema_extra={"pattern": CONTINUATION_PATTERN, "maxLength": MAX_CONTINUATION_CHARS},
+    )
+    version: int = Field(
+        ge=0,
+        le=MAX_MARKER_VERSION,
+        description="the version last read (0 when there is no marker yet); another one is a 409",
+    )
+
+
+class Marker(_Body):
+    position: str | None = Field(
+        description="where the user stopped: a page's 'newest' (null before the first write)"
+    )
+    version: int = Field(description="1 after the first write, one more after each; 0: none")
 
 
 class Status(_Body):

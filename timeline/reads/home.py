@@ -42,6 +42,9 @@ from timeline.tables.rows import META
 _HEAD = "PartitionKey eq @pk and RowKey lt @until"
 _AFTER = "PartitionKey eq @pk and RowKey gt @after and RowKey lt @until"
 MIN_AUTHOR_ROWS = 10
+HEAD_ROWS = 5
+"""A reader's head rows besides its merge rows: ``!a``, ``!c``, ``!d`` (activity), ``!n``
+(merge count) and ``!r`` (read marker); the head query asks for them on top of a page."""
 """The fewest rows a page asks of one merged author (see ``HomeTimeline._author_rows``)."""
 
 
@@ -228,7 +231,7 @@ class HomeTimeline:
                     _HEAD,
                     {"pk": owner, "until": until},
                     select=[*POST_SELECT, *HEAD_SELECT],
-                    limit=limit + self._max_merged + 3,
+                    limit=limit + self._max_merged + HEAD_ROWS,
                     continuation=continuation,
                 )
             rows = [row for row in page.items if row["RowKey"] >= FIRST_POST_KEY]

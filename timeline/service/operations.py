@@ -8,10 +8,12 @@ from timeline.reads.home import HomeTimeline
 from timeline.service.accounts import Accounts
 from timeline.service.credentials import Credentials, RingLoader
 from timeline.service.follows import Follows
+from timeline.service.markers import Markers
 from timeline.service.paging import Pager
 from timeline.service.posts import Posts
 from timeline.service.timelines import Timelines
 from timeline.storage.queue import MessageSender
+from timeline.tables.markers import MarkersRepository
 from timeline.tables.ratelimits import RateLimits
 from timeline.tables.repositories import Repositories
 
@@ -65,3 +67,4 @@ class TimelineService:
         self.timelines = Timelines(
             users, repositories.posts, home, signer, pager, timeline_cap=timeline_cap
         )
+        self.markers = Markers(MarkersRepository(home.storage), signer)
