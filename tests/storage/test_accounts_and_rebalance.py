@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp.test_utils import TestClient
 
 from tests.conftest import (
     api_client,
@@ -22,7 +23,7 @@ from tests.conftest import (
     running_worker,
     storage_on,
 )
-from tests.helpers import Api
+from tests.helpers import Api, bearer
 from timeline.config import Settings
 from timeline.errors import ConfigurationError
 from timeline.storage.accounts import Storage
@@ -230,6 +231,7 @@ async def test_rebalance_resumes_after_dying_and_moves_everything(
             return len(await api.timeline_ids(users[-1], tokens[users[-1]])) == 1
 
         await eventually(delivered, what="fan-out before the rebalance")
+        markers = {user: await _mark_newest(client, user, tokens[user]) for user in users[1:]}
     before = await _census(two)
 
     fences = 0
@@ -269,6 +271,24 @@ async def test_rebalance_resumes_after_dying_and_moves_everything(
         api = Api(client)
         assert len(await api.timeline_ids(users[-1], tokens[users[-1]])) == 1
         assert (await api.profile(users[0]))["followers"] == len(users) - 1
+        for user, marker in markers.items():  # read markers move with their partitions
+            response = await client.get(f"/users/{user}/markers/home", headers=bearer(tokens[user]))
+            assert await response.json() == marker, user
+        moved = {**markers[users[-1]], "version": 1}
+        response = await client.put(
+            f"/users/{users[-1]}/markers/home", json=moved, headers=bearer(tokens[users[-1]])
+        )
+        assert (await response.json())["version"] == 2, "a version survives the copy's new ETag"
+
+
+async def _mark_newest(client: TestClient[Any, Any], user: str, token: str) -> dict[str, Any]:
+    """Put the user's read marker at its home timeline's newest entry."""
+    newest = (await Api(client).timeline(user, token))["newest"]
+    body = {"position": newest, "version": 0}
+    response = await client.put(f"/users/{user}/markers/home", json=body, headers=bearer(token))
+    assert response.status == 200, await response.text()
+    marker: dict[str, Any] = await response.json()
+    return marker
 
 
 async def _census(servers: list[Azurite]) -> dict[int, list[tuple[str, str, str]]]:

@@ -1,0 +1,55 @@
+"""The read marker's row (``!r``) sits among a reader's head rows: no page shows it or is
+shortened by it, and the cap's trim neither counts nor deletes it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.conftest import unique
+from timeline.model.entities import Post
+from timeline.model.keys import new_post_id, now_ticks
+from timeline.reads.home import HomeTimeline, Position
+from timeline.storage.accounts import Storage
+from timeline.storage.calls import submit_batch
+from timeline.storage.names import TIMELINES
+from timeline.tables.activity import CURSOR_ROW, MARKER_ROW, STAMP_ROW
+from timeline.tables.audience import MERGE_COUNT_ROW
+from timeline.tables.markers import MarkersRepository
+from timeline.tables.timelines import TimelinesRepository
+
+POSTS = 6
+
+
+async def _reader_with_every_head_row(storage: Storage) -> tuple[str, list[Post]]:
+    """A reader holding each kind of head row but merge rows, a read marker and posts."""
+    owner, base = unique("reader"), now_ticks()
+    posts = [Post(new_post_id(base + i), "author", f"post {i}") for i in range(POSTS)]
+    heads: list[dict[str, Any]] = [
+        {"PartitionKey": owner, "RowKey": STAMP_ROW, "stamp": 1.0},
+        {"PartitionKey": owner, "RowKey": CURSOR_ROW, "gen": "g", "restored": ""},
+        {"PartitionKey": owner, "RowKey": MARKER_ROW, "gen": "g", "state": "waking"},
+        {"PartitionKey": owner, "RowKey": MERGE_COUNT_ROW, "n": 0},
+    ]
+    operations: list[Any] = [("upsert", row) for row in heads]
+    operations += [("upsert", post.to_entity(owner)) for post in posts]
+    await submit_batch(storage, TIMELINES, owner, operations)
+    assert await MarkersRepository(storage).create(owner, posts[-1].row_key)
+    return owner, sorted(posts, key=lambda post: post.row_key)
+
+
+async def test_a_page_is_full_beside_every_head_row(storage: Storage) -> None:
+    owner, posts = await _reader_with_every_head_row(storage)
+    home = HomeTimeline(storage, max_merged=0)
+    page, following = await home.page(owner, POSTS, Position())
+    assert page == posts, "a head row took a post's place, or showed as one"
+    assert following is None
+
+
+async def test_trim_neither_counts_nor_drops_the_marker(storage: Storage) -> None:
+    owner, posts = await _reader_with_every_head_row(storage)
+    markers = MarkersRepository(storage)
+    before = await markers.get(owner)
+    assert await TimelinesRepository(storage).trim(owner, keep=2) == POSTS - 2
+    assert await markers.get(owner) == before
+    page, _ = await HomeTimeline(storage, max_merged=0).page(owner, POSTS, Position())
+    assert page == posts[:2]
