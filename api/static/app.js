@@ -306,6 +306,8 @@
     timeline.continuation = null;
     timeline.newest = null;
     timeline.newestPost = null;
+    marker.position = null;
+    marker.version = 0;
     $("timeline-list").replaceChildren();
     updateEmpty();
   }
@@ -349,10 +351,72 @@
       advanceNewest(page.items[0], page.newest);
       updateEmpty();
       live.start();
+      readMarker(page, generation);
     } catch (error) {
       if (generation === timeline.generation) showError("timeline-message", error);
     } finally {
       $("timeline").removeAttribute("aria-busy");
+    }
+  }
+
+  // ---------------------------------------------------------------- read marker
+
+  // Where this user stopped reading, shared by its devices (GET/PUT .../markers/home): the
+  // first page shows a "You were here" line above the newest post read last time (the items
+  // newer than the marker, read with ``?since=``, are the ones above it), then the marker
+  // moves to this page's newest. Best effort: a marker that fails never hinders the list.
+  const marker = { position: null, version: 0 };
+
+  function markerPath() {
+    return userPath(session.user_id, "markers", "home");
+  }
+
+  async function readMarker(page, generation) {
+    try {
+      const stored = await api("GET", markerPath());
+      if (generation !== timeline.generation) return;
+      Object.assign(marker, stored);
+      if (stored.position && page.newest && stored.position !== page.newest) {
+        const newer = await readPage({ since: stored.position });
+        if (generation !== timeline.generation) return;
+        if (newer.continuation === null) showWhereYouWere(page, newer);
+      }
+      await saveMarker(generation);
+    } catch (_) {
+      // best effort: the timeline works without the marker
+    }
+  }
+
+  // The line goes inside the newest post not newer than the marker, so posts that arrive
+  // later take their places above or below it without splitting the two.
+  function showWhereYouWere(page, newer) {
+    document.querySelectorAll("#timeline-list .you-were-here").forEach((line) => line.remove());
+    const fresh = new Set(newer.items.map((post) => post.post_id));
+    const seen = page.items.find((post) => !fresh.has(post.post_id));
+    const entry = seen && timeline.posts.get(seen.post_id);
+    if (!entry || !fresh.size) return;
+    const line = document.createElement("div");
+    line.className = "you-were-here";
+    line.id = "you-were-here";
+    line.textContent = "You were here";
+    entry.element.prepend(line);
+  }
+
+  // Move the marker to the newest position read; a 409 means another device moved it since:
+  // read it again and write once more from its version.
+  async function saveMarker(generation) {
+    const position = timeline.newest;
+    if (!position || position === marker.position) return;
+    for (let attempt = 0; attempt < 2; attempt += 1) {
+      try {
+        const saved = await api("PUT", markerPath(), { body: { position, version: marker.version } });
+        if (generation === timeline.generation) Object.assign(marker, saved);
+        return;
+      } catch (error) {
+        if (error.status !== 409 || generation !== timeline.generation) return;
+        Object.assign(marker, await api("GET", markerPath()));
+        if (marker.position === position) return;
+      }
     }
   }
 
@@ -410,6 +474,7 @@
     const added = await refreshNewer({ quiet: true });
     const late = await mergeFirstPage();
     showMessage("timeline-message", added + late ? `${added + late} new` : "Up to date.");
+    saveMarker(timeline.generation).catch(() => {});
   }
 
   // Newer items than the newest one shown (``?since=``), page by page; without a position
