@@ -65,7 +65,8 @@ class EdgePage(_Body):
     continuation: str | None = Field(description="pass back to get the next page; null at the end")
 
 
-MAX_MARKER_VERSION = 2**31 - 1
+MAX_MARKER_VERSION = 2**53 - 1
+"""The largest integer a JavaScript client holds exactly."""
 
 
 class MarkerRequest(_Body):

@@ -156,7 +156,7 @@ BAD_BODIES: list[tuple[Any, str]] = [
     ({"position": "{position}", "version": None}, "invalid_body"),
     ({"position": "{position}", "version": 1.5}, "invalid_body"),
     ({"position": "{position}", "version": -1}, "invalid_body"),
-    ({"position": "{position}", "version": 2**31}, "invalid_body"),
+    ({"position": "{position}", "version": 2**53}, "invalid_body"),
     ({"position": "{position}", "version": 10**30}, "invalid_body"),
     ({"position": "{position}", "version": 0, "extra": 1}, "invalid_body"),
     ({"position": "", "version": 0}, "invalid_position"),

@@ -16,7 +16,7 @@ from timeline.model.entities import Post
 from timeline.model.keys import new_post_id, now_ticks, post_row_key
 from timeline.model.tokens import TokenSigner
 from timeline.reads.home import HomeTimeline, Position
-from timeline.service.markers import Markers
+from timeline.service.markers import Marker, Markers
 from timeline.storage.accounts import Storage
 from timeline.storage.calls import submit_batch
 from timeline.storage.names import TIMELINES
@@ -91,3 +91,18 @@ async def test_a_marker_costs_a_read_per_get_and_a_conditional_write_per_put(
         with pytest.raises(ConflictError):
             await markers.put(owner, owner, at[0], 0)
         assert len(requests.urls) - before == 2, "a stale first write: the insert, a read"
+
+
+async def test_a_large_version_round_trips(storage: Storage) -> None:
+    """Versions past Int32 (stored as doubles) read back as plain integers."""
+    signer = TokenSigner(TEST_SECRET.encode(), token_ttl_s=60)
+    owner = unique("reader")
+    row_key = post_row_key(new_post_id(now_ticks()))
+    big = 2**40
+    row = {"PartitionKey": owner, "RowKey": "!r", "position": row_key, "version": float(big)}
+    await submit_batch(storage, TIMELINES, owner, [("upsert", row)])
+    markers = Markers(MarkersRepository(storage), signer)
+    at = signer.encode_position(f"timeline:{owner}", row_key)
+    assert (await markers.get(owner, owner)).version == big
+    assert await markers.put(owner, owner, at, big) == Marker(at, big + 1)
+    assert await markers.get(owner, owner) == Marker(at, big + 1)

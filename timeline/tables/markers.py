@@ -7,9 +7,11 @@ start at ``FIRST_POST_KEY`` so they neither count nor drop it, and the home read
 skips it like any head row. Not ``!m``: that would sit inside the merge rows' prefix range.
 
 ``position`` is the row key of the newest entry the reader has seen (what a page's signed
-``newest`` wraps); ``version`` counts the writes, 1 after the first. Every write is
-conditional: the first is insert-if-absent, later ones ``If-Match`` the ETag as read, so of
-two devices writing from the same version exactly one wins.
+``newest`` wraps); ``version`` counts the writes, 1 after the first, stored as a double
+(exact to 2**53, what a JavaScript client holds; an Int64 would read back as a typed
+property). Every write is conditional: the first is insert-if-absent, later ones
+``If-Match`` the ETag as read, so of two devices writing from the same version exactly one
+wins.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ class MarkersRepository:
 
     async def create(self, reader: str, position: str) -> bool:
         """The first marker, version 1, only if none exists; False if one does."""
-        row = {"PartitionKey": reader, "RowKey": MARKER_ROW, POSITION: position, VERSION: 1}
+        row = {"PartitionKey": reader, "RowKey": MARKER_ROW, POSITION: position, VERSION: 1.0}
         return await create_entity(self._storage, TIMELINES, row)
 
     async def replace(self, reader: str, position: str, read: StoredMarker) -> bool:
@@ -64,7 +66,7 @@ class MarkersRepository:
             "PartitionKey": reader,
             "RowKey": MARKER_ROW,
             POSITION: position,
-            VERSION: read.version + 1,
+            VERSION: float(read.version + 1),
         }
         async with self._storage.guard(kind="write-1"):
             try:
