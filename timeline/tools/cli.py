@@ -14,6 +14,7 @@ from timeline.errors import TimelineError
 from timeline.logs import configure_logging
 from timeline.model.entities import PROFILE_ROW_KEY
 from timeline.model.tokens import TokenSigner
+from timeline.startup import load_settings
 from timeline.storage.accounts import Storage
 from timeline.storage.calls import query_page
 from timeline.storage.names import TABLES, USERS
@@ -264,7 +265,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    settings = Settings()
+    settings = load_settings("timeline")
     configure_logging(settings.log_format)
     try:
         args.func(settings, args)
