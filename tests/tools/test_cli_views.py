@@ -65,7 +65,8 @@ async def test_poison_list_prints_a_header_and_one_line_per_message(
     assert all(len(row) == 5 for row in rows), done.stdout
     assert rows[0][3] == "malformed: line one line two"
     assert rows[0][4] == '{"not": "a message"} second line'
-    assert len(rows[1][3]) == 120 and rows[1][3].endswith("...")
+    assert len(rows[1][3]) == 120
+    assert rows[1][3].endswith("...")
     assert rows[0][2] == rows[1][2] == "1"  # dequeue count when parked
 
 
@@ -92,7 +93,8 @@ async def test_poison_drop_and_requeue_one_message_by_id(
     assert requeued.returncode == 0, requeued.stderr
     assert [m.content for m in await shard.peek_work()] == ["message 2"]
     twice = await run_cli(private_azurite, "poison", "requeue", ids[2])
-    assert twice.returncode == 2 and "no poison message has id" in twice.stderr
+    assert twice.returncode == 2
+    assert "no poison message has id" in twice.stderr
     assert [m.content for m in await shard.peek_work()] == ["message 2"]  # sent once
     rows = listed((await run_cli(private_azurite, "poison", "list")).stdout)
     assert [row[0] for row in rows] == [ids[0]]
