@@ -46,9 +46,7 @@ def listed(stdout: str) -> list[list[str]]:
     return [line.split("\t") for line in lines[1:]]
 
 
-async def test_poison_list_says_when_there_are_none(
-    own: Storage, private_azurite: Azurite
-) -> None:
+async def test_poison_list_says_when_there_are_none(own: Storage, private_azurite: Azurite) -> None:
     done = await run_cli(private_azurite, "poison", "list")
     assert (done.returncode, done.stdout) == (0, "no poison messages\n"), done.stderr
 
@@ -124,8 +122,8 @@ async def test_stats_separates_people_from_internal_rows_and_ready_from_delayed_
     assert "table posts: 1 posts, 1 internal row(s) (2 rows by account)" in lines
     assert "table timelines: 1 timeline entries, 1 internal row(s) (2 rows by account)" in lines
     assert "table expiries: 0 internal row(s) (0 rows by account)" in lines
-    assert (
-        "queue fanout-0 (account 0): 2 message(s): 1 ready now, 1 delayed or leased" in lines
-    ), done.stdout
+    assert "queue fanout-0 (account 0): 2 message(s): 1 ready now, 1 delayed or leased" in lines, (
+        done.stdout
+    )
     assert "queue fanout-0-poison (account 0): 0" in lines
     assert any("'delayed or leased' is second passes" in line for line in lines)
