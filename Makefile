@@ -3,12 +3,14 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test e2e browser lint fmt setup bench loadtest chaos clean
+.PHONY: run runtime test e2e browser lint fmt setup bench loadtest chaos clean
 
 SEEDS ?= 5
 CHAOS_DURATION_S ?= 20
 
-run: setup
+# Runtime dependencies only (no test, lint or load tools): the first run installs them, later
+# runs start at once (the stamp files are newer than pyproject.toml and package-lock.json).
+run: runtime
 	$(BIN)/timeline run
 
 test: setup lint
@@ -50,16 +52,22 @@ fmt: setup
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
+runtime: $(VENV)/.runtime-installed node_modules/.installed
+
 setup: $(VENV)/.installed node_modules/.installed
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.runtime-installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev,load]'
+	$(BIN)/pip install --quiet --disable-pip-version-check -e .
+	touch $@
+
+# The development extras: tests, lint, types, benchmarks and the load test.
+$(VENV)/.installed: pyproject.toml $(VENV)/.runtime-installed
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev,load]'
 	touch $@
 
 node_modules/.installed: package.json package-lock.json
-	npm ci --no-audit --no-fund --loglevel=error
+	npm ci --omit=dev --no-audit --no-fund --loglevel=error
 	touch $@
 
 clean:

@@ -10,9 +10,9 @@ from aiohttp import web
 
 from api.app import create_app
 from api.server import serve
-from timeline.config import Settings
 from timeline.errors import ConfigurationError
 from timeline.logs import configure_logging
+from timeline.startup import load_settings
 
 
 async def freeze_startup_heap(_app: web.Application) -> None:
@@ -25,7 +25,7 @@ async def freeze_startup_heap(_app: web.Application) -> None:
 
 
 def main() -> None:
-    settings = Settings()
+    settings = load_settings("timeline-api")
     configure_logging(settings.log_format)
     app = create_app(settings, settings.connection_string())
     app.on_startup.append(freeze_startup_heap)  # after the storage context has opened

@@ -8,13 +8,13 @@ from prometheus_client import start_http_server
 
 from fanout_worker.metrics import worker_registry
 from fanout_worker.worker import Worker
-from timeline.config import Settings
 from timeline.errors import ConfigurationError
 from timeline.logs import configure_logging
+from timeline.startup import load_settings
 
 
 def main() -> None:
-    settings = Settings()
+    settings = load_settings("fanout-worker")
     configure_logging(settings.log_format)
     if settings.worker_metrics_port is not None:
         start_http_server(

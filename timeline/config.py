@@ -162,7 +162,9 @@ class Settings(BaseSettings):
     def _split_ports(cls, value: object) -> object:
         """Accept ``blob,queue,table`` as one comma-separated string."""
         if isinstance(value, str):
-            return tuple(part.strip() for part in value.split(","))
+            value = tuple(part.strip() for part in value.split(","))
+        if isinstance(value, tuple | list) and len(value) != 3:
+            raise ValueError("three ports, blob,queue,table")
         return value
 
     @field_validator("trusted_proxies", mode="before")

@@ -29,10 +29,10 @@ async def test_stack_runs_stops_and_keeps_data(tmp_path: Path) -> None:
             bob_auth, post = await alice_posts_to_bob(session, base)
 
         assert "ready" in await asyncio.to_thread(stack.cli, "init")  # idempotent
-        assert await asyncio.to_thread(stack.cli, "poison", "list") == ""
+        assert await asyncio.to_thread(stack.cli, "poison", "list") == "no poison messages\n"
         minted = (await asyncio.to_thread(stack.cli, "token", "alice")).strip()
         stats = await asyncio.to_thread(stack.cli, "stats")
-        assert "table users: 2" in stats
+        assert "table users: 2 users, 2 internal row(s)" in stats
         assert "queue fanout-0-poison (account 0): 0" in stats
     finally:
         stop_seconds = stack.stop()

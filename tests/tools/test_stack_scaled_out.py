@@ -201,7 +201,7 @@ async def test_stack_runs_several_accounts_api_processes_and_workers(tmp_path: P
             await _each_role_serves_its_own_metrics(session, stack.base, metrics)
             await _a_rate_limit_holds_across_both_apis(session, stack.base, port, apis)
         stats = await asyncio.to_thread(stack.cli, "stats")
-        assert "table users: 3" in stats
+        assert "table users: 3 users, " in stats
         assert "(account 1)" in stats
     finally:
         returncode = await stop_stack(process, log)

@@ -38,9 +38,12 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True, slots=True)
 class PoisonedMessage:
     message_id: str
+    """The work message's id when it was parked."""
     reason: str
     content: str
     dequeue_count: int
+    poison_id: str = ""
+    """Its id in the poison queue: what ``timeline poison drop|requeue ID`` take."""
 
 
 class MessageSender(Protocol):
@@ -327,4 +330,5 @@ def _parse_poison(message: QueueMessage) -> PoisonedMessage:
         reason=str(record.get("reason", "")),
         content=str(record.get("content", "")),
         dequeue_count=int(record.get("dequeue_count", 0)),
+        poison_id=str(message.id),
     )

@@ -12,11 +12,10 @@ from timeline.config import Settings
 from timeline.delivery.regrade import queue_due_regrades
 from timeline.errors import TimelineError
 from timeline.logs import configure_logging
-from timeline.model.entities import PROFILE_ROW_KEY
 from timeline.model.tokens import TokenSigner
+from timeline.startup import load_settings
 from timeline.storage.accounts import Storage
-from timeline.storage.calls import query_page
-from timeline.storage.names import TABLES, USERS
+from timeline.storage.poison import drop_poison, requeue_one_poison
 from timeline.storage.queue import FanoutQueues
 from timeline.storage.rebalance import Rebalancer
 from timeline.tables.credentials import CredentialsRepository
@@ -25,6 +24,7 @@ from timeline.tables.repositories import Repositories
 from timeline.tables.secret import list_keys, load_key_ring, retire_key, rotate_key
 from timeline.tables.users import UsersRepository, claim_existing_identities
 from timeline.tools.stack import Stack, init_storage
+from timeline.tools.views import one_line, poison_lines, stats_lines
 
 
 async def _with_storage(settings: Settings, action: Callable[[Storage], Awaitable[None]]) -> None:
@@ -92,62 +92,32 @@ def cmd_secret_retire(settings: Settings, args: argparse.Namespace) -> None:
 
 def cmd_stats(settings: Settings, _args: argparse.Namespace) -> None:
     async def stats(storage: Storage) -> None:
-        placement = storage.placement
-        print(f"placement: version {placement.version}, {len(placement.accounts)} account(s)")
-        for shard in FanoutQueues(storage).shards:
-            work, poison = await shard.depth()
-            account = placement.queue_accounts[shard.shard]
-            print(f"queue fanout-{shard.shard} (account {account}): {work}")
-            print(f"queue fanout-{shard.shard}-poison (account {account}): {poison}")
-        for table in TABLES:
-            counts = [
-                await _count(storage, index, table) for index in range(len(storage.account_ids))
-            ]
-            print(f"table {table}: {sum(counts)} ({' + '.join(map(str, counts))} by account)")
+        print("\n".join(await stats_lines(storage)))
 
     asyncio.run(_with_storage(settings, stats))
 
 
-_COUNTED: dict[str, tuple[str, dict[str, str]]] = {
-    USERS: ("RowKey eq @row", {"row": PROFILE_ROW_KEY}),
-}
-"""Tables whose count is of some rows only: ``users`` counts users (profiles), not the
-identity rows beside them."""
-
-
-async def _count(storage: Storage, account: int, table: str) -> int:
-    """Entities in one account's table (a full scan, fine for an admin command)."""
-    client = storage.account_table(account, table)
-    query_filter, parameters = _COUNTED.get(table, ("", {}))
-    total, continuation = 0, None
-    while True:
-        async with storage.guard():
-            page = await query_page(
-                client,
-                query_filter,
-                parameters,
-                select=["RowKey"],
-                limit=1000,
-                continuation=continuation,
-            )
-        total += len(page.items)
-        continuation = page.continuation
-        if continuation is None:
-            return total
-
-
 def cmd_poison_list(settings: Settings, args: argparse.Namespace) -> None:
     async def show(storage: Storage) -> None:
-        for message in await FanoutQueues(storage).peek_poison(args.count):
-            print(
-                f"{message.message_id}\t{message.dequeue_count}\t{message.reason}\t{message.content}"
-            )
+        print("\n".join(poison_lines(await FanoutQueues(storage).peek_poison(args.count))))
 
     asyncio.run(_with_storage(settings, show))
 
 
+def cmd_poison_drop(settings: Settings, args: argparse.Namespace) -> None:
+    async def drop(storage: Storage) -> None:
+        reason = await drop_poison(FanoutQueues(storage), args.id)
+        print(f"dropped poison message {args.id} ({one_line(reason, 120)})")
+
+    asyncio.run(_with_storage(settings, drop))
+
+
 def cmd_poison_requeue(settings: Settings, args: argparse.Namespace) -> None:
     async def requeue(storage: Storage) -> None:
+        if args.id is not None:
+            reason = await requeue_one_poison(FanoutQueues(storage), args.id)
+            print(f"requeued poison message {args.id} ({one_line(reason, 120)})")
+            return
         moved = await FanoutQueues(storage).requeue_poison(args.count)
         print(f"requeued {moved} message(s)")
 
@@ -221,7 +191,11 @@ def build_parser() -> argparse.ArgumentParser:
     retire = secret_commands.add_parser("retire", help="refuse the tokens an older key signed")
     retire.add_argument("key_id")
     retire.set_defaults(func=cmd_secret_retire)
-    commands.add_parser("stats", help="queue depths and table counts").set_defaults(func=cmd_stats)
+    commands.add_parser(
+        "stats",
+        help="queue depths (ready apart from delayed) and table counts (people's rows "
+        "apart from internal ones)",
+    ).set_defaults(func=cmd_stats)
     commands.add_parser("run", help="run storage, API and worker").set_defaults(func=cmd_run)
     commands.add_parser(
         "claim-ids",
@@ -251,20 +225,26 @@ def build_parser() -> argparse.ArgumentParser:
         help="also send again the moves left midway (after their message was poisoned)",
     )
     regrade.set_defaults(func=cmd_regrade)
-    poison = commands.add_parser("poison", help="inspect or requeue failed messages")
+    poison = commands.add_parser("poison", help="inspect, requeue or drop failed messages")
     poison_commands = poison.add_subparsers(dest="poison_command", required=True)
     listing = poison_commands.add_parser("list", help="show poison messages with their reasons")
     listing.add_argument("--count", type=int, default=32, choices=range(1, 33), metavar="1..32")
     listing.set_defaults(func=cmd_poison_list)
-    requeue = poison_commands.add_parser("requeue", help="move poison messages back to work")
+    requeue = poison_commands.add_parser(
+        "requeue", help="move poison messages back to work (one by its ID, else up to --count)"
+    )
+    requeue.add_argument("id", nargs="?", help="the ID `poison list` shows")
     requeue.add_argument("--count", type=int, default=32, choices=range(1, 33), metavar="1..32")
     requeue.set_defaults(func=cmd_poison_requeue)
+    drop = poison_commands.add_parser("drop", help="delete one poison message for good")
+    drop.add_argument("id", help="the ID `poison list` shows")
+    drop.set_defaults(func=cmd_poison_drop)
     return parser
 
 
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    settings = Settings()
+    settings = load_settings("timeline")
     configure_logging(settings.log_format)
     try:
         args.func(settings, args)

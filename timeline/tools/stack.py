@@ -29,7 +29,8 @@ from types import FrameType
 from timeline.config import CONNECTION_FILE, Settings
 from timeline.errors import ConfigurationError
 from timeline.storage.accounts import Storage
-from timeline.storage.azurite import Azurite, fill_ports, remembered_ports
+from timeline.storage.azurite import HOST, Azurite, fill_ports, free_ports, remembered_ports
+from timeline.tools.lock import StackLock
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +105,7 @@ class Stack:
         self._stop = threading.Event()
         self._children: list[tuple[str, subprocess.Popen[bytes]]] = []
         self._azurites: list[Azurite] = []
+        self._metrics_ports: list[int] = []
 
     def _request_stop(self, signum: int, _frame: FrameType | None) -> None:
         log.info("received %s, stopping", signal.Signals(signum).name)
@@ -112,14 +114,17 @@ class Stack:
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self._request_stop)
         signal.signal(signal.SIGINT, self._request_stop)
+        lock = StackLock(self._settings.data_dir)
+        lock.acquire()  # before anything starts: a second stack here stops at once
         try:
+            self._check_ports()
             return self._run()
         finally:
             self._shutdown()
+            lock.release()
 
     def _run(self) -> int:
         settings = self._settings
-        self._check_ports()
         env = dict(os.environ)
         if settings.uses_embedded_azurite:
             connection_string = self._start_azurites()
@@ -142,28 +147,55 @@ class Stack:
         return 0
 
     def _check_ports(self) -> None:
+        """Every port the stack will listen on is free, else one line naming it and the
+        setting that moves it, before anything starts."""
         settings = self._settings
-        metrics = settings.worker_metrics_port
-        if metrics and metrics + settings.workers - 1 > 65535:
-            raise ConfigurationError(
-                f"worker i serves its metrics on TIMELINE_WORKER_METRICS_PORT + i: "
-                f"{metrics} + {settings.workers - 1} is past 65535"
-            )
+        if settings.worker_metrics_port is None:  # on by default: any free ports
+            self._metrics_ports = list(free_ports(settings.workers))
+        elif settings.worker_metrics_port:
+            first = settings.worker_metrics_port
+            if first + settings.workers - 1 > 65535:
+                raise ConfigurationError(
+                    f"worker i serves its metrics on TIMELINE_WORKER_METRICS_PORT + i: "
+                    f"{first} + {settings.workers - 1} is past 65535: pick a lower port"
+                )
+            self._metrics_ports = [first + index for index in range(settings.workers)]
         if port_taken(settings.host, settings.port):
             raise ConfigurationError(
                 f"the API's port {settings.host}:{settings.port} is already in use by another "
                 "program: stop it, or pick another port with TIMELINE_PORT"
             )
+        for index, port in enumerate(self._metrics_ports):
+            if port_taken(settings.host, port):
+                raise ConfigurationError(
+                    f"worker {index}'s metrics port {settings.host}:{port} is already in use "
+                    "by another program: stop it, or pick other ports with "
+                    "TIMELINE_WORKER_METRICS_PORT (worker i uses it + i)"
+                )
+        if settings.uses_embedded_azurite:
+            self._plan_azurites()
 
-    def _start_azurites(self) -> str:
-        """Start the Azurites together; return their connection strings, one per line, in
-        placement order. Each keeps the ports it served its data on before."""
+    def _plan_azurites(self) -> None:
+        """The Azurites' folders and ports; each keeps the ports it served its data on
+        before, so a taken one is an error here rather than a different account later."""
         settings = self._settings
         locations = [azurite_location(settings, i) for i in range(settings.embedded_accounts)]
         wanted = [remembered_ports(location) for location in locations]
         wanted[0] = settings.azurite_ports or wanted[0]
         for location, ports in zip(locations, fill_ports(wanted), strict=True):
+            taken = [port for port in ports if port_taken(HOST, port)]
+            if taken:
+                fix = "TIMELINE_AZURITE_PORTS" if location == locations[0] else "TIMELINE_DATA_DIR"
+                raise ConfigurationError(
+                    f"the embedded Azurite of {location} cannot start: port(s) "
+                    f"{', '.join(map(str, taken))} on {HOST} are in use by another program: "
+                    f"stop it, or use other ports with {fix}"
+                )
             self._azurites.append(Azurite(location=location, ports=ports))
+
+    def _start_azurites(self) -> str:
+        """Start the Azurites together; return their connection strings, one per line, in
+        placement order."""
         with ThreadPoolExecutor(len(self._azurites)) as pool:  # node starts slowly
             list(pool.map(Azurite.start, self._azurites))  # raises the first failure
         return "\n".join(azurite.connection_string for azurite in self._azurites)
@@ -174,11 +206,11 @@ class Stack:
         set_env(api_env, "TIMELINE_API_PROCESSES", str(settings.api_processes))  # reuse_port
         for index in range(settings.api_processes):
             self._spawn(f"api {index}", API, api_env)
-        metrics = settings.worker_metrics_port
         for index in range(settings.workers):
             worker_env = dict(env)
-            if metrics:  # 0 (any free port) stays 0 for every worker
-                set_env(worker_env, "TIMELINE_WORKER_METRICS_PORT", str(metrics + index))
+            if self._metrics_ports:  # else 0 (any free port) stays 0 for every worker
+                port = str(self._metrics_ports[index])
+                set_env(worker_env, "TIMELINE_WORKER_METRICS_PORT", port)
             self._spawn(f"worker {index}", WORKER, worker_env)
 
     def _spawn(self, name: str, module: str, env: dict[str, str]) -> None:
@@ -198,12 +230,8 @@ class Stack:
             f"{_count(settings.workers, 'worker')}, "
             f"{_count(accounts, 'storage account')}, {storage})"
         )
-        metrics = settings.worker_metrics_port
-        if metrics:
-            urls = [
-                f"{api_base(settings.host, metrics + index)}metrics"
-                for index in range(settings.workers)
-            ]
+        if self._metrics_ports:
+            urls = [f"{api_base(settings.host, port)}metrics" for port in self._metrics_ports]
             summary += f"; worker metrics {' '.join(urls)}"
         return summary
 
