@@ -300,7 +300,7 @@ class HomeTimeline:
             return merged
         followed = await self._follows.following_among(owner, targets)
         return {
-            author: replace(source, rows=[row for row in source.rows if _shown(row, author, owner, followed)])
+            author: replace(source, rows=[r for r in source.rows if _shown(r, author, owner, followed)])
             for author, source in merged.items()
         }
 
