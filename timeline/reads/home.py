@@ -299,10 +299,11 @@ class HomeTimeline:
         if not targets:
             return merged
         followed = await self._follows.following_among(owner, targets)
-        return {
-            author: replace(source, rows=[r for r in source.rows if _shown(r, author, owner, followed)])
+        shown = {
+            author: [row for row in source.rows if _shown(row, author, owner, followed)]
             for author, source in merged.items()
         }
+        return {author: replace(source, rows=shown[author]) for author, source in merged.items()}
 
     def _author_rows(self, limit: int, authors: int) -> int:
         """What to ask of each merged author: an equal share of the page (at least
