@@ -88,8 +88,16 @@ class RepostDelivery:
 
     async def _missing(self, message: Reposted, live: str | None) -> Outcome:
         """Not (or no longer) this repost: undone, replaced, not stored yet, or never."""
-        if live is not None or message.cursor is not None:
-            return DONE  # undone or replaced: the un-repost's passes remove its copies
+        row = await self._repos.reposts.truth(message.reposter, message.post_id)
+        if (
+            live is not None
+            or message.cursor is not None
+            or (
+                row is not None
+                and (row.get("repost_id") == message.repost_id or not row.get("void"))
+            )
+        ):
+            return DONE  # undone (void), claimed, or replaced: un-reposts remove the copies
         if self._ctx.young(post_id_ticks(message.repost_id)):
             return Defer("the repost is not stored yet")
         if not await self._repos.reposts.void(message.reposter, message.post_id, message.repost_id):

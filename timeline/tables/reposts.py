@@ -21,9 +21,10 @@ from typing import Any
 from azure.core.exceptions import ResourceModifiedError, ResourceNotFoundError
 from azure.data.tables import TableEntity, UpdateMode
 
-from timeline.errors import StorageUnavailableError
+from timeline.errors import StorageUnavailableError, contention
 from timeline.model.entities import Page, Post
 from timeline.model.keys import post_row_key
+from timeline.retry import ETAG_ATTEMPTS
 from timeline.storage import calls
 from timeline.storage.accounts import Storage
 from timeline.storage.calls import query_page, submit_batch
@@ -40,6 +41,10 @@ REPOST = "~rp-"
 REPOSTS_OF = "~rpof-"
 REPLIES_OF = "~re-"
 _RANGE = f"{PARTITION} and RowKey gt @first and RowKey lt @end"
+
+
+def _keys(row: TableEntity) -> dict[str, str]:
+    return {"PartitionKey": row["PartitionKey"], "RowKey": row["RowKey"]}
 
 
 def _range_end(prefix: str) -> str:
@@ -89,7 +94,7 @@ class RepostsRepository:
         if current is None:
             if await create_entity(self._storage, POSTS, row):
                 return
-        elif current.get("void"):
+        elif current.get("void") and current.get("repost_id") != repost_id:
             with suppress(ResourceModifiedError, ResourceNotFoundError):
                 async with self._storage.guard(kind="write-1"):
                     await calls.update_entity(
@@ -102,29 +107,50 @@ class RepostsRepository:
         raise StorageUnavailableError("the repost changed meanwhile; try again", retry_after=1)
 
     async def void(self, reposter: str, post_id: str, repost_id: str) -> bool:
-        """Claim a repost whose write never arrived, so a late write of it fails; False when
-        this repost was stored first."""
-        row = {
+        """Claim a repost whose write never arrived (a void row naming it, over nothing or
+        over an older void row), so a late write of it fails; False when this repost was
+        stored first."""
+        claim = {
             "PartitionKey": reposter,
             "RowKey": f"{REPOST}{post_id}",
             "repost_id": repost_id,
             "void": True,
         }
-        if await create_entity(self._storage, POSTS, row):
-            return True
-        return await self.live_id(reposter, post_id) != repost_id
+        for _ in range(ETAG_ATTEMPTS):
+            row = await self.truth(reposter, post_id)
+            if row is not None and (row.get("repost_id") == repost_id or not row.get("void")):
+                return bool(row.get("void")) or row.get("repost_id") != repost_id
+            try:
+                if row is None:
+                    if await create_entity(self._storage, POSTS, claim):
+                        return True
+                    continue
+                async with self._storage.guard(kind="write-1"):
+                    await calls.update_entity(
+                        self._storage.table(POSTS, reposter),
+                        claim,
+                        UpdateMode.REPLACE,
+                        **if_unchanged(row),
+                    )
+                return True
+            except (ResourceModifiedError, ResourceNotFoundError):
+                continue
+        raise contention()
 
     async def remove(self, reposter: str, post_id: str, repost_id: str) -> None:
-        """Delete the truth row if it is still this repost (unchanged since read)."""
+        """Undo the repost: its row turns ``void`` (if it is still this repost, unchanged
+        since read), so a delivery of it, however late, finds it undone at once, and a late
+        API write of it fails."""
         row = await self.truth(reposter, post_id)
-        if row is None or row.get("repost_id") != repost_id:
+        if row is None or row.get("void") or row.get("repost_id") != repost_id:
             return
+        void = {**_keys(row), "repost_id": repost_id, "void": True}
         async with self._storage.guard(kind="write-1"):
             with suppress(ResourceModifiedError, ResourceNotFoundError):
-                await calls.delete_entity(
+                await calls.update_entity(
                     self._storage.table(POSTS, reposter),
-                    reposter,
-                    row["RowKey"],
+                    void,
+                    UpdateMode.REPLACE,
                     **if_unchanged(row),
                 )
 
