@@ -289,7 +289,7 @@ OPERATIONS = [
               response=schemas.Profile, errors=(404,)),
     Operation("POST", "/users/{user_id}/posts", create_post, "Publish a post", status=202,
               request=schemas.PostRequest, response=schemas.PostOut, auth=True,
-              errors=(409, 422, 429),
+              errors=(404, 409, 422, 429),
               headers={"Location": "the new post"}, idempotent=True),
     Operation("DELETE", "/users/{user_id}/tokens/current", revoke_token,
               "Sign out: revoke the token this request presents (every API process refuses "
