@@ -73,6 +73,8 @@ class Operation:
     """Takes ``since``: only items newer than a position from an earlier page."""
     resumable: bool = False
     """A live stream: ``since`` starts it, a ``Last-Event-ID`` header resumes it."""
+    query: tuple[dict[str, Any], ...] = ()
+    """Further query parameters, as OpenAPI parameter objects."""
     head: bool = False
     """Also answers ``HEAD`` (the same status and headers, no body), as load balancers'
     health checks send; not in the OpenAPI document, which describes the ``GET``."""
@@ -145,6 +147,7 @@ def _parameters(operation: Operation, page_size: int) -> list[dict[str, Any]]:
         for name, pattern in PATH_PARAMETERS.items()
         if f"{{{name}}}" in operation.path
     ]
+    parameters += operation.query
     if operation.idempotent:
         parameters.append(
             {

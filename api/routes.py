@@ -11,7 +11,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ValidationError
 
-from api import schemas, stream
+from api import reposts, schemas, stream
 from api.clients import client_address
 from api.docs import docs_page
 from api.keys import OPENAPI_KEY, SERVICE_KEY, SETTINGS_KEY, STORAGE_KEY
@@ -171,8 +171,9 @@ async def create_post(request: web.Request) -> web.Response:
     actor = await _actor(request)
     body = await _body(request, schemas.PostRequest)
     author = request.match_info["user_id"]
+    reply_to = None if body.reply_to is None else (body.reply_to.author, body.reply_to.post_id)
     post = await _service(request).posts.create(
-        actor, author, body.text, idempotency_key=_idempotency_key(request)
+        actor, author, body.text, idempotency_key=_idempotency_key(request), reply_to=reply_to
     )
     return json_response(
         post.to_json(), status=202, headers={"Location": f"/users/{author}/posts/{post.post_id}"}
@@ -202,7 +203,10 @@ async def delete_post(request: web.Request) -> web.Response:
 
 async def follow(request: web.Request) -> web.Response:
     await _service(request).follows.follow(
-        await _actor(request), request.match_info["user_id"], request.match_info["target"]
+        await _actor(request),
+        request.match_info["user_id"],
+        request.match_info["target"],
+        reposts=reposts.reposts_choice(request),
     )
     return web.Response(status=204)
 
@@ -301,7 +305,7 @@ OPERATIONS = [
               response=schemas.Profile, errors=(404,)),
     Operation("POST", "/users/{user_id}/posts", create_post, "Publish a post", status=202,
               request=schemas.PostRequest, response=schemas.PostOut, auth=True,
-              errors=(409, 422, 429),
+              errors=(404, 409, 422, 429),
               headers={"Location": "the new post"}, idempotent=True),
     Operation("DELETE", "/users/{user_id}/tokens/current", revoke_token,
               "Sign out: revoke the token this request presents (every API process refuses "
@@ -318,7 +322,7 @@ OPERATIONS = [
               errors=(404, 429)),
     Operation("PUT", "/users/{user_id}/following/{target}", follow,
               "Follow a user (idempotent; their recent posts are backfilled)", status=204,
-              auth=True, errors=(404, 429)),
+              auth=True, errors=(404, 429), query=(reposts.REPOSTS_PARAMETER,)),
     Operation("DELETE", "/users/{user_id}/following/{target}", unfollow,
               "Unfollow a user (idempotent; their posts are purged)", status=204, auth=True,
               errors=(404, 429)),
@@ -341,6 +345,7 @@ OPERATIONS = [
               "new entry, its position as the event id; resume with Last-Event-ID)",
               auth=True, raw_content_type="text/event-stream", since=True, resumable=True,
               errors=(429, 503)),
+    *reposts.OPERATIONS,
     Operation("GET", "/healthz", healthz, "The process is alive", response=schemas.Status,
               head=True),
     Operation("GET", "/readyz", readyz, "Storage is reachable and initialised",

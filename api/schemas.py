@@ -22,8 +22,22 @@ class RegisterRequest(_Body):
     )
 
 
+class PostRef(_Body):
+    author: str = Field(json_schema_extra={"pattern": USER_ID_PATTERN})
+    post_id: str = Field(json_schema_extra={"pattern": POST_ID_PATTERN})
+
+
 class PostRequest(_Body):
     text: str = Field(description="1 to TIMELINE_MAX_POST_CHARS (280) characters after trimming")
+    reply_to: PostRef | None = Field(
+        default=None,
+        description="the post this one replies to (it must exist: 404 reply_target_not_found); "
+        "a reply reaches only the followers who also follow the author replied to",
+    )
+
+
+class RepostRequest(PostRef):
+    """The post to repost (another user's or one's own)."""
 
 
 class Registered(_Body):
@@ -45,6 +59,21 @@ class PostOut(_Body):
     author: str
     text: str
     created_at: str = Field(description="RFC 3339 UTC with microseconds")
+    reposted_by: str | None = Field(
+        default=None,
+        description="on a home timeline entry that a repost brought: who reposted the post "
+        "(the item is the original: its id, author, text and time); absent on a plain entry",
+    )
+    reply_to: PostRef | None = Field(
+        default=None, description="the post this one replies to; absent on other posts"
+    )
+
+
+class RepostOut(PostOut):
+    repost_id: str = Field(
+        json_schema_extra={"pattern": POST_ID_PATTERN},
+        description="this repost (its time orders its entries in followers' timelines)",
+    )
 
 
 class EdgeOut(_Body):

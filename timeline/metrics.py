@@ -41,6 +41,21 @@ COUNTER_CONFLICTS = Counter(
 DELIVERIES = Counter(
     "fanout_deliveries_total", "Timeline entities written by the fan-out", registry=FANOUT
 )
+REPOST_DEDUPE_REQUESTS = Counter(
+    "timeline_repost_dedupe_requests_total",
+    "Timeline queries a repost's delivery made to find the post among a reader's newest entries",
+    registry=FANOUT,
+)
+REPOST_DEDUPED = Counter(
+    "timeline_repost_deduped_total",
+    "Repost copies not written: the reader's newest entries already show the post",
+    registry=FANOUT,
+)
+REPLY_FOLLOW_CHECKS = Counter(
+    "timeline_reply_follow_checks_total",
+    "Queries a reply's delivery made of the replied-to author's followers (one per page)",
+    registry=FANOUT,
+)
 INACTIVE_SKIPPED = Counter(
     "timeline_inactive_skipped_total",
     "Post deliveries skipped because the follower is dormant (timeline.tables.activity)",

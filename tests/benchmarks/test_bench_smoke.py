@@ -56,3 +56,7 @@ async def test_bench_quick_prints_every_key() -> None:
     assert 0 < result["bigfanout_rss_mb"] < 1000
     # 70% of the followers dormant: about that share of the copies is skipped
     assert 0.5 < result["inactive_deliveries_saved"] < 0.75
+    # one timeline query per reader per repost delivery; half of a reply's audience follows both
+    assert result["repost_dedupe_requests_per_delivery"] == 1.0
+    assert result["reply_follow_checks_per_page"] == 1.0
+    assert result["reply_copies_share"] == 0.5

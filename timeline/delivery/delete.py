@@ -1,12 +1,14 @@
 """A post's delete (``PostDeleted``): the source row, then every copy, page by page, then the
 whole again once ``sweep_delay_s`` later for copies that landed late (that pass also sweeps
-each timeline's expired removal traces: one query per timeline)."""
+each timeline's expired removal traces: one query per timeline). Each pass's first page also
+removes every repost of the post (``RepostRetraction.purge_reposts_of``)."""
 
 from __future__ import annotations
 
 from timeline.delivery.context import TICKS_PER_SECOND, Context
 from timeline.delivery.feed import Feed
 from timeline.delivery.outcomes import DONE, Continue, Outcome
+from timeline.delivery.repost import RepostRetraction
 from timeline.model.keys import post_id_ticks
 from timeline.model.messages import PostDeleted
 from timeline.tables.audience import MERGED, AuthorMode
@@ -15,10 +17,13 @@ from timeline.tables.audience import MERGED, AuthorMode
 class PostRetraction:
     """Removes a deleted post from its author's and its readers' timelines, in two passes."""
 
-    def __init__(self, context: Context, feed: Feed) -> None:
+    def __init__(
+        self, context: Context, feed: Feed, reposts: RepostRetraction | None = None
+    ) -> None:
         self._ctx = context
         self._repos = context.repos
         self._feed = feed
+        self._reposts = reposts or RepostRetraction(context, feed)
 
     async def retract(self, message: PostDeleted) -> Outcome:
         """Delete the source row first (so deliveries see it gone), then the copies, page by
@@ -29,6 +34,8 @@ class PostRetraction:
         merged = message.merged
         if message.cursor is None:
             merged = self._never_copied(await self._repos.audience.mode(author), post_id)
+        if message.cursor is None:  # in both passes: a repost racing the delete (guarantees)
+            await self._reposts.purge_reposts_of(author, post_id, final=message.confirm)
         page = await self._ctx.readers_page(author, merged, message.cursor)
         owners = page.items if message.cursor else [author, *page.items]
         await self._feed.unpush(owners, post_id)

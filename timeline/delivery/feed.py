@@ -99,6 +99,7 @@ class Feed:
                 # the post: its delete sweeps only overflow readers)
             posts = await self._repos.posts.newest(subject, BACKFILL_POSTS)
             posts = [post for post in posts if post.created_at.timestamp() >= since]
+            posts = await self._shown_replies(follower, subject, posts)
             if not posts:
                 return
             held = await self._held(follower, subject) if missing_only else set()
@@ -112,6 +113,15 @@ class Feed:
         elif not missing_only:
             await self.purge(follower, subject)  # else the unfollow's passes purge, once quiet
         await self.trim([follower])
+
+    async def _shown_replies(self, follower: str, subject: str, posts: list[Post]) -> list[Post]:
+        """Without the replies to authors the follower does not follow (Mastodon's rule, as
+        a post's delivery applies it): one query per 14 replied-to authors."""
+        targets = {p.reply_author for p in posts if p.reply_author not in (None, subject, follower)}
+        if not targets:
+            return posts
+        followed = await self._repos.follows.following_among(follower, targets)
+        return [p for p in posts if p.reply_author not in targets or p.reply_author in followed]
 
     async def _held(self, follower: str, subject: str) -> set[str]:
         """Row keys of the subject's copies in the follower's timeline."""
@@ -128,7 +138,7 @@ class Feed:
         backfill after the read changed the etag. Either way the re-follow's copies stay (then
         only copies of deleted posts go)."""
         timelines, follows = self._repos.timelines, self._repos.follows
-        async for rows in timelines.rows_by_author(follower, subject):
+        async for rows in timelines.rows_by_author(follower, subject, reposts=True):
             if await follows.is_following(follower, subject):
                 await self.reconcile(follower, subject)
                 return

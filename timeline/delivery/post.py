@@ -15,6 +15,7 @@ import asyncio
 from timeline.delivery.context import Context
 from timeline.delivery.feed import Feed
 from timeline.delivery.outcomes import DONE, Continue, Defer, Outcome
+from timeline.metrics import REPLY_FOLLOW_CHECKS
 from timeline.model.entities import Post
 from timeline.model.keys import post_id_ticks
 from timeline.model.messages import PostCreated
@@ -44,11 +45,12 @@ class PostDelivery:
             page = await self._ctx.readers_page(
                 post.author, merged, message.cursor, posted_at=posted_at
             )
-            owners = page.items if message.cursor is not None else [post.author, *page.items]
+            readers = await self._reply_readers(post, page.items)
+            owners = readers if message.cursor is not None else [post.author, *readers]
             self._ctx.count_page_rows(len(owners))
             written = await self._feed.push(owners, post, deadline)
         await written.wait()
-        await self._undo_lost_reasons(post, owners, page.items)
+        await self._undo_lost_reasons(post, owners, readers)
         await self._feed.trim(
             [owner for owner in owners if self._feed.trim_due(owner, post.post_id)]
         )
@@ -56,6 +58,16 @@ class PostDelivery:
             update = {"cursor": page.continuation, "merged": merged}
             return Continue(message.model_copy(update=update))
         return DONE
+
+    async def _reply_readers(self, post: Post, readers: list[str]) -> list[str]:
+        """A reply reaches only the readers who also follow the replied-to author (Mastodon's
+        rule): one range query on that author's followers for the page."""
+        target = post.reply_author
+        if target is None or target == post.author or not readers:
+            return readers
+        also = await self._repos.follows.followers_between(target, readers[0], readers[-1])
+        REPLY_FOLLOW_CHECKS.inc()
+        return [reader for reader in readers if reader in also or reader == target]
 
     async def _arrived_post(self, message: PostCreated) -> Post | None:
         """The post; the API queues the message before it stores the post, so wait briefly."""

@@ -22,6 +22,7 @@ from timeline.delivery.follow import FollowChanges
 from timeline.delivery.outcomes import Outcome
 from timeline.delivery.post import PostDelivery
 from timeline.delivery.regrade import Regrading
+from timeline.delivery.repost import RepostDelivery, RepostRetraction
 from timeline.delivery.settings import Hybrid, Timing
 from timeline.model.messages import (
     FanoutMessage,
@@ -29,7 +30,9 @@ from timeline.model.messages import (
     PostCreated,
     PostDeleted,
     Regrade,
+    Reposted,
     Unfollowed,
+    Unreposted,
     Wake,
 )
 from timeline.storage.accounts import Storage
@@ -41,7 +44,7 @@ from timeline.tables.repositories import Repositories
 class FanoutProcessor:
     """Hands each message to the handler of its kind: ``post`` (``PostCreated``), ``delete``
     (``PostDeleted``), ``follow`` (``Followed``, ``Unfollowed``), ``regrade`` (``Regrade``),
-    ``dormancy`` (``Wake``).
+    ``dormancy`` (``Wake``), ``repost`` (``Reposted``, ``Unreposted``).
     They share one ``Context`` (repositories, writer, settings, admission) and one ``Feed``
     (every write to a reader's timeline)."""
 
@@ -66,7 +69,9 @@ class FanoutProcessor:
         self._context = context
         self._feed = Feed(context, timeline_cap=timeline_cap)
         self._posts = PostDelivery(context, self._feed)
-        self._deletes = PostRetraction(context, self._feed)
+        self._reposts = RepostDelivery(context, self._feed)
+        self._unreposts = RepostRetraction(context, self._feed)
+        self._deletes = PostRetraction(context, self._feed, self._unreposts)
         self._follows = FollowChanges(context, self._feed)
         self._regrades = Regrading(context, self._feed)
         self._wakes = Waking(context, self._feed, inactivity or Inactivity())
@@ -107,6 +112,10 @@ class FanoutProcessor:
                 return await self.regrade(message)
             case Wake():
                 return await self.wake(message)
+            case Reposted():
+                return await self._reposts.deliver(message)
+            case Unreposted():
+                return await self._unreposts.retract(message)
 
     async def deliver(self, message: PostCreated) -> Outcome:
         return await self._posts.deliver(message)

@@ -18,8 +18,11 @@ from timeline.model.keys import (
 T = TypeVar("T")
 
 PROFILE_ROW_KEY = "profile"
-POST_SELECT = ["RowKey", "author", "text"]
-"""The only properties a post or timeline page needs: the rest derives from the row key."""
+POST_SELECT = ["RowKey", "author", "text", "reposted_by", "original", "reply_author", "reply_post"]
+"""The only properties a post or timeline page needs: the rest derives from the row key.
+``reposted_by`` and ``original`` are set on a repost's copies (``timeline.delivery.repost``),
+``reply_author`` and ``reply_post`` on a reply; a plain post has none of them."""
+OPTIONAL = ("reposted_by", "original", "reply_author", "reply_post")
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +30,13 @@ class Post:
     post_id: str
     author: str
     text: str
+    reposted_by: str | None = None
+    """A repost's copy: who reposted it (``post_id`` is then the repost's id)."""
+    original: str | None = None
+    """A repost's copy: the original post's id (its author is ``author``)."""
+    reply_author: str | None = None
+    reply_post: str | None = None
+    """A reply: the post it answers."""
 
     @property
     def row_key(self) -> str:
@@ -38,7 +48,12 @@ class Post:
 
     def properties(self) -> dict[str, str]:
         """Everything but the keys: one dict can serve every copy of the post."""
-        return {"author": self.author, "text": self.text}
+        properties = {"author": self.author, "text": self.text}
+        for name in OPTIONAL:
+            value = getattr(self, name)
+            if value is not None:
+                properties[name] = value
+        return properties
 
     def to_entity(self, partition_key: str) -> dict[str, Any]:
         """The same shape in ``posts`` (keyed by author) and ``timelines`` (keyed by owner)."""
@@ -50,10 +65,11 @@ class Post:
             post_id=post_id_from_row_key(entity["RowKey"]),
             author=entity["author"],
             text=entity["text"],
+            **{name: entity[name] for name in OPTIONAL if entity.get(name)},
         )
 
-    def to_json(self) -> dict[str, str]:
-        return post_json(self.post_id, self.author, self.text)
+    def to_json(self) -> dict[str, Any]:
+        return row_json({"RowKey": self.row_key, **self.properties()})
 
 
 PostRow = dict[str, Any]
@@ -71,9 +87,23 @@ def post_json(post_id: str, author: str, text: str) -> dict[str, str]:
     }
 
 
-def row_json(row: PostRow) -> dict[str, str]:
-    """``Post.from_entity(row).to_json()`` without the ``Post``."""
-    return post_json(post_id_from_row_key(row["RowKey"]), row["author"], row["text"])
+def row_json(row: PostRow) -> dict[str, Any]:
+    """``Post.from_entity(row).to_json()`` without the ``Post``. A repost's copy shows the
+    original (its id, author and time) with ``reposted_by``; a reply carries ``reply_to``."""
+    original = row.get("original")
+    item: dict[str, Any] = post_json(
+        original or post_id_from_row_key(row["RowKey"]), row["author"], row["text"]
+    )
+    if original:
+        item["reposted_by"] = row["reposted_by"]
+    if row.get("reply_post"):
+        item["reply_to"] = {"author": row["reply_author"], "post_id": row["reply_post"]}
+    return item
+
+
+def shown_post_id(row: PostRow) -> str:
+    """The post a row shows: the original for a repost's copy, else its own."""
+    return str(row.get("original") or post_id_from_row_key(row["RowKey"]))
 
 
 @dataclass(frozen=True, slots=True)

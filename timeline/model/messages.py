@@ -125,8 +125,33 @@ class Wake(_Message):
     confirm: bool = False
 
 
+class Reposted(_Message):
+    """Deliver a repost (``repost_id``) of ``author``'s ``post_id`` to one page of the
+    reposter's followers (``timeline.delivery.repost``)."""
+
+    type: Literal["repost"] = "repost"
+    reposter: UserId
+    author: UserId
+    post_id: PostId
+    repost_id: PostId
+    cursor: Cursor | None = None
+
+
+class Unreposted(_Message):
+    """Remove a repost's copies from one page of the reposter's followers' timelines; after
+    the last page it comes back once more, ``confirm``ed, to sweep late copies."""
+
+    type: Literal["unrepost"] = "unrepost"
+    reposter: UserId
+    author: UserId
+    post_id: PostId
+    repost_id: PostId
+    cursor: Cursor | None = None
+    confirm: bool = False
+
+
 FanoutMessage = Annotated[
-    PostCreated | PostDeleted | Followed | Unfollowed | Regrade | Wake,
+    PostCreated | PostDeleted | Followed | Unfollowed | Regrade | Wake | Reposted | Unreposted,
     Field(discriminator="type"),
 ]
 _ADAPTER: TypeAdapter[FanoutMessage] = TypeAdapter(FanoutMessage)
@@ -138,6 +163,8 @@ def urgency(message: FanoutMessage) -> Priority:
     backfill and regrade, is background work."""
     match message:
         case PostCreated(cursor=None) | PostDeleted(cursor=None, confirm=False):
+            return Priority.HIGH
+        case Reposted(cursor=None) | Unreposted(cursor=None, confirm=False):
             return Priority.HIGH
         case Unfollowed(confirm=False) | Wake(confirm=False):
             return Priority.HIGH

@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 
 from azure.data.tables import TableEntity
 
-from timeline.model.entities import POST_SELECT, Post, PostRow
+from timeline.model.entities import POST_SELECT, Post, PostRow, shown_post_id
 from timeline.reads.activity import Attendance
 from timeline.storage.accounts import Storage
 from timeline.storage.calls import as_entity, query_page, query_rows
@@ -108,7 +108,14 @@ class HomeTimeline:
         self, owner: str, limit: int, position: Position
     ) -> tuple[list[PostRow], Position | None]:
         """``page`` as the posts' rows (``POST_SELECT``), for a response built straight
-        from them."""
+        from them; a post shown twice in the page (the original and a repost of it, or two
+        reposts) only at its newest row (the position is the page's, so none is skipped)."""
+        rows, following = await self._rows(owner, limit, position)
+        return shown_once(rows), following
+
+    async def _rows(
+        self, owner: str, limit: int, position: Position
+    ) -> tuple[list[PostRow], Position | None]:
         if position.dormant:
             return await self._dormant_page(owner, limit, position)
         if position.listed is None:
@@ -196,7 +203,8 @@ class HomeTimeline:
                 owner, others, limit, after=after, until=until, listed=len(authors) + len(others)
             ),
         )
-        merged = dict(zip(authors, sources, strict=True)) | large
+        merged = await self._replies_shown(owner, dict(zip(authors, sources, strict=True)))
+        merged |= large
         skipped = (*authors, *others, *dropped)  # their copies: merged instead, or unfollowed
         posts, following = _merge(own, merged, skipped, limit, until)
         if following is None:
@@ -272,11 +280,33 @@ class HomeTimeline:
         following, sources = await asyncio.gather(
             self._follows.following_among(owner, authors), asyncio.gather(*queries)
         )
-        return {
-            author: source
-            for author, source in zip(authors, sources, strict=True)
-            if author in following
+        return await self._replies_shown(
+            owner,
+            {
+                author: source
+                for author, source in zip(authors, sources, strict=True)
+                if author in following
+            },
+        )
+
+    async def _replies_shown(self, owner: str, merged: dict[str, _Source]) -> dict[str, _Source]:
+        """Merged authors' replies obey the delivery's rule: shown only to a reader who
+        follows the author replied to (one more query per 14 such authors, only when a page
+        holds such replies). A source's last key stays: the bound, hence paging, is the same."""
+        targets = {
+            target
+            for author, source in merged.items()
+            for row in source.rows
+            if (target := row.get("reply_author")) and target not in (author, owner)
         }
+        if not targets:
+            return merged
+        followed = await self._follows.following_among(owner, targets)
+        shown = {
+            author: [row for row in source.rows if _shown(row, author, owner, followed)]
+            for author, source in merged.items()
+        }
+        return {author: replace(source, rows=shown[author]) for author, source in merged.items()}
 
     def _author_rows(self, limit: int, authors: int) -> int:
         """What to ask of each merged author: an equal share of the page (at least
@@ -331,6 +361,25 @@ def _merge(
     if bound is not None:
         return page, Position(bound, listed, until=until)
     return page, None
+
+
+def _shown(row: PostRow, author: str, owner: str, followed: set[str]) -> bool:
+    target = row.get("reply_author")
+    return not target or target in (author, owner) or target in followed
+
+
+def shown_once(rows: list[PostRow]) -> list[PostRow]:
+    """The rows without those that show a post an earlier (newer) row already shows."""
+    if not any(row.get("original") for row in rows):
+        return rows
+    seen: set[str] = set()
+    kept = []
+    for row in rows:
+        shown = shown_post_id(row)
+        if shown not in seen:
+            seen.add(shown)
+            kept.append(row)
+    return kept
 
 
 def _row_key(row: PostRow) -> str:

@@ -41,13 +41,19 @@ class Follows:
         self._writes = writes
         self._window_s = arrival_window_s
 
-    async def follow(self, actor: str, follower: str, subject: str) -> None:
+    async def follow(
+        self, actor: str, follower: str, subject: str, *, reposts: bool | None = None
+    ) -> None:
+        """Follow (idempotent); ``reposts``: show the subject's reposts (a new follow does
+        unless False; on an existing follow, None leaves the choice as it was)."""
         require_self(actor, follower)
         _check_subject(follower, subject)
         await self._writes.check(actor)
         await require_user(self._users, subject)
         follows = self._follows
         if await follows.is_following(follower, subject):
+            if reposts is not None:
+                await follows.set_reposts(follower, subject, reposts)
             await follows.repair_index(follower, subject)
             return
         requested = now_ticks()
@@ -58,6 +64,7 @@ class Follows:
             datetime.now(UTC),
             request=request_id(follower, requested),
             not_after=arrival_deadline(requested, self._window_s),
+            reposts=reposts is not False,
         )
         await follows.sync_index(follower, subject)
 

@@ -1,4 +1,5 @@
-"""The API's operations, one part per concern: accounts, posts, follows and timelines."""
+"""The API's operations, one part per concern: accounts, posts, reposts and replies, follows
+and timelines."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from timeline.service.follows import Follows
 from timeline.service.markers import Markers
 from timeline.service.paging import Pager
 from timeline.service.posts import Posts
+from timeline.service.reposts import Reposts
 from timeline.service.timelines import Timelines
 from timeline.storage.queue import MessageSender
 from timeline.tables.markers import MarkersRepository
@@ -54,6 +56,15 @@ class TimelineService:
             posting=limits.posts,
             writes=limits.writes,
             keys=keys,
+            arrival_window_s=arrival_window_s,
+            replies=repositories.reposts,
+        )
+        self.reposts = Reposts(
+            repositories.posts,
+            repositories.reposts,
+            queue,
+            pager,
+            writes=limits.writes,
             arrival_window_s=arrival_window_s,
         )
         self.follows = Follows(

@@ -25,6 +25,7 @@ from timeline.service.accounts import require_self
 from timeline.storage.queue import MessageSender
 from timeline.tables.posts import PostsRepository
 from timeline.tables.ratelimits import RateLimiter
+from timeline.tables.reposts import RepostsRepository
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +46,10 @@ class Posts:
         writes: RateLimiter,
         keys: IdempotencyKeys,
         arrival_window_s: float,
+        replies: RepostsRepository,
     ) -> None:
         self._posts = posts
+        self._replies = replies
         self._keys = keys
         self._queue = queue
         self._max_post_chars = max_post_chars
@@ -55,28 +58,56 @@ class Posts:
         self._window_s = arrival_window_s
 
     async def create(
-        self, actor: str, author: str, text: str, *, idempotency_key: str | None = None
+        self,
+        actor: str,
+        author: str,
+        text: str,
+        *,
+        idempotency_key: str | None = None,
+        reply_to: tuple[str, str] | None = None,
     ) -> Post:
+        """Publish a post; ``reply_to`` (author, post id): a reply, filed under that post,
+        which must exist (404 ``reply_target_not_found``)."""
         require_self(actor, author)
         validate_idempotency_key(idempotency_key)
         cleaned = clean_text(
             text, max_chars=self._max_post_chars, allowed_format=POST_FORMAT_CHARACTERS
         )
+        target = None if reply_to is None else await self._reply_target(*reply_to)
         await self._posting.check(author)
         record = None
         if idempotency_key is not None:
-            record = self._keys.record(idempotency_key, [author, cleaned])
+            record = self._keys.record(idempotency_key, [author, cleaned, *(reply_to or ())])
             earlier = await self._posts.by_key(author, record)
             if earlier is not None:
                 return earlier
         ticks = now_ticks()
-        post = Post(post_id=new_post_id(ticks), author=author, text=cleaned)
+        post = Post(
+            post_id=new_post_id(ticks),
+            author=author,
+            text=cleaned,
+            reply_author=None if target is None else target.author,
+            reply_post=None if target is None else target.post_id,
+        )
         await self._queue.send(PostCreated(author=author, post_id=post.post_id))
+        if target is not None:
+            await self._replies.note_reply(target.author, target.post_id, post)
         deadline = arrival_deadline(ticks, self._window_s)
         stored = await self._posts.add(post, record, not_after=deadline)
         if record is not None and secrets.randbelow(SWEEP_ONE_IN) == 0:
             await self._sweep_keys(author)
         return stored
+
+    async def _reply_target(self, author: str, post_id: str) -> Post:
+        validate_user_id(author)
+        validate_post_id(post_id)
+        target = await self._posts.get(author, post_id)
+        if target is None:
+            raise NotFoundError(
+                f"the post replied to ({author!r}, {post_id!r}) does not exist",
+                code="reply_target_not_found",
+            )
+        return target
 
     async def _sweep_keys(self, author: str) -> None:
         """Remove some of the author's expired key rows: best effort, never the post's

@@ -21,7 +21,9 @@ from timeline.metrics import MESSAGES_SENT
 from timeline.model.messages import (
     FanoutMessage,
     Followed,
+    Reposted,
     Unfollowed,
+    Unreposted,
     Wake,
     decode,
     encode,
@@ -53,6 +55,8 @@ class MessageSender(Protocol):
 def shard_key(message: FanoutMessage) -> str:
     if isinstance(message, Wake):
         return message.reader
+    if isinstance(message, Reposted | Unreposted):
+        return message.reposter
     return message.follower if isinstance(message, Followed | Unfollowed) else message.author
 
 

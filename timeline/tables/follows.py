@@ -17,13 +17,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from azure.core.exceptions import ResourceModifiedError, ResourceNotFoundError
 from azure.data.tables import TableEntity, TableTransactionError, UpdateMode
 
 from timeline.errors import StorageUnavailableError, contention
 from timeline.model.entities import Edge, Page
 from timeline.retry import ETAG_ATTEMPTS
 from timeline.storage.accounts import Storage
-from timeline.storage.calls import TransactionOperation, failed_index, query_page
+from timeline.storage.calls import TransactionOperation, failed_index, query_page, update_entity
 from timeline.storage.counters import count_of, transact_counted
 from timeline.storage.names import SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING
 from timeline.tables.expiries import CLAIM, ExpiriesRepository
@@ -45,6 +46,8 @@ INACTIVE_FROM = "inactive_from"
 """On a follow row marked ``inactive``: the posts it skips are those made from then on
 (epoch seconds: the dormancy's ``since``); older posts always reach the reader."""
 """On a follow row: the follower is dormant (``timeline.tables.activity``); posts skip it."""
+REPOSTS = "reposts"
+"""On a follow row: ``False`` when the follower hides the subject's reposts."""
 _KEYS_PER_FILTER = 14
 """Azure Table Storage allows at most 15 comparisons in one filter (one is the partition)."""
 
@@ -64,13 +67,17 @@ class FollowsRepository:
         request: str | None = None,
         *,
         not_after: float | None = None,
+        reposts: bool = True,
     ) -> bool:
         """Record the follow and count it, atomically; False if it already existed.
+        ``reposts=False`` (stored on the row as ``reposts``) hides the subject's reposts.
 
         ``request`` names the API request (see ``claim``): the change is made together with
         its claim row, so it fails if the worker already gave up waiting for it; past
         ``not_after`` (``refuse_if_late``) it is not sent at all."""
-        edge = {"PartitionKey": subject, "RowKey": follower, "since": since}
+        edge: dict[str, Any] = {"PartitionKey": subject, "RowKey": follower, "since": since}
+        if not reposts:
+            edge[REPOSTS] = False
         await self._file_claim(subject, request)
         refuse_if_late(not_after)
         try:
@@ -293,6 +300,49 @@ class FollowsRepository:
         )
         active = [entity["RowKey"] for entity in page.items if not _skips(entity, posted_at)]
         return Page(active, page.continuation), len(page.items) - len(active)
+
+    async def set_reposts(self, follower: str, subject: str, reposts: bool) -> bool:
+        """Show or hide the subject's reposts on an existing follow (a merge of the flag,
+        if the row is unchanged since read); False when there is no follow."""
+        for _ in range(ETAG_ATTEMPTS):
+            edge = await get_entity(self._storage, SUBJECT_FOLLOWERS, subject, follower)
+            if edge is None:
+                return False
+            if edge.get(REPOSTS, True) is reposts:
+                return True
+            row = {"PartitionKey": subject, "RowKey": follower, REPOSTS: reposts}
+            try:
+                async with self._storage.guard(kind="write-1"):
+                    await update_entity(
+                        self._storage.table(SUBJECT_FOLLOWERS, subject),
+                        row,
+                        UpdateMode.MERGE,
+                        **if_unchanged(edge),
+                    )
+                return True
+            except (ResourceModifiedError, ResourceNotFoundError):
+                continue
+        raise contention()
+
+    async def repost_follower_ids_page(
+        self, subject: str, limit: int, continuation: dict[str, str] | None, posted_at: float
+    ) -> Page[str]:
+        """``active_follower_ids_page`` for a repost made at ``posted_at``, without the
+        followers who hide the subject's reposts (``reposts=false`` on the follow)."""
+        page = await partition_page(
+            self._storage,
+            SUBJECT_FOLLOWERS,
+            subject,
+            select=["RowKey", INACTIVE, INACTIVE_FROM, REPOSTS],
+            limit=limit,
+            continuation=continuation,
+        )
+        wanted = [
+            entity["RowKey"]
+            for entity in page.items
+            if entity.get(REPOSTS) is not False and not _skips(entity, posted_at)
+        ]
+        return Page(wanted, page.continuation)
 
     async def followers_between(self, subject: str, first: str, last: str) -> set[str]:
         """Followers of ``subject`` whose ids lie in ``[first, last]``."""

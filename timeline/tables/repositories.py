@@ -29,6 +29,7 @@ from timeline.tables.audience import AudienceRepository
 from timeline.tables.credentials import CredentialsRepository
 from timeline.tables.follows import FollowsRepository
 from timeline.tables.posts import PostsRepository
+from timeline.tables.reposts import RepostsRepository
 from timeline.tables.timelines import TimelinesRepository
 from timeline.tables.users import UsersRepository
 
@@ -44,6 +45,7 @@ class Repositories:
     audience: AudienceRepository
     credentials: CredentialsRepository
     activity: ActivityRepository
+    reposts: RepostsRepository
 
     @classmethod
     def on(cls, storage: Storage) -> Repositories:
@@ -55,4 +57,5 @@ class Repositories:
             AudienceRepository(storage),
             CredentialsRepository(storage),
             ActivityRepository(storage),
+            RepostsRepository(storage),
         )

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Iterable
 from azure.data.tables import TableTransactionError
 
 from timeline.metrics import TRIM_REQUESTS
-from timeline.model.entities import POST_SELECT, Page, Post
+from timeline.model.entities import POST_SELECT, Page, Post, shown_post_id
 from timeline.storage.accounts import Storage
 from timeline.storage.calls import (
     MAX_BATCH_OPERATIONS,
@@ -42,23 +42,46 @@ class TimelinesRepository:
         for batch in chunked(operations):
             await submit_batch(self._storage, TIMELINES, owner, batch)
 
-    async def rows_by_author(self, owner: str, author: str) -> AsyncIterator[list[tuple[str, str]]]:
-        """Pages of ``(row key, etag)`` of every copy in ``owner``'s timeline from ``author``."""
+    async def rows_by_author(
+        self, owner: str, author: str, *, reposts: bool = False
+    ) -> AsyncIterator[list[tuple[str, str]]]:
+        """Pages of ``(row key, etag)`` of every copy in ``owner``'s timeline of ``author``'s
+        posts; ``reposts``: with the copies of ``author``'s reposts. A repost's copy belongs
+        to its reposter, never to its original's author (``reposted_by``)."""
+        condition = "author eq @author" + (" or reposted_by eq @author" if reposts else "")
         continuation: dict[str, str] | None = None
         while True:
             async with self._storage.guard():
                 page = await query_page(
                     self._storage.reader(TIMELINES, owner),
-                    f"{PARTITION} and author eq @author",
+                    f"{PARTITION} and ( {condition} )",
                     {"pk": owner, "author": author},
-                    select=["RowKey"],
+                    select=["RowKey", "reposted_by"],
                     limit=1000,
                     continuation=continuation,
                 )
-            yield [(entity["RowKey"], etag(entity)) for entity in page.items]
+            yield [
+                (entity["RowKey"], etag(entity))
+                for entity in page.items
+                if not entity.get("reposted_by") or (reposts and entity["reposted_by"] == author)
+            ]
             continuation = page.continuation
             if continuation is None:
                 return
+
+    async def newest_shown(self, owner: str, count: int) -> set[str]:
+        """The post ids the newest ``count`` entries show (a repost's copy shows its
+        original): one query."""
+        page = await partition_page(
+            self._storage,
+            TIMELINES,
+            owner,
+            select=["RowKey", "original"],
+            limit=count,
+            continuation=None,
+            posts_only=True,
+        )
+        return {shown_post_id(entity) for entity in page.items}
 
     async def etag_of(self, owner: str, row_key: str) -> str | None:
         entity = await get_entity(self._storage, TIMELINES, owner, row_key, select=["RowKey"])

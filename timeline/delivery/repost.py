@@ -1,0 +1,184 @@
+"""A repost's delivery (``Reposted``) and its removal (``Unreposted``, and a delete of the
+original, which removes every repost of it).
+
+A repost's copy in a reader's timeline is keyed by the repost's id (``post_row_key``), so it
+sorts where it was reposted, two reposts of one post are two rows (each removable on its
+own), and a redelivery rewrites the same row. It holds the original's ``author`` and
+``text`` with ``reposted_by`` and ``original`` (the original's id).
+
+The same rules as a post's copies (docs/guarantees.md, "Reposts"): a copy is written only
+after reading that the repost and its original are live and that the reader follows the
+reposter (without ``reposts=false``), within the write deadline of those reads; after the
+copies land, all three are read again and a copy whose reason went is removed at once; a
+delete of the original and an un-repost each remove the copies twice, the second time a
+sweep delay later, after every copy justified by an older read has landed or been dropped.
+
+A reader never gets a repost's copy while its newest ``DEDUPE_WINDOW`` entries already show
+the post (the original, or another repost of it): one query per reader per delivery.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from timeline.delivery.context import TICKS_PER_SECOND, Context
+from timeline.delivery.feed import Feed
+from timeline.delivery.outcomes import DONE, Continue, Defer, Outcome
+from timeline.metrics import REPOST_DEDUPE_REQUESTS, REPOST_DEDUPED
+from timeline.model.entities import Post
+from timeline.model.keys import UNIX_EPOCH_TICKS, post_id_ticks
+from timeline.model.messages import Reposted, Unreposted
+
+DEDUPE_WINDOW = 40
+"""Mastodon's ``REBLOG_FALLOFF``: how many newest entries a repost's delivery looks through."""
+
+
+def repost_copy(original: Post, message: Reposted | Unreposted) -> Post:
+    """The row a repost leaves in its readers' timelines."""
+    return Post(
+        post_id=message.repost_id,
+        author=original.author,
+        text=original.text,
+        reposted_by=message.reposter,
+        original=original.post_id,
+        reply_author=original.reply_author,
+        reply_post=original.reply_post,
+    )
+
+
+class RepostDelivery:
+    """Writes a repost into one page of the reposter's followers' timelines per lease."""
+
+    def __init__(self, context: Context, feed: Feed) -> None:
+        self._ctx = context
+        self._repos = context.repos
+        self._feed = feed
+
+    async def deliver(self, message: Reposted) -> Outcome:
+        async with self._ctx.admission(self._ctx.expected_page_rows()) as deadline:
+            live = await self._repos.reposts.live_id(message.reposter, message.post_id)
+            if live != message.repost_id:
+                return await self._missing(message, live)
+            original = await self._repos.posts.get(message.author, message.post_id)
+            if original is None:
+                return DONE  # deleted: the delete's passes remove every repost's copies
+            page = await self._repos.follows.repost_follower_ids_page(
+                message.reposter, self._ctx.page_size, message.cursor, _seconds(message)
+            )
+            readers = await self._not_shown(page.items, message.post_id)
+            copy = repost_copy(original, message)
+            self._ctx.count_page_rows(len(readers))
+            written = await self._feed.push(readers, copy, deadline)
+        await written.wait()
+        await self._undo_lost_reasons(message, copy, page.items, readers)
+        await self._feed.trim([r for r in readers if self._feed.trim_due(r, copy.post_id)])
+        if page.continuation is not None:
+            return Continue(message.model_copy(update={"cursor": page.continuation}))
+        return DONE
+
+    async def _not_shown(self, readers: list[str], post_id: str) -> list[str]:
+        """The readers whose newest entries do not show the post yet (one query each)."""
+        shown = await asyncio.gather(
+            *(self._repos.timelines.newest_shown(reader, DEDUPE_WINDOW) for reader in readers)
+        )
+        REPOST_DEDUPE_REQUESTS.inc(len(readers))
+        fresh = [reader for reader, ids in zip(readers, shown, strict=True) if post_id not in ids]
+        REPOST_DEDUPED.inc(len(readers) - len(fresh))
+        return fresh
+
+    async def _missing(self, message: Reposted, live: str | None) -> Outcome:
+        """Not (or no longer) this repost: undone, replaced, not stored yet, or never."""
+        row = await self._repos.reposts.truth(message.reposter, message.post_id)
+        if (
+            live is not None
+            or message.cursor is not None
+            or (
+                row is not None
+                and (row.get("repost_id") == message.repost_id or not row.get("void"))
+            )
+        ):
+            return DONE  # undone (void), claimed, or replaced: un-reposts remove the copies
+        if self._ctx.young(post_id_ticks(message.repost_id)):
+            return Defer("the repost is not stored yet")
+        if not await self._repos.reposts.void(message.reposter, message.post_id, message.repost_id):
+            return Defer("the repost was stored just now")
+        return DONE
+
+    async def _undo_lost_reasons(
+        self, message: Reposted, copy: Post, followers: list[str], readers: list[str]
+    ) -> None:
+        """Re-check after writing: the follows, the repost and the original."""
+        if readers:
+            still = await self._repos.follows.followers_between(
+                message.reposter, followers[0], followers[-1]
+            )
+            for reader in readers:
+                if reader not in still:
+                    await self._unpush_if_unfollowed(reader, message.reposter, copy)
+        live, original = await asyncio.gather(
+            self._repos.reposts.live_id(message.reposter, message.post_id),
+            self._repos.posts.get(message.author, message.post_id),
+        )
+        if live != message.repost_id or original is None:
+            await self._feed.unpush(readers, copy.post_id)
+
+    async def _unpush_if_unfollowed(self, reader: str, reposter: str, copy: Post) -> None:
+        """Read the copy, then the follow; delete the copy only if unchanged since."""
+        timelines = self._repos.timelines
+        etag = await timelines.etag_of(reader, copy.row_key)
+        if etag is not None and not await self._repos.follows.is_following(reader, reposter):
+            await timelines.remove_unchanged(reader, [(copy.row_key, etag)])
+
+
+class RepostRetraction:
+    """Removes a repost's copies: on un-repost, page by page and again a sweep delay later;
+    and every repost of a deleted original (``purge_reposts_of``)."""
+
+    def __init__(self, context: Context, feed: Feed) -> None:
+        self._ctx = context
+        self._repos = context.repos
+        self._feed = feed
+
+    async def retract(self, message: Unreposted) -> Outcome:
+        reposts = self._repos.reposts
+        if message.cursor is None and not message.confirm:
+            await reposts.remove(message.reposter, message.post_id, message.repost_id)
+        page = await self._repos.follows.follower_ids_page(
+            message.reposter, self._ctx.page_size, message.cursor
+        )
+        await self._feed.unpush(page.items, message.repost_id)
+        if message.confirm:
+            await self._feed.sweep_traces(page.items)
+        if page.continuation is not None:
+            return Continue(message.model_copy(update={"cursor": page.continuation}))
+        if not message.confirm:
+            sweep = message.model_copy(update={"cursor": None, "confirm": True})
+            return Continue(sweep, delay_s=self._ctx.timing.sweep_delay_s)
+        await reposts.drop_index(
+            message.author, message.post_id, message.reposter, message.repost_id
+        )
+        return DONE
+
+    async def purge_reposts_of(self, author: str, post_id: str, *, final: bool) -> None:
+        """Remove every repost of a deleted post, each from every follower of its reposter
+        (all pages, in this lease); ``final`` (the delete's second pass) also drops the
+        index rows, which the first pass must leave for the second to read."""
+        reposts = self._repos.reposts
+        for reposter, repost_id in await reposts.reposts_of(author, post_id):
+            await reposts.remove(reposter, post_id, repost_id)
+            cursor: dict[str, str] | None = None
+            while True:
+                page = await self._repos.follows.follower_ids_page(
+                    reposter, self._ctx.page_size, cursor
+                )
+                await self._feed.unpush(page.items, repost_id)
+                cursor = page.continuation
+                if cursor is None:
+                    break
+            if final:
+                await reposts.drop_index(author, post_id, reposter, repost_id)
+
+
+def _seconds(message: Reposted) -> float:
+    """When the repost was made (epoch seconds), for the dormant readers' skip."""
+    return (post_id_ticks(message.repost_id) - UNIX_EPOCH_TICKS) / TICKS_PER_SECOND

@@ -1,0 +1,108 @@
+"""Reposts (repost, undo) and a post's replies listing; a reply itself is a post
+(``timeline.service.posts``), whose target this module checks and files.
+
+Each write queues its message before it changes storage (``TimelineService`` says why): the
+worker waits for a repost that is still on its way, and claims one that never arrived as
+``void`` (``timeline.tables.reposts``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from timeline.errors import NotFoundError
+from timeline.model.entities import Page, Post
+from timeline.model.keys import (
+    arrival_deadline,
+    new_post_id,
+    now_ticks,
+    validate_post_id,
+    validate_user_id,
+)
+from timeline.model.messages import Reposted, Unreposted
+from timeline.service.accounts import require_self
+from timeline.service.paging import PageOut, Pager
+from timeline.storage.queue import MessageSender
+from timeline.tables.posts import PostsRepository
+from timeline.tables.ratelimits import RateLimiter
+from timeline.tables.reposts import RepostsRepository, live_replies
+
+
+class Reposts:
+    """Reposts and replies: what the API does with them."""
+
+    def __init__(
+        self,
+        posts: PostsRepository,
+        reposts: RepostsRepository,
+        queue: MessageSender,
+        pager: Pager,
+        *,
+        writes: RateLimiter,
+        arrival_window_s: float,
+    ) -> None:
+        self._posts = posts
+        self._reposts = reposts
+        self._queue = queue
+        self._pager = pager
+        self._writes = writes
+        self._window_s = arrival_window_s
+
+    async def repost(self, actor: str, reposter: str, author: str, post_id: str) -> dict[str, Any]:
+        """Repost ``author``'s post (idempotent: a second repost of it is the first)."""
+        require_self(actor, reposter)
+        original = await self.target(author, post_id, code="post_not_found")
+        existing = await self._reposts.live_id(reposter, post_id)
+        if existing is None:
+            await self._writes.check(actor)
+            ticks = now_ticks()
+            existing = new_post_id(ticks)
+            await self._reposts.note_index(author, post_id, reposter, existing)
+            await self._queue.send(
+                Reposted(reposter=reposter, author=author, post_id=post_id, repost_id=existing)
+            )
+            await self._reposts.create(
+                reposter,
+                author,
+                post_id,
+                existing,
+                not_after=arrival_deadline(ticks, self._window_s),
+            )
+        return {**original.to_json(), "reposted_by": reposter, "repost_id": existing}
+
+    async def unrepost(self, actor: str, reposter: str, post_id: str) -> None:
+        """Undo the reposter's repost of the post (idempotent: none is fine)."""
+        require_self(actor, reposter)
+        validate_post_id(post_id)
+        row = await self._reposts.truth(reposter, post_id)
+        if row is None or row.get("void"):
+            return
+        await self._writes.check(actor)
+        repost_id = str(row["repost_id"])
+        message = Unreposted(
+            reposter=reposter, author=str(row["author"]), post_id=post_id, repost_id=repost_id
+        )
+        await self._queue.send(message)
+        await self._reposts.remove(reposter, post_id, repost_id)
+
+    async def target(self, author: str, post_id: str, *, code: str) -> Post:
+        """The post a repost or reply names; a 404 with ``code`` when it does not exist."""
+        validate_user_id(author)
+        validate_post_id(post_id)
+        post = await self._posts.get(author, post_id)
+        if post is None:
+            raise NotFoundError(f"post {post_id!r} of {author!r} not found", code=code)
+        return post
+
+    async def replies(
+        self, author: str, post_id: str, limit: int | None, continuation: str | None
+    ) -> PageOut:
+        """A post's replies, newest first, one index query a page (then a point read per
+        reply: the index may name a reply deleted since, or never stored)."""
+        scope = f"replies:{validate_user_id(author)}:{validate_post_id(post_id)}"
+        token = self._pager.continuation(scope, continuation)
+        if token is None:
+            await self.target(author, post_id, code="post_not_found")
+        page = await self._reposts.replies_page(author, post_id, self._pager.limit(limit), token)
+        found = await live_replies(self._posts, page.items)
+        found = [post for post in found if post.reply_post == post_id]
+        return self._pager.posts_out(scope, Page(found, page.continuation))

@@ -1,0 +1,226 @@
+"""Reposts and replies in ``posts``: metadata rows beside the posts they concern.
+
+- A repost is its row ``~rp-{post_id}`` in the *reposter's* partition (``author``: the
+  original's author, ``repost_id``: this repost, whose id orders its copies): the truth, one
+  row per reposter and post, so a second repost of the same post is the same repost. The
+  worker claims a repost whose write never arrived as ``void`` (as it does a post).
+- Its index row ``~rpof-{post_id}-{reposter}`` in the *original author's* partition is
+  written before the truth (and before the message): a delete of the original reads them all
+  to remove every repost's copies.
+- A reply's index row ``~re-{post_id}-{reply row key}`` in the *replied-to author's*
+  partition (``author``, ``post``: the reply) lists a post's replies newest first; it is
+  written before the reply, so the listing checks each reply is live.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from contextlib import suppress
+from typing import Any
+
+from azure.core.exceptions import ResourceModifiedError, ResourceNotFoundError
+from azure.data.tables import TableEntity, UpdateMode
+
+from timeline.errors import StorageUnavailableError, contention
+from timeline.model.entities import Page, Post
+from timeline.model.keys import post_row_key
+from timeline.retry import ETAG_ATTEMPTS
+from timeline.storage import calls
+from timeline.storage.accounts import Storage
+from timeline.storage.calls import query_page, submit_batch
+from timeline.storage.names import POSTS
+from timeline.tables.rows import (
+    PARTITION,
+    create_entity,
+    get_entity,
+    if_unchanged,
+    refuse_if_late,
+)
+
+REPOST = "~rp-"
+REPOSTS_OF = "~rpof-"
+REPLIES_OF = "~re-"
+_RANGE = f"{PARTITION} and RowKey gt @first and RowKey lt @end"
+
+
+def _keys(row: TableEntity) -> dict[str, str]:
+    return {"PartitionKey": row["PartitionKey"], "RowKey": row["RowKey"]}
+
+
+def _range_end(prefix: str) -> str:
+    """The first key after every key that starts with ``prefix`` (keys here end in ``-``)."""
+    return prefix[:-1] + "."
+
+
+class RepostsRepository:
+    """Repost truth and index rows, and reply index rows, in ``posts``."""
+
+    def __init__(self, storage: Storage) -> None:
+        self._storage = storage
+
+    async def truth(self, reposter: str, post_id: str) -> TableEntity | None:
+        """The reposter's row for the post (live or void), or None."""
+        return await get_entity(self._storage, POSTS, reposter, f"{REPOST}{post_id}")
+
+    async def live_id(self, reposter: str, post_id: str) -> str | None:
+        """The id of the reposter's live repost of the post, if any."""
+        row = await self.truth(reposter, post_id)
+        return None if row is None or row.get("void") else str(row["repost_id"])
+
+    async def note_index(self, author: str, post_id: str, reposter: str, repost_id: str) -> None:
+        """File the repost under the original (before the truth is written)."""
+        row = {
+            "PartitionKey": author,
+            "RowKey": f"{REPOSTS_OF}{post_id}-{reposter}",
+            "reposter": reposter,
+            "repost_id": repost_id,
+        }
+        await submit_batch(self._storage, POSTS, author, [("upsert", row)])
+
+    async def create(
+        self, reposter: str, author: str, post_id: str, repost_id: str, *, not_after: float
+    ) -> None:
+        """Write the truth row: a new one, or over a void one (a claimed earlier attempt,
+        if unchanged since read); past ``not_after`` nothing is sent (the worker may have
+        claimed this very repost by then). A lost race is a 503: try again."""
+        row: dict[str, Any] = {
+            "PartitionKey": reposter,
+            "RowKey": f"{REPOST}{post_id}",
+            "author": author,
+            "repost_id": repost_id,
+        }
+        current = await self.truth(reposter, post_id)
+        refuse_if_late(not_after)
+        if current is None:
+            if await create_entity(self._storage, POSTS, row):
+                return
+        elif current.get("void") and current.get("repost_id") != repost_id:
+            with suppress(ResourceModifiedError, ResourceNotFoundError):
+                async with self._storage.guard(kind="write-1"):
+                    await calls.update_entity(
+                        self._storage.table(POSTS, reposter),
+                        row,
+                        UpdateMode.REPLACE,
+                        **if_unchanged(current),
+                    )
+                return
+        raise StorageUnavailableError("the repost changed meanwhile; try again", retry_after=1)
+
+    async def void(self, reposter: str, post_id: str, repost_id: str) -> bool:
+        """Claim a repost whose write never arrived (a void row naming it, over nothing or
+        over an older void row), so a late write of it fails; False when this repost was
+        stored first."""
+        claim = {
+            "PartitionKey": reposter,
+            "RowKey": f"{REPOST}{post_id}",
+            "repost_id": repost_id,
+            "void": True,
+        }
+        for _ in range(ETAG_ATTEMPTS):
+            row = await self.truth(reposter, post_id)
+            if row is not None and (row.get("repost_id") == repost_id or not row.get("void")):
+                return bool(row.get("void")) or row.get("repost_id") != repost_id
+            try:
+                if row is None:
+                    if await create_entity(self._storage, POSTS, claim):
+                        return True
+                    continue
+                async with self._storage.guard(kind="write-1"):
+                    await calls.update_entity(
+                        self._storage.table(POSTS, reposter),
+                        claim,
+                        UpdateMode.REPLACE,
+                        **if_unchanged(row),
+                    )
+                return True
+            except (ResourceModifiedError, ResourceNotFoundError):
+                continue
+        raise contention()
+
+    async def remove(self, reposter: str, post_id: str, repost_id: str) -> None:
+        """Undo the repost: its row turns ``void`` (if it is still this repost, unchanged
+        since read), so a delivery of it, however late, finds it undone at once, and a late
+        API write of it fails."""
+        row = await self.truth(reposter, post_id)
+        if row is None or row.get("void") or row.get("repost_id") != repost_id:
+            return
+        void = {**_keys(row), "repost_id": repost_id, "void": True}
+        async with self._storage.guard(kind="write-1"):
+            with suppress(ResourceModifiedError, ResourceNotFoundError):
+                await calls.update_entity(
+                    self._storage.table(POSTS, reposter),
+                    void,
+                    UpdateMode.REPLACE,
+                    **if_unchanged(row),
+                )
+
+    async def reposts_of(self, author: str, post_id: str) -> list[tuple[str, str]]:
+        """``(reposter, repost_id)`` of every repost filed under the post."""
+        prefix = f"{REPOSTS_OF}{post_id}-"
+        rows = await self._range(author, prefix, 1000, None, follow=True)
+        return [(str(row["reposter"]), str(row["repost_id"])) for row in rows.items]
+
+    async def drop_index(self, author: str, post_id: str, reposter: str, repost_id: str) -> None:
+        """Remove the index row if it still names this repost."""
+        row = await get_entity(self._storage, POSTS, author, f"{REPOSTS_OF}{post_id}-{reposter}")
+        if row is None or row.get("repost_id") != repost_id:
+            return
+        async with self._storage.guard(kind="write-1"):
+            with suppress(ResourceModifiedError, ResourceNotFoundError):
+                await calls.delete_entity(
+                    self._storage.table(POSTS, author), author, row["RowKey"], **if_unchanged(row)
+                )
+
+    async def note_reply(self, target_author: str, target_post: str, reply: Post) -> None:
+        """File a reply under the post it answers (before the reply itself is written)."""
+        row = {
+            "PartitionKey": target_author,
+            "RowKey": f"{REPLIES_OF}{target_post}-{reply.row_key}",
+            "author": reply.author,
+            "post": reply.post_id,
+        }
+        await submit_batch(self._storage, POSTS, target_author, [("upsert", row)])
+
+    async def replies_page(
+        self, author: str, post_id: str, limit: int, continuation: dict[str, str] | None
+    ) -> Page[tuple[str, str]]:
+        """One query's worth of ``(reply author, reply id)`` filed under the post, newest
+        first (the index may name a reply that was never stored or is deleted)."""
+        rows = await self._range(author, f"{REPLIES_OF}{post_id}-", limit, continuation)
+        return Page([(str(r["author"]), str(r["post"])) for r in rows.items], rows.continuation)
+
+    async def _range(
+        self,
+        partition: str,
+        prefix: str,
+        limit: int,
+        continuation: dict[str, str] | None,
+        *,
+        follow: bool = False,
+    ) -> Page[TableEntity]:
+        """Rows whose key starts with ``prefix``: one query, or every page (``follow``)."""
+        items: list[TableEntity] = []
+        while True:
+            async with self._storage.guard():
+                page = await query_page(
+                    self._storage.reader(POSTS, partition),
+                    _RANGE,
+                    {"pk": partition, "first": prefix, "end": _range_end(prefix)},
+                    select=None,
+                    limit=limit,
+                    continuation=continuation,
+                )
+            items.extend(page.items)
+            continuation = page.continuation
+            if not follow or continuation is None:
+                return Page(items, continuation)
+
+
+async def live_replies(posts: Any, replies: list[tuple[str, str]]) -> list[Post]:
+    """The replies among ``replies`` that exist now (a point read each, all at once)."""
+    found = await asyncio.gather(*(posts.get(author, post_id) for author, post_id in replies))
+    return [post for post in found if post is not None]
+
+
+def reply_row_key(post_id: str) -> str:
+    return post_row_key(post_id)
