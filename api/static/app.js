@@ -380,6 +380,7 @@
         const newer = await readPage({ since: stored.position });
         if (generation !== timeline.generation) return;
         if (newer.continuation === null) showWhereYouWere(page, newer);
+        if (!passes(timeline.newestPost, newer)) return; // another device read further
       }
       await saveMarker(generation);
     } catch (_) {
@@ -403,9 +404,11 @@
   }
 
   // Move the marker to the newest position read; a 409 means another device moved it since:
-  // read it again and write once more from its version.
+  // read it again and write once more from its version, unless it is past this position
+  // (then it stays: the marker never moves back on a conflict).
   async function saveMarker(generation) {
     const position = timeline.newest;
+    const post = timeline.newestPost;
     if (!position || position === marker.position) return;
     for (let attempt = 0; attempt < 2; attempt += 1) {
       try {
@@ -416,8 +419,19 @@
         if (error.status !== 409 || generation !== timeline.generation) return;
         Object.assign(marker, await api("GET", markerPath()));
         if (marker.position === position) return;
+        if (marker.position) {
+          const newer = await readPage({ since: marker.position });
+          if (generation !== timeline.generation || !passes(post, newer)) return;
+        }
       }
     }
+  }
+
+  // Whether ``post`` is newer than the marker a ``?since=<marker>`` page was read from: it
+  // is as new as one of that page's items (all newer than the marker). Unsure (the page
+  // holds only newer ones, and more follow) counts as no, so a marker never moves back.
+  function passes(post, newer) {
+    return Boolean(post) && newer.items.some((item) => newerFirst(post, item) <= 0);
   }
 
   async function loadMore() {

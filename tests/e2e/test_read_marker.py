@@ -61,3 +61,83 @@ def test_you_were_here(stack: str, browsers: Callable[[str], webdriver.Chrome]) 
     assert _marker(stack, dana_id, token)["position"] == _newest(stack, dana_id, token)
     assert dana.script_errors() == []
     assert server_errors(stack) == 0
+
+
+HOLD_MARKER_PUT = """
+(() => {
+  // Holds this page's first marker PUT until the test releases it, and counts the requests
+  // in flight (the stream aside) until each one's body is read and what it led to started.
+  const real = window.fetch.bind(window);
+  const state = { held: false, open: 0, conflicts: 0 };
+  const gate = new Promise((resolve) => { state.release = resolve; });
+  window.__markerTest = state;
+  const settled = () => setTimeout(() => { state.open -= 1; }, 0);
+  window.fetch = async (input, init = {}) => {
+    const url = String(input);
+    if (url.includes("/timeline/stream")) return real(input, init);
+    state.open += 1;
+    try {
+      if ((init.method || "GET") === "PUT" && url.includes("/markers/home") && !state.held) {
+        state.held = true;
+        await gate;
+      }
+      const response = await real(input, init);
+      if (response.status === 409) state.conflicts += 1;
+      for (const name of ["json", "text"]) {
+        const read = response[name].bind(response);
+        response[name] = async () => { try { return await read(); } finally { settled(); } };
+      }
+      return response;
+    } catch (error) {
+      settled();
+      throw error;
+    }
+  };
+})();
+"""
+
+
+def test_a_conflict_never_moves_the_marker_back(
+    stack: str, browsers: Callable[[str], webdriver.Chrome]
+) -> None:
+    """The page's marker write loses to another device's newer one (409): it keeps that
+    marker rather than writing its own, older, position over it."""
+    erin_id = unique("erin")
+    erin = Page(browsers("erin"), stack)
+    erin.open()
+    token = erin.register(erin_id)
+    erin.post("seen")
+    erin.wait(lambda: len(timeline_ids(stack, erin_id, token)) == 1, what="the post delivered")
+    erin.reload()
+    erin.wait(lambda: _marker(stack, erin_id, token)["version"] == 1, what="the first marker")
+
+    status, _ = request_json("POST", f"{stack}/users/{erin_id}/posts", {"text": "mid"}, token)
+    assert status == 202
+    erin.wait(lambda: len(timeline_ids(stack, erin_id, token)) == 2, what="'mid' delivered")
+    erin.driver.execute_cdp_cmd(
+        "Page.addScriptToEvaluateOnNewDocument", {"source": HOLD_MARKER_PUT}
+    )
+    erin.reload()  # the page's newest is 'mid'; its marker write waits
+    state = "return window.__markerTest"
+    erin.wait(lambda: erin.driver.execute_script(state)["held"], what="the page's marker PUT")
+
+    status, _ = request_json("POST", f"{stack}/users/{erin_id}/posts", {"text": "new"}, token)
+    assert status == 202
+    erin.wait(lambda: len(timeline_ids(stack, erin_id, token)) == 3, what="'new' delivered")
+    newest = _newest(stack, erin_id, token)
+    body = {"position": newest, "version": 1}
+    status, answer = request_json(  # another device, which has read 'new', writes first
+        "PUT", f"{stack}/users/{erin_id}/markers/home", body, token
+    )
+    assert (status, answer) == (200, {"position": newest, "version": 2})
+
+    erin.driver.execute_script("window.__markerTest.release()")
+    erin.wait(
+        lambda: erin.driver.execute_script(
+            "const s = window.__markerTest; return s.conflicts === 1 && s.open === 0"
+        ),
+        what="the page's 409 handled",
+    )
+    assert _marker(stack, erin_id, token) == {"position": newest, "version": 2}
+    assert erin.script_errors() == []
+    assert server_errors(stack) == 0

@@ -42,10 +42,10 @@ from timeline.tables.rows import META
 _HEAD = "PartitionKey eq @pk and RowKey lt @until"
 _AFTER = "PartitionKey eq @pk and RowKey gt @after and RowKey lt @until"
 MIN_AUTHOR_ROWS = 10
+"""The fewest rows a page asks of one merged author (see ``HomeTimeline._author_rows``)."""
 HEAD_ROWS = 5
 """A reader's head rows besides its merge rows: ``!a``, ``!c``, ``!d`` (activity), ``!n``
 (merge count) and ``!r`` (read marker); the head query asks for them on top of a page."""
-"""The fewest rows a page asks of one merged author (see ``HomeTimeline._author_rows``)."""
 
 
 @dataclass(frozen=True, slots=True)
