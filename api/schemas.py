@@ -75,3 +75,22 @@ class ErrorDetail(_Body):
 
 class ErrorBody(_Body):
     error: ErrorDetail
+
+
+class MuteRequest(_Body):
+    expires_at: str | None = Field(
+        default=None, description="RFC 3339 time the mute ends at; null or absent: never"
+    )
+    reposts: bool = Field(default=True, description="mute their reposts too")
+
+
+class MuteOut(_Body):
+    user_id: str
+    since: str = Field(description="RFC 3339 UTC with microseconds")
+    expires_at: str | None = Field(description="when the mute stops applying; null: never")
+    reposts: bool
+
+
+class MutePage(_Body):
+    items: list[MuteOut]
+    continuation: str | None = Field(description="pass back to get the next page; null at the end")

@@ -18,7 +18,7 @@ from timeline.model.keys import (
 T = TypeVar("T")
 
 PROFILE_ROW_KEY = "profile"
-POST_SELECT = ["RowKey", "author", "text"]
+POST_SELECT = ["RowKey", "author", "text", "reposted_by"]
 """The only properties a post or timeline page needs: the rest derives from the row key."""
 
 

@@ -10,6 +10,7 @@ from timeline.service.credentials import Credentials, RingLoader
 from timeline.service.follows import Follows
 from timeline.service.paging import Pager
 from timeline.service.posts import Posts
+from timeline.service.relations import Relations
 from timeline.service.timelines import Timelines
 from timeline.storage.queue import MessageSender
 from timeline.tables.ratelimits import RateLimits
@@ -59,9 +60,19 @@ class TimelineService:
             repositories.follows,
             queue,
             pager,
+            relations=repositories.relations,
             writes=limits.writes,
             arrival_window_s=arrival_window_s,
         )
+        self.relations = Relations(
+            users, repositories.relations, self.follows, pager, writes=limits.writes
+        )
         self.timelines = Timelines(
-            users, repositories.posts, home, signer, pager, timeline_cap=timeline_cap
+            users,
+            repositories.posts,
+            home,
+            signer,
+            pager,
+            timeline_cap=timeline_cap,
+            relations=repositories.relations,
         )
