@@ -28,13 +28,14 @@ from loadtest.bench.hybrid import hybrid
 from loadtest.bench.idle import idle
 from loadtest.bench.inactive import inactive
 from loadtest.bench.live import live
+from loadtest.bench.mutes import mutes
 from loadtest.bench.scaling import scaling
 from loadtest.bench.sizes import QUICK, Sizes
 from loadtest.bench.stream import stream
 
 PHASES = (
     "live", "burst", "scaling", "backfill", "bigfanout", "accounts", "api", "hybrid", "cap",
-    "stream", "backlog", "crashloop", "follow_storm", "idle", "inactive",
+    "stream", "backlog", "crashloop", "follow_storm", "idle", "inactive", "mutes",
 )  # fmt: skip
 
 
@@ -107,6 +108,7 @@ async def run(sizes: Sizes, phases: set[str], profile: Path | None = None) -> di
         "follow_storm": lambda: follow_storm(sizes),
         "idle": lambda: idle(sizes),
         "inactive": lambda: inactive(sizes),
+        "mutes": lambda: mutes(sizes),
     }
     seconds = {"ceilings": time.monotonic() - started}
     for name in tqdm([p for p in PHASES if p in phases], desc="bench", unit="phase"):
