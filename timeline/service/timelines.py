@@ -10,7 +10,7 @@ from timeline.errors import InvalidInputError
 from timeline.model.entities import Page
 from timeline.model.keys import USER_ID_PATTERN, validate_user_id
 from timeline.model.tokens import POSITION_KEY, TokenSigner
-from timeline.reads.hidden import visible_rows
+from timeline.reads.hidden import Thinning, visible_rows
 from timeline.reads.home import HomeTimeline, Position
 from timeline.reads.live import TimelineWatch
 from timeline.service.accounts import require_self, require_user
@@ -51,6 +51,7 @@ class Timelines:
         relations: RelationsRepository | None = None,
     ) -> None:
         self._relations = relations or RelationsRepository(home.storage)
+        self._thinning = Thinning()
         self._users = users
         self._posts = posts
         self._home = home
@@ -79,7 +80,9 @@ class Timelines:
             wanted = min(wanted, self._cap - served)
             if wanted <= 0:
                 return PageOut(items=[], continuation=None)
-        page = await visible_rows(self._home, self._relations, owner, wanted, position)
+        page = await visible_rows(
+            self._home, self._relations, owner, wanted, position, self._thinning
+        )
         rows, following = page.rows, page.following
         served += page.read  # hidden entries count too: pages never read past the cap
         if following is None or (self._cap and served >= self._cap):
