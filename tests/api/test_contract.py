@@ -370,7 +370,7 @@ async def test_openapi_describes_every_route(client: Client) -> None:
     validate(spec)
     described = {(m.upper(), p) for p, ops in spec["paths"].items() for m in ops}
     assert described == {(op.method, op.path) for op in OPERATIONS}
-    assert len(described) == 23
+    assert len(described) == 25
 
 
 async def test_unknown_route_and_method_are_json_errors(client: Client) -> None:
