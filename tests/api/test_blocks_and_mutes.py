@@ -154,6 +154,8 @@ async def test_bad_block_and_mute_requests_are_clear_4xx(api: Api, client: Clien
         {"expires_at": "2030-01-01"},  # no time, no offset
         {"expires_at": "2030-01-01T00:00:00"},  # no offset
         {"expires_at": "2001-01-01T00:00:00Z"},  # past
+        {"expires_at": "0001-01-01T00:00:00+14:00"},  # before year 1 in UTC
+        {"expires_at": "9999-12-31T23:59:59-14:00"},  # too far
     ):
         response = await client.put(path, json=body, headers=bearer(token))
         assert await error_of(response, 400) == "invalid_expiry", body

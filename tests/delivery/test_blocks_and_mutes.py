@@ -14,14 +14,15 @@ from tests.faults import FaultyStorage
 from timeline.config import Settings
 from timeline.delivery.outcomes import Continue
 from timeline.delivery.processor import FanoutProcessor
-from timeline.errors import PermissionDeniedError
+from timeline.errors import ConflictError, PermissionDeniedError
 from timeline.model.entities import Post
 from timeline.model.keys import new_post_id, now_ticks, post_row_key
 from timeline.model.messages import Followed
 from timeline.reads.home import HomeTimeline
 from timeline.service.operations import TimelineService
 from timeline.storage.accounts import Storage
-from timeline.storage.names import SUBJECT_FOLLOWERS, TIMELINES
+from timeline.storage.calls import Operation, chunked, submit_batch
+from timeline.storage.names import RELATIONS, SUBJECT_FOLLOWERS, TIMELINES
 from timeline.storage.writer import PartitionWriter
 from timeline.tables.relations import MAX_MUTES, RelationsRepository
 from timeline.tables.repositories import Repositories
@@ -206,3 +207,20 @@ async def test_thinned_pages_with_a_merged_author(storage: Storage, repos: Repos
         pages = await _home(service, reader, limit=limit)
         assert _flat(pages) == [post.post_id for post in merged], limit
         assert all(len(page) == limit for page in pages[:-1]), (limit, pages)
+
+
+async def test_mutes_past_the_cap_are_refused_and_existing_ones_may_change(
+    storage: Storage, repos: Repositories
+) -> None:
+    reader, one, more = await new_users(repos, "reader", "one", "more")
+    rows: list[Operation] = [
+        ("upsert", {"PartitionKey": reader, "RowKey": f"m-{i:04d}"}) for i in range(MAX_MUTES - 1)
+    ]
+    for batch in chunked(rows):
+        await submit_batch(storage, RELATIONS, reader, batch)
+    service = _service(storage)
+    await service.relations.mute(reader, reader, one, None, True)  # the 1,000th
+    with pytest.raises(ConflictError) as refused:
+        await service.relations.mute(reader, reader, more, None, True)
+    assert refused.value.code == "too_many_mutes"
+    await service.relations.mute(reader, reader, one, None, False)  # a change is no new mute

@@ -23,6 +23,9 @@ from timeline.tables.relations import (
 )
 from timeline.tables.users import UsersRepository
 
+MAX_MUTE_S = 100 * 365 * 86_400
+"""The furthest a mute's expiry may lie ahead (a mute with no end takes ``null``)."""
+
 
 class Relations:
     """A block writes its rows, then ends the follows either way through the unfollow path
@@ -71,9 +74,14 @@ class Relations:
                 raise InvalidInputError(
                     "expires_at must name its time zone (RFC 3339)", code="invalid_expiry"
                 )
-            until = expires_at.timestamp()
-            if until <= time.time():
-                raise InvalidInputError("expires_at must be in the future", code="invalid_expiry")
+            try:
+                until = expires_at.timestamp()
+            except (OverflowError, ValueError):  # e.g. year 1 at +14:00: before year 1 in UTC
+                until = 0.0
+            if not time.time() < until <= time.time() + MAX_MUTE_S:
+                raise InvalidInputError(
+                    "expires_at must be in the future, within 100 years", code="invalid_expiry"
+                )
         await require_user(self._users, other)
         if await self._relations.mute_of(muter, other) is None:
             await self._refuse_past_cap(muter, MUTED, MAX_MUTES, "mutes")
