@@ -77,9 +77,15 @@ class ErrorBody(_Body):
     error: ErrorDetail
 
 
+RFC3339_PATTERN = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-9]{2})$"
+
+
 class MuteRequest(_Body):
     expires_at: str | None = Field(
-        default=None, description="RFC 3339 time the mute ends at; null or absent: never"
+        default=None,
+        description="RFC 3339 time the mute ends at, in the future (within 100 years); "
+        "null or absent: never",
+        json_schema_extra={"pattern": RFC3339_PATTERN},
     )
     reposts: bool = Field(default=True, description="mute their reposts too")
 
