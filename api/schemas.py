@@ -77,7 +77,10 @@ class ErrorBody(_Body):
     error: ErrorDetail
 
 
-RFC3339_PATTERN = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-9]{2})$"
+RFC3339_PATTERN = (
+    r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}"  # date and time
+    r"(\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-9]{2})$"  # fraction and offset
+)
 
 
 class MuteRequest(_Body):
