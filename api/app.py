@@ -12,7 +12,8 @@ from api.docs import add_docs
 from api.keys import OPENAPI_KEY, SERVICE_KEY, SETTINGS_KEY, STORAGE_KEY
 from api.middleware import MIDDLEWARES, echo_request_id
 from api.openapi import build_openapi
-from api.routes import OPERATIONS
+from api.relations import RELATION_OPERATIONS
+from api.routes import OPERATIONS as ROUTE_OPERATIONS
 from api.stream import STREAMS_KEY, Streams
 from api.web import add_web_client
 from timeline.config import Settings
@@ -28,6 +29,8 @@ from timeline.tables.repositories import Repositories
 from timeline.tables.secret import load_key_ring, wait_for_key_ring
 
 API_VERSION = "1.0.0"
+OPERATIONS = [*ROUTE_OPERATIONS, *RELATION_OPERATIONS]
+"""Every route: ``api.routes``' table and those of ``api.relations``."""
 
 
 def openapi_document(page_size: int, max_post_chars: int) -> dict[str, Any]:

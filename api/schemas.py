@@ -128,3 +128,31 @@ class ErrorDetail(_Body):
 
 class ErrorBody(_Body):
     error: ErrorDetail
+
+
+RFC3339_PATTERN = (
+    r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}"  # date and time
+    r"(\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-9]{2})$"  # fraction and offset
+)
+
+
+class MuteRequest(_Body):
+    expires_at: str | None = Field(
+        default=None,
+        description="RFC 3339 time the mute ends at, in the future (within 100 years); "
+        "null or absent: never",
+        json_schema_extra={"pattern": RFC3339_PATTERN},
+    )
+    reposts: bool = Field(default=True, description="mute their reposts too")
+
+
+class MuteOut(_Body):
+    user_id: str
+    since: str = Field(description="RFC 3339 UTC with microseconds")
+    expires_at: str | None = Field(description="when the mute stops applying; null: never")
+    reposts: bool
+
+
+class MutePage(_Body):
+    items: list[MuteOut]
+    continuation: str | None = Field(description="pass back to get the next page; null at the end")

@@ -19,6 +19,10 @@ MESSAGES_SENT = Counter("timeline_messages_sent_total", "Fan-out messages queued
 STORAGE_REQUESTS = Counter(
     "timeline_storage_requests_total", "Storage calls made (one per guarded call)"
 )
+RELATION_CHECKS = Counter(
+    "timeline_relation_checks_total",
+    "Queries that loaded a reader's blocks and mutes for a home page (timeline.reads.hidden)",
+)
 STORAGE_UNAVAILABLE = Counter(
     "timeline_storage_unavailable_total",
     "Storage calls that timed out, were throttled or could not connect",

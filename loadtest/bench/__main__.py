@@ -28,6 +28,7 @@ from loadtest.bench.hybrid import hybrid
 from loadtest.bench.idle import idle
 from loadtest.bench.inactive import inactive
 from loadtest.bench.live import live
+from loadtest.bench.mutes import mutes
 from loadtest.bench.reposts import reposts
 from loadtest.bench.scaling import scaling
 from loadtest.bench.sizes import QUICK, Sizes
@@ -35,7 +36,7 @@ from loadtest.bench.stream import stream
 
 PHASES = (
     "live", "burst", "scaling", "backfill", "bigfanout", "accounts", "api", "hybrid", "cap",
-    "stream", "backlog", "crashloop", "follow_storm", "idle", "inactive", "reposts",
+    "stream", "backlog", "crashloop", "follow_storm", "idle", "inactive", "reposts", "mutes",
 )  # fmt: skip
 
 
@@ -109,6 +110,7 @@ async def run(sizes: Sizes, phases: set[str], profile: Path | None = None) -> di
         "idle": lambda: idle(sizes),
         "inactive": lambda: inactive(sizes),
         "reposts": lambda: reposts(sizes),
+        "mutes": lambda: mutes(sizes),
     }
     seconds = {"ceilings": time.monotonic() - started}
     for name in tqdm([p for p in PHASES if p in phases], desc="bench", unit="phase"):

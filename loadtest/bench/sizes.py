@@ -56,6 +56,7 @@ class Sizes:
     inactive_returning: int = 3
     inactive_library_posts: int = 3
     inactive_tries: int = 5
+    mute_reads: int = 200
 
 
 QUICK = Sizes(
@@ -71,5 +72,5 @@ QUICK = Sizes(
     follow_storm_point_writes=50, idle_seconds=5,
     inactive_readers=100, inactive_authors=5,
     inactive_followers=40, inactive_posts=20, inactive_period_s=8, inactive_returning=2,
-    inactive_library_posts=2, inactive_tries=2,
+    inactive_library_posts=2, inactive_tries=2, mute_reads=20,
 )  # fmt: skip

@@ -99,18 +99,20 @@ bounded = settings(
 def _call_and_validate(
     case: schemathesis.Case[Any], live_api: LiveApi, *, modified: bool = False, **options: Any
 ) -> None:
-    """Run every check, except two that cannot hold here. A generated continuation,
+    """Run every check, except those that cannot hold here. A generated continuation,
     ``since`` or read marker ``position`` need not be accepted: it is signed, so only one the
     API issued is valid (any other is a documented 400); nor need a generated
-    ``Idempotency-Key``: the fuzzer sends
-    one key with several bodies, and the key with a second body is a documented 422. A
-    ``modified`` case may have had its invalid parts made valid, so it need not be
-    rejected."""
+    ``Idempotency-Key``: the fuzzer sends one key with several bodies, and the key with a
+    second body is a documented 422; nor a mute's ``expires_at``, which must also lie in the
+    future (else a documented 400). A ``modified`` case may have had its invalid parts made
+    valid, so it need not be rejected."""
     excluded = []
+    expiring = isinstance(case.body, dict) and case.body.get("expires_at") is not None
     if (
         (case.query and {"continuation", "since"} & set(case.query))
         or (case.headers and "Idempotency-Key" in case.headers)
         or (isinstance(case.body, dict) and "position" in case.body)
+        or expiring
     ):
         excluded.append(schemathesis.checks.positive_data_acceptance)
     if modified:

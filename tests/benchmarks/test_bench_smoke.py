@@ -15,6 +15,8 @@ KEYS = {
     "burst_adjacent_single_eps", "crashloop_poisoned",
 }  # fmt: skip
 POSITIVE = {
+    "block_check_requests_per_read", "mute_read_p50_ms", "unmuted_read_p50_ms",
+    "mute_read_p50_ratio",
     "accounts_balance_max_over_mean", "accounts_rows_max_over_mean", "fanout_eps_1_account",
     "fanout_eps_2_accounts", "fanout_eps_2_workers", "worker_cpu_ms_per_delivery_live",
     "worker_cpu_ms_per_delivery_burst", "azurite_cpu_share_1_account",

@@ -95,7 +95,7 @@ async def test_an_idle_poll_of_a_plain_reader_is_one_request_whatever_its_window
         await storage_put(storage, reader, entries)
         cost, updates = await poll_cost(watch, requests)
         assert len(updates) == WINDOW  # a busy poll: one request per 1,000 rows landed
-        assert cost == 1
+        assert cost == 1 + 1  # and one load of the reader's blocks and mutes, as posts came
         for _ in range(3):
             assert await poll_cost(watch, requests) == (1, [])
 
@@ -122,7 +122,7 @@ async def test_an_idle_poll_of_a_merging_reader_is_one_request_per_source(
         await add_posts(storage, bot, [fresh])
         cost, updates = await poll_cost(watch, requests)
         assert updates == [fresh]
-        assert cost == 1 + len(authors) + 1  # and one follow check, as posts came
+        assert cost == 1 + len(authors) + 2  # and one follow check and one relations load
         assert await poll_cost(watch, requests) == (1 + len(authors), [])
 
 

@@ -18,6 +18,7 @@ from timeline.delivery.context import Context
 from timeline.delivery.feed import Feed
 from timeline.delivery.outcomes import DONE, Continue, Defer, Outcome
 from timeline.delivery.regrade import queue_regrade_if_due
+from timeline.model.keys import now_ticks
 from timeline.model.messages import Followed, Unfollowed
 from timeline.tables.audience import GROWING, MERGED
 
@@ -49,6 +50,8 @@ class FollowChanges:
                 return DONE  # never made, or unfollowed since (its passes remove copies)
         else:
             await self._ctx.abandoned(message)  # made by another request: this one never lands
+        if await self._repos.relations.blocked_either(follower, subject):
+            return await self._end_blocked(follower, subject)
         damped = False
         if not await self._merge_for(follower, subject):
             damped = await self._toggling(follower, subject)
@@ -59,6 +62,14 @@ class FollowChanges:
             again = message.model_copy(update={"confirm": True})
             return Continue(again, delay_s=self._ctx.timing.sweep_delay_s)
         return DONE
+
+    async def _end_blocked(self, follower: str, subject: str) -> Outcome:
+        """A follow that a block raced (its request died before its own re-check): end it
+        here and go on as its unfollow, whose passes purge what any copy left."""
+        await self._repos.follows.remove(follower, subject)
+        await self._repos.follows.sync_index(follower, subject)
+        ended = Unfollowed(follower=follower, subject=subject, requested=now_ticks())
+        return Continue(ended)
 
     async def _toggling(self, follower: str, subject: str) -> bool:
         """Whether this follow comes within the cool-down of an unfollow of the pair."""

@@ -55,6 +55,7 @@ from timeline.storage.names import POSTS, TIMELINES
 from timeline.tables.activity import MARKER_ROW
 from timeline.tables.audience import FIRST_POST_KEY, AudienceRepository, merge_row_author
 from timeline.tables.follows import FollowsRepository
+from timeline.tables.relations import RelationsRepository
 from timeline.tables.rows import META
 from timeline.tables.traces import traced_row
 
@@ -116,6 +117,7 @@ class TimelineWatch:
         self._home = home
         self._storage = home.storage
         self._follows = FollowsRepository(home.storage)
+        self._relations = RelationsRepository(home.storage)
         self._owner = owner
         self._max_entries = max_entries
         self._lookback = timedelta(seconds=lookback_s)
@@ -149,12 +151,26 @@ class TimelineWatch:
         """What landed in every source since the last poll and is not sent yet, oldest
         first (posts, then removals); it counts as sent from now. A poll that fails
         changes nothing: the backlog and every source's cursor stay for the next."""
-        fresh = [*self._backlog, *await self._poll()]
+        self._backlog = [*self._backlog, *await self._poll()]
+        fresh = await self._visible(self._backlog)  # if it fails, the backlog keeps them
         self._backlog = []
         if time.monotonic() >= self._touch_due:
             self._touch_due = time.monotonic() + self._home.touch_every_s
             await self._home.touch(self._owner)  # failures are logged, never raised
         return fresh
+
+    async def _visible(self, updates: list[Update]) -> list[Update]:
+        """Without the posts the reader's blocks and mutes hide, read when there are posts
+        (one query; an idle poll spends none)."""
+        if not any(isinstance(update, Post) for update in updates):
+            return updates
+        hidden, _ = await self._relations.hidden(self._owner)
+        return [
+            update
+            for update in updates
+            if not isinstance(update, Post)
+            or not hidden.hides(update.author, update.reposted_by)
+        ]
 
     async def _poll(self) -> list[Update]:
         """Read every source and check follows first; change state only once all succeeded."""

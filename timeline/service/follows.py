@@ -6,7 +6,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from timeline.errors import InvalidInputError
+from timeline.errors import InvalidInputError, PermissionDeniedError
 from timeline.model.entities import Edge, Page
 from timeline.model.keys import arrival_deadline, now_ticks, validate_user_id
 from timeline.model.messages import Followed, Unfollowed
@@ -15,6 +15,7 @@ from timeline.service.paging import PageOut, Pager
 from timeline.storage.queue import MessageSender
 from timeline.tables.follows import FollowsRepository, request_id
 from timeline.tables.ratelimits import RateLimiter
+from timeline.tables.relations import RelationsRepository
 from timeline.tables.users import UsersRepository
 
 T = TypeVar("T")
@@ -31,9 +32,11 @@ class Follows:
         queue: MessageSender,
         pager: Pager,
         *,
+        relations: RelationsRepository,
         writes: RateLimiter,
         arrival_window_s: float,
     ) -> None:
+        self._relations = relations
         self._users = users
         self._follows = follows
         self._queue = queue
@@ -50,6 +53,7 @@ class Follows:
         _check_subject(follower, subject)
         await self._writes.check(actor)
         await require_user(self._users, subject)
+        await self._refuse_if_blocked(follower, subject)
         follows = self._follows
         if await follows.is_following(follower, subject):
             if reposts is not None:
@@ -67,14 +71,33 @@ class Follows:
             reposts=reposts is not False,
         )
         await follows.sync_index(follower, subject)
+        if await self._relations.blocked_either(follower, subject):  # a block raced this follow
+            await self.end(follower, subject)
+            await self._refuse_if_blocked(follower, subject)
+
+    async def _refuse_if_blocked(self, follower: str, subject: str) -> None:
+        """A block either way refuses the follow (403 ``blocked``): two point reads."""
+        if await self._relations.blocked_either(follower, subject):
+            raise PermissionDeniedError(
+                f"{follower} and {subject} cannot follow each other: one blocks the other",
+                code="blocked",
+            )
 
     async def unfollow(self, actor: str, follower: str, subject: str) -> None:
         require_self(actor, follower)
         _check_subject(follower, subject)
         await self._writes.check(actor)
+        if not await self._follows.is_following(follower, subject):
+            await require_user(self._users, subject)  # an unknown subject is a 404, as for PUT
+            await self._follows.repair_index(follower, subject)
+            return
+        await self.end(follower, subject)
+
+    async def end(self, follower: str, subject: str) -> None:
+        """End a follow through the unfollow path (its message first, then the change), with
+        no actor or rate check: an unfollow, or a block ending a follow either way."""
         follows = self._follows
         if not await follows.is_following(follower, subject):
-            await require_user(self._users, subject)  # an unknown subject is a 404, as for PUT
             await follows.repair_index(follower, subject)
             return
         requested = now_ticks()

@@ -12,6 +12,7 @@ from timeline.service.follows import Follows
 from timeline.service.markers import Markers
 from timeline.service.paging import Pager
 from timeline.service.posts import Posts
+from timeline.service.relations import Relations
 from timeline.service.reposts import Reposts
 from timeline.service.timelines import Timelines
 from timeline.storage.queue import MessageSender
@@ -72,10 +73,20 @@ class TimelineService:
             repositories.follows,
             queue,
             pager,
+            relations=repositories.relations,
             writes=limits.writes,
             arrival_window_s=arrival_window_s,
         )
+        self.relations = Relations(
+            users, repositories.relations, self.follows, pager, writes=limits.writes
+        )
         self.timelines = Timelines(
-            users, repositories.posts, home, signer, pager, timeline_cap=timeline_cap
+            users,
+            repositories.posts,
+            home,
+            signer,
+            pager,
+            timeline_cap=timeline_cap,
+            relations=repositories.relations,
         )
         self.markers = Markers(MarkersRepository(home.storage), signer)

@@ -10,12 +10,14 @@ from timeline.errors import InvalidInputError
 from timeline.model.entities import Page
 from timeline.model.keys import USER_ID_PATTERN, validate_user_id
 from timeline.model.tokens import POSITION_KEY, TokenSigner
+from timeline.reads.hidden import Thinning, visible_rows
 from timeline.reads.home import HomeTimeline, Position
 from timeline.reads.live import TimelineWatch
 from timeline.service.accounts import require_self, require_user
 from timeline.service.paging import PageOut, Pager
 from timeline.tables.audience import FIRST_POST_KEY
 from timeline.tables.posts import PostsRepository
+from timeline.tables.relations import RelationsRepository
 from timeline.tables.rows import META
 from timeline.tables.users import UsersRepository
 
@@ -46,7 +48,10 @@ class Timelines:
         pager: Pager,
         *,
         timeline_cap: int = 0,
+        relations: RelationsRepository | None = None,
     ) -> None:
+        self._relations = relations or RelationsRepository(home.storage)
+        self._thinning = Thinning()
         self._users = users
         self._posts = posts
         self._home = home
@@ -62,8 +67,9 @@ class Timelines:
         continuation: str | None,
         since: str | None = None,
     ) -> PageOut:
-        """The owner's timeline merged with the large authors it follows (``timeline.reads.home``);
-        the continuation counts what was served, so no page reads past the cap. With
+        """The owner's timeline merged with the large authors it follows (``timeline.reads.home``),
+        without what its blocks and mutes hide (``timeline.reads.hidden``); the continuation
+        counts what was read, so no page reads past the cap. With
         ``since``, only what is newer than that position, paged down to it."""
         require_self(actor, owner)
         scope = f"timeline:{owner}"
@@ -74,8 +80,11 @@ class Timelines:
             wanted = min(wanted, self._cap - served)
             if wanted <= 0:
                 return PageOut(items=[], continuation=None)
-        rows, following = await self._home.rows(owner, wanted, position)
-        served += len(rows)
+        page = await visible_rows(
+            self._home, self._relations, owner, wanted, position, self._thinning
+        )
+        rows, following = page.rows, page.following
+        served += page.read  # hidden entries count too: pages never read past the cap
         if following is None or (self._cap and served >= self._cap):
             return self._pager.rows_out(scope, Page(rows, None))
         token = {

@@ -8,10 +8,22 @@ TIMELINES = "timelines"
 SUBJECT_FOLLOWERS = "subjectFollowers"
 SUBJECT_FOLLOWING = "subjectFollowing"
 RATE_LIMITS = "rateLimits"
+RELATIONS = "relations"
+"""Blocks and mutes, in the partition of the user whose list they are
+(``timeline.tables.relations``)."""
 EXPIRIES = "expiries"
 """The time index of auxiliary rows to remove once they can no longer matter
 (``timeline.tables.expiries``)."""
-TABLES = (USERS, POSTS, TIMELINES, SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING, RATE_LIMITS, EXPIRIES)
+TABLES = (
+    USERS,
+    POSTS,
+    TIMELINES,
+    SUBJECT_FOLLOWERS,
+    SUBJECT_FOLLOWING,
+    RATE_LIMITS,
+    EXPIRIES,
+    RELATIONS,
+)
 """Tables whose partitions are spread over the accounts by ``timeline.storage.placement``."""
 META_TABLE = "timelineMeta"
 """Service-wide rows (the auth secret) on the placement home, beside ``placement``; on every

@@ -50,10 +50,19 @@ SHARDS = 16
 """Index partitions per bucket and group."""
 CREATED, DUE, ACTIVITY = "c", "d", "a"
 CLAIM, VOID, IDEMPOTENCY, RATE_LIMIT = "claim", "void", "idempotency", "rate"
+MUTE = "mute"
+"""A mute with an expiry (``timeline.tables.relations``), filed by when it is due."""
 DORMANCY = "dormancy"
 """A reader's dormancy check (``timeline.tables.activity``), filed by when it is due in group
 ``a``: swept without the grace the other groups wait, since it names no row in flight."""
-KINDS = {CLAIM: CREATED, VOID: CREATED, IDEMPOTENCY: DUE, RATE_LIMIT: DUE, DORMANCY: ACTIVITY}
+KINDS = {
+    CLAIM: CREATED,
+    VOID: CREATED,
+    IDEMPOTENCY: DUE,
+    RATE_LIMIT: DUE,
+    MUTE: DUE,
+    DORMANCY: ACTIVITY,
+}
 """Each kind of auxiliary row and the group it is filed in."""
 _DUE_RANGE = "PartitionKey ge @low and PartitionKey lt @high"
 

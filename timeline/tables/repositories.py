@@ -13,7 +13,8 @@ Entity Group Transaction in that home's partition, so counters are exact after a
 - a delivered copy of a post lives in ``timelines`` (``timeline.tables.timelines``);
 - hybrid fan-out's state lives beside them (``timeline.tables.audience``);
 - a user's token revocations live in the user's ``users`` partition
-  (``timeline.tables.credentials``).
+  (``timeline.tables.credentials``);
+- blocks and mutes live in ``relations`` (``timeline.tables.relations``).
 
 A count is spread over several counter rows summed on read (``timeline.storage.counters``), so the
 writers of one hot partition do not queue on one row's ETag.
@@ -29,6 +30,7 @@ from timeline.tables.audience import AudienceRepository
 from timeline.tables.credentials import CredentialsRepository
 from timeline.tables.follows import FollowsRepository
 from timeline.tables.posts import PostsRepository
+from timeline.tables.relations import RelationsRepository
 from timeline.tables.reposts import RepostsRepository
 from timeline.tables.timelines import TimelinesRepository
 from timeline.tables.users import UsersRepository
@@ -46,6 +48,7 @@ class Repositories:
     credentials: CredentialsRepository
     activity: ActivityRepository
     reposts: RepostsRepository
+    relations: RelationsRepository
 
     @classmethod
     def on(cls, storage: Storage) -> Repositories:
@@ -58,4 +61,5 @@ class Repositories:
             CredentialsRepository(storage),
             ActivityRepository(storage),
             RepostsRepository(storage),
+            RelationsRepository(storage),
         )

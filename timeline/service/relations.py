@@ -1,0 +1,147 @@
+"""Blocks and mutes: what the API does with them (rows in ``timeline.tables.relations``; the
+read-time filter in ``timeline.reads.hidden``)."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from timeline.errors import ConflictError, InvalidInputError
+from timeline.model.keys import format_time, validate_user_id
+from timeline.service.accounts import require_self, require_user
+from timeline.service.follows import Follows
+from timeline.service.paging import PageOut, Pager
+from timeline.tables.ratelimits import RateLimiter
+from timeline.tables.relations import (
+    BLOCK,
+    MAX_BLOCKS,
+    MAX_MUTES,
+    MUTED,
+    Mute,
+    RelationsRepository,
+)
+from timeline.tables.users import UsersRepository
+
+MAX_MUTE_S = 100 * 365 * 86_400
+"""The furthest a mute's expiry may lie ahead (a mute with no end takes ``null``)."""
+
+
+class Relations:
+    """A block writes its rows, then ends the follows either way through the unfollow path
+    (so their purges and guarantees are the unfollow's); a mute is one row, read at read time."""
+
+    def __init__(
+        self,
+        users: UsersRepository,
+        relations: RelationsRepository,
+        follows: Follows,
+        pager: Pager,
+        *,
+        writes: RateLimiter,
+    ) -> None:
+        self._users = users
+        self._relations = relations
+        self._follows = follows
+        self._pager = pager
+        self._writes = writes
+
+    async def block(self, actor: str, blocker: str, other: str) -> None:
+        """Idempotent: a repeated block (say after a lost answer) ends the follows again."""
+        await self._check(actor, blocker, other, "block")
+        await require_user(self._users, other)
+        relations = self._relations
+        if not await relations.blocks(blocker, other):
+            await self._refuse_past_cap(blocker, BLOCK, MAX_BLOCKS, "blocks")
+            await relations.block(blocker, other)
+        await self._follows.end(blocker, other)  # after the rows: see docs/guarantees.md
+        await self._follows.end(other, blocker)
+
+    async def unblock(self, actor: str, blocker: str, other: str) -> None:
+        await self._check(actor, blocker, other, "block")
+        if not await self._relations.blocks(blocker, other):
+            await require_user(self._users, other)
+        await self._relations.unblock(blocker, other)
+
+    async def mute(
+        self, actor: str, muter: str, other: str, expires_at: datetime | None, reposts: bool
+    ) -> None:
+        """Record or replace the mute; an expiry must be in the future."""
+        await self._check(actor, muter, other, "mute")
+        until = None
+        if expires_at is not None:
+            if expires_at.tzinfo is None:
+                raise InvalidInputError(
+                    "expires_at must name its time zone (RFC 3339)", code="invalid_expiry"
+                )
+            try:
+                until = expires_at.timestamp()
+            except (OverflowError, ValueError):  # e.g. year 1 at +14:00: before year 1 in UTC
+                until = 0.0
+            if not time.time() < until <= time.time() + MAX_MUTE_S:
+                raise InvalidInputError(
+                    "expires_at must be in the future, within 100 years", code="invalid_expiry"
+                )
+        await require_user(self._users, other)
+        if await self._relations.mute_of(muter, other) is None:
+            await self._refuse_past_cap(muter, MUTED, MAX_MUTES, "mutes")
+        await self._relations.mute(muter, other, until, reposts)
+
+    async def unmute(self, actor: str, muter: str, other: str) -> None:
+        await self._check(actor, muter, other, "mute")
+        if await self._relations.mute_of(muter, other) is None:
+            await require_user(self._users, other)
+        await self._relations.unmute(muter, other)
+
+    async def blocks(
+        self, actor: str, user_id: str, limit: int | None, continuation: str | None
+    ) -> PageOut:
+        """The user's own blocks (private: only the user reads them)."""
+        require_self(actor, user_id)
+        scope = f"blocks:{user_id}"
+        pager = self._pager
+        page = await self._relations.blocks_page(
+            user_id, pager.limit(limit), pager.continuation(scope, continuation)
+        )
+        return pager.page_out(scope, page, _block_json)
+
+    async def mutes(
+        self, actor: str, user_id: str, limit: int | None, continuation: str | None
+    ) -> PageOut:
+        """The user's own mutes, expired ones included until swept (``expires_at`` says)."""
+        require_self(actor, user_id)
+        scope = f"mutes:{user_id}"
+        pager = self._pager
+        page = await self._relations.mutes_page(
+            user_id, pager.limit(limit), pager.continuation(scope, continuation)
+        )
+        return pager.page_out(scope, page, _mute_json)
+
+    async def _check(self, actor: str, user_id: str, other: str, verb: str) -> None:
+        require_self(actor, user_id)
+        validate_user_id(other)
+        if other == user_id:
+            raise InvalidInputError(f"users cannot {verb} themselves", code=f"self_{verb}")
+        await self._writes.check(actor)
+
+    async def _refuse_past_cap(self, user_id: str, prefix: str, most: int, what: str) -> None:
+        if await self._relations.count(user_id, prefix, most) >= most:
+            raise ConflictError(
+                f"a user holds at most {most} {what}: remove one first", code=f"too_many_{what}"
+            )
+
+
+def _block_json(item: tuple[str, datetime]) -> dict[str, Any]:
+    return {"user_id": item[0], "since": format_time(item[1])}
+
+
+def _mute_json(mute: Mute) -> dict[str, Any]:
+    expires = mute.expires_at
+    return {
+        "user_id": mute.user_id,
+        "since": format_time(mute.since),
+        "expires_at": None
+        if expires is None
+        else format_time(datetime.fromtimestamp(expires, UTC)),
+        "reposts": mute.reposts,
+    }

@@ -1,0 +1,217 @@
+"""The ``relations`` table: blocks and mutes, each in the partition of the user it concerns.
+
+Row keys (user ids never contain ``.``, so ``{prefix}`` to ``{prefix[0]}.`` is one range):
+
+- ``b-{other}`` in the blocker's partition: the block itself (the truth, and the blocker's list);
+- ``B-{blocker}`` in the blocked user's partition: "blocked by", written *before* the block row
+  and deleted *after* it, so a read of the blocked side finds it whenever the block exists;
+- ``m-{other}`` in the muter's partition: a mute, with ``reposts`` (their reposts muted too)
+  and ``expires_at`` (epoch seconds; absent: no end), filed in ``expiries`` when it has one.
+
+A home read loads the reader's whole partition in one query (``hidden``): every row it needs
+to filter the page sits there, and each user holds at most ``MAX_BLOCKS`` blocks and
+``MAX_MUTES`` mutes of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from azure.data.tables import TableEntity, UpdateMode
+
+from timeline.model.entities import Page
+from timeline.storage import calls
+from timeline.storage.accounts import Storage
+from timeline.storage.calls import query_page
+from timeline.storage.names import RELATIONS
+from timeline.tables.expiries import MUTE, ExpiriesRepository
+from timeline.tables.rows import PARTITION, get_entity
+
+BLOCK, BLOCKED_BY, MUTED = "b-", "B-", "m-"
+MAX_BLOCKS = 1000
+MAX_MUTES = 1000
+MAX_HIDDEN_PAGES = 4
+"""The most queries a read spends loading its reader's relations (1,000 rows each): the
+reader's own blocks and mutes fit in two; the rest is room for "blocked by" rows."""
+_RANGE = "PartitionKey eq @pk and RowKey ge @low and RowKey lt @high"
+
+
+@dataclass(frozen=True, slots=True)
+class Mute:
+    user_id: str
+    since: datetime
+    expires_at: float | None
+    reposts: bool
+
+    def applies(self, now: float) -> bool:
+        """A mute with an expiry stops applying at it, swept or not."""
+        return self.expires_at is None or now < self.expires_at
+
+
+@dataclass(frozen=True, slots=True)
+class Hidden:
+    """What a reader's relations hide: authors whose posts and reposts go (blocks either way,
+    mutes with reposts) and authors whose own posts only go (mutes without reposts)."""
+
+    authors: frozenset[str] = frozenset()
+    reposters: frozenset[str] = frozenset()
+
+    def __bool__(self) -> bool:
+        return bool(self.authors or self.reposters)
+
+    def hides(self, author: object, reposted_by: object = None) -> bool:
+        return author in self.authors or (reposted_by is not None and reposted_by in self.reposters)
+
+    def hides_row(self, row: dict[str, Any]) -> bool:
+        """A timeline or post row: by its author, or by its ``reposted_by`` when present."""
+        return self.hides(row.get("author"), row.get("reposted_by"))
+
+
+class RelationsRepository:
+    def __init__(self, storage: Storage) -> None:
+        self._storage = storage
+        self._expiries = ExpiriesRepository(storage)
+
+    async def block(self, blocker: str, other: str) -> bool:
+        """Record the block (both rows); False when it already existed."""
+        if await self.blocks(blocker, other):
+            return False
+        since = datetime.now(UTC)
+        await self._upsert({"PartitionKey": other, "RowKey": BLOCKED_BY + blocker, "since": since})
+        await self._upsert({"PartitionKey": blocker, "RowKey": BLOCK + other, "since": since})
+        return True
+
+    async def unblock(self, blocker: str, other: str) -> None:
+        """Remove the block row, then the "blocked by" row (idempotent)."""
+        await self._delete(blocker, BLOCK + other)
+        await self._delete(other, BLOCKED_BY + blocker)
+
+    async def blocks(self, blocker: str, other: str) -> bool:
+        row = await get_entity(self._storage, RELATIONS, blocker, BLOCK + other, select=["RowKey"])
+        return row is not None
+
+    async def blocked_either(self, one: str, other: str) -> bool:
+        """Whether either user blocks the other: two point reads of the blocks themselves."""
+        first, second = await asyncio.gather(self.blocks(one, other), self.blocks(other, one))
+        return first or second
+
+    async def mute(self, muter: str, other: str, expires_at: float | None, reposts: bool) -> None:
+        """Record (or replace) the mute; one with an expiry is filed to be swept after it."""
+        key = MUTED + other
+        if expires_at is not None:
+            await self._expiries.note(MUTE, RELATIONS, muter, key, at=expires_at)
+        row: dict[str, Any] = {
+            "PartitionKey": muter,
+            "RowKey": key,
+            "since": datetime.now(UTC),
+            "reposts": reposts,
+        }
+        if expires_at is not None:
+            row["expires_at"] = float(expires_at)
+        await self._upsert(row)
+
+    async def unmute(self, muter: str, other: str) -> None:
+        await self._delete(muter, MUTED + other)
+
+    async def mute_of(self, muter: str, other: str) -> Mute | None:
+        row = await get_entity(self._storage, RELATIONS, muter, MUTED + other)
+        return None if row is None else _mute(row)
+
+    async def count(self, user: str, prefix: str, most: int) -> int:
+        """How many rows of ``prefix`` the user holds, counted up to ``most``."""
+        counted, continuation = 0, None
+        while counted < most:
+            page = await self._range(user, prefix, ["RowKey"], most - counted, continuation)
+            counted += len(page.items)
+            continuation = page.continuation
+            if continuation is None:
+                break
+        return counted
+
+    async def blocks_page(
+        self, blocker: str, limit: int, continuation: dict[str, str] | None
+    ) -> Page[tuple[str, datetime]]:
+        page = await self._range(blocker, BLOCK, ["RowKey", "since"], limit, continuation)
+        items = [(str(row["RowKey"])[2:], row["since"]) for row in page.items]
+        return Page(items, page.continuation)
+
+    async def mutes_page(
+        self, muter: str, limit: int, continuation: dict[str, str] | None
+    ) -> Page[Mute]:
+        select = ["RowKey", "since", "expires_at", "reposts"]
+        page = await self._range(muter, MUTED, select, limit, continuation)
+        return Page([_mute(row) for row in page.items], page.continuation)
+
+    async def hidden(self, reader: str, now: float | None = None) -> tuple[Hidden, int]:
+        """What the reader's blocks (either way) and live mutes hide, and the queries it took."""
+        moment = time.time() if now is None else now
+        authors: set[str] = set()
+        reposters: set[str] = set()
+        continuation: dict[str, str] | None = None
+        queries = 0
+        while queries < MAX_HIDDEN_PAGES:
+            queries += 1
+            async with self._storage.guard(kind="query-1000"):
+                page = await query_page(
+                    self._storage.reader(RELATIONS, reader),
+                    PARTITION,
+                    {"pk": reader},
+                    select=["RowKey", "expires_at", "reposts"],
+                    limit=1000,
+                    continuation=continuation,
+                )
+            for row in page.items:
+                key = str(row["RowKey"])
+                prefix, other = key[:2], key[2:]
+                if prefix in (BLOCK, BLOCKED_BY):
+                    authors.add(other)
+                    reposters.add(other)
+                elif prefix == MUTED and _mute(row).applies(moment):
+                    authors.add(other)
+                    if row.get("reposts", True):
+                        reposters.add(other)
+            continuation = page.continuation
+            if continuation is None:
+                break
+        return Hidden(frozenset(authors), frozenset(reposters)), queries
+
+    async def _range(
+        self,
+        user: str,
+        prefix: str,
+        select: list[str],
+        limit: int,
+        continuation: dict[str, str] | None,
+    ) -> Page[TableEntity]:
+        async with self._storage.guard(kind="query"):
+            return await query_page(
+                self._storage.reader(RELATIONS, user),
+                _RANGE,
+                {"pk": user, "low": prefix, "high": prefix[0] + "."},
+                select=select,
+                limit=min(limit, 1000),
+                continuation=continuation,
+            )
+
+    async def _upsert(self, row: dict[str, Any]) -> None:
+        async with self._storage.guard(kind="write-1"):
+            table = self._storage.table(RELATIONS, row["PartitionKey"])
+            await table.upsert_entity(row, mode=UpdateMode.REPLACE)
+
+    async def _delete(self, user: str, key: str) -> None:
+        async with self._storage.guard(kind="write-1"):
+            await calls.delete_entity(self._storage.table(RELATIONS, user), user, key)
+
+
+def _mute(row: TableEntity) -> Mute:
+    expires = row.get("expires_at")
+    return Mute(
+        user_id=str(row["RowKey"])[2:],
+        since=row.get("since") or datetime.now(UTC),
+        expires_at=None if expires is None else float(expires),
+        reposts=bool(row.get("reposts", True)),
+    )
