@@ -168,8 +168,7 @@ class TimelineWatch:
         return [
             update
             for update in updates
-            if not isinstance(update, Post)
-            or not hidden.hides(update.author, update.reposted_by)
+            if not isinstance(update, Post) or not hidden.hides(update.author, update.reposted_by)
         ]
 
     async def _poll(self) -> list[Update]:
