@@ -26,7 +26,7 @@ THREE = " ".join(f"https://{name}.table.core.windows.net" for name in "abc")
 
 
 def settings(**values: Any) -> Settings:
-    return Settings(_env_file=None, **values)  # type: ignore[call-arg]
+    return Settings(_env_file=None, **values)
 
 
 @pytest.mark.parametrize(
