@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
+from pathlib import Path
 from typing import Any
 
 from timeline.storage.azurite import Azurite, free_ports
@@ -73,11 +76,14 @@ class Runner:
                 self.remove(container)
         return subprocess.run([self.tool, "exec", name, *program], timeout=60).returncode  # noqa: S603
 
-    def stop(self, process: subprocess.Popen[bytes], name: str, timeout_s: float = 30) -> float:
+    def stop(
+        self, process: subprocess.Popen[bytes], name: str, program: str, timeout_s: float = 30
+    ) -> float:
         """SIGTERM the program (``podman stop`` sends the image's STOPSIGNAL); seconds taken."""
         began = time.monotonic()
-        if self.tool == "buildah":
-            process.terminate()  # buildah run passes the signal on to the program
+        if self.tool == "buildah":  # buildah run kills its program on SIGTERM: signal it
+            for pid in programs(process.pid, program):
+                os.kill(pid, signal.SIGTERM)
         else:
             subprocess.run([self.tool, "stop", "-t", str(int(timeout_s)), name], check=False)  # noqa: S603
         process.wait(timeout_s + 10)
@@ -90,9 +96,37 @@ class Runner:
     def cleanup(self) -> None:
         for process, container in self.started:
             if process.poll() is None:
+                for pid in descendants(process.pid):
+                    with suppress(OSError):
+                        os.kill(pid, signal.SIGKILL)
                 process.kill()
                 process.wait()
             self.remove(container)
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process under ``pid`` (from ``/proc``)."""
+    found: list[int] = []
+    pending = [pid]
+    while pending:
+        parent = pending.pop()
+        for task in Path(f"/proc/{parent}/task").glob("*"):
+            with suppress(OSError):
+                children = [int(child) for child in (task / "children").read_text().split()]
+                found += children
+                pending += children
+    return found
+
+
+def programs(pid: int, program: str) -> list[int]:
+    """The processes under ``pid`` that run ``program`` itself (not buildah's helpers)."""
+    matches = []
+    for child in descendants(pid):
+        with suppress(OSError):
+            argv = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+            if argv[0].endswith(b"python3") and any(arg.endswith(program.encode()) for arg in argv):
+                matches.append(child)
+    return matches
 
 
 def request(method: str, url: str, body: dict[str, Any] | None = None, token: str = "") -> Any:
@@ -177,9 +211,15 @@ def main() -> int:
                 if runner.exec(name, check) != 0:
                     raise SystemExit(f"smoke: FAILED: the {program}'s health check")
             print("smoke: both health checks pass")
-            for name, process in (("smoke-worker", worker), ("smoke-api", api)):
-                taken = runner.stop(process, name)
+            stopping = (
+                ("smoke-worker", worker, "fanout-worker"),
+                ("smoke-api", api, "timeline-api"),
+            )
+            for name, process, program in stopping:
+                taken = runner.stop(process, name, program)
                 print(f"smoke: {name} stopped in {taken:.1f} s (exit {process.returncode})")
+                if process.returncode != 0:
+                    raise SystemExit(f"smoke: FAILED: {name} did not exit cleanly on SIGTERM")
         finally:
             runner.cleanup()
     print("smoke: ok")
