@@ -6,6 +6,7 @@
 # Docker Hub's; where no registry is reachable, build one from Debian packages
 # (deploy/container/base-image.sh) and pass --build-arg BASE=localhost/debian-python:bookworm.
 ARG BASE=docker.io/library/python:3.12-slim-bookworm
+# checkov:skip=CKV_DOCKER_7: both stages use BASE, whose tag is pinned above
 
 FROM ${BASE} AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1

@@ -54,8 +54,8 @@ IMAGE ?= localhost/timeline:dev
 BASE_IMAGE ?= docker.io/library/python:3.12-slim-bookworm
 
 check-deploy: $(CHECK_VENV)/.installed
-	$(CHECK_VENV)/bin/checkov --quiet --compact --framework dockerfile --file Dockerfile
-	$(CHECK_VENV)/bin/checkov --quiet --compact --framework bicep --directory deploy/azure
+	$(CHECK_VENV)/bin/checkov --skip-download --quiet --compact --framework dockerfile --file Dockerfile
+	$(CHECK_VENV)/bin/checkov --skip-download --quiet --compact --framework bicep --directory deploy/azure
 
 $(CHECK_VENV)/.installed: deploy/requirements-check.txt
 	$(PYTHON) -m venv $(CHECK_VENV)

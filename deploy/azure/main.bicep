@@ -1,6 +1,8 @@
-// Reference deployment (docs/deploy.md): one storage account with shared keys disabled, a
-// user-assigned managed identity with the table and queue data roles on it, and the image
-// as two Container Apps (API, fan-out worker) plus a manual job for `timeline init`.
+// Reference deployment (docs/deploy.md): one storage account with shared keys disabled and
+// no public network access (private endpoints for its tables and queues in a virtual
+// network), a user-assigned managed identity with the table and queue data roles on it, and
+// the image as two Container Apps (API, fan-out worker) in that network, plus a manual job
+// for `timeline init`.
 // The worker scales on the depth of its queue (KEDA's azure-queue scaler, signed in with
 // the same identity). Deploy into a resource group:
 //   az deployment group create -g RG -f deploy/azure/main.bicep -p image=REGISTRY/timeline:TAG
@@ -22,8 +24,17 @@ param image string
 param registryServer string = ''
 
 @description('Storage redundancy: Standard_ZRS keeps data through a zone outage.')
-@allowed(['Standard_LRS', 'Standard_ZRS', 'Standard_GRS', 'Standard_GZRS'])
+@allowed(['Standard_ZRS', 'Standard_GRS', 'Standard_GZRS', 'Standard_RAGZRS'])
 param storageSku string = 'Standard_ZRS'
+
+@description('The virtual network\'s address space.')
+param addressPrefix string = '10.40.0.0/22'
+
+@description('The Container Apps environment\'s subnet (a /27 at least; a /23 leaves room).')
+param appsSubnetPrefix string = '10.40.0.0/23'
+
+@description('The storage account\'s private endpoints\' subnet.')
+param endpointsSubnetPrefix string = '10.40.2.0/27'
 
 @description('Most worker replicas the queue-depth rule scales out to.')
 @minValue(1)
@@ -47,7 +58,32 @@ resource identity 'Microsoft.ManagedIdentity/userAssignedIdentities@2023-01-31' 
   location: location
 }
 
+resource network 'Microsoft.Network/virtualNetworks@2024-01-01' = {
+  name: '${prefix}-net-${suffix}'
+  location: location
+  properties: {
+    addressSpace: { addressPrefixes: [addressPrefix] }
+    subnets: [
+      {
+        name: 'apps' // the Container Apps environment's infrastructure (workload profiles)
+        properties: {
+          addressPrefix: appsSubnetPrefix
+          delegations: [
+            { name: 'apps', properties: { serviceName: 'Microsoft.App/environments' } }
+          ]
+        }
+      }
+      {
+        name: 'endpoints' // the storage account's private endpoints
+        properties: { addressPrefix: endpointsSubnetPrefix }
+      }
+    ]
+  }
+}
+
 resource storage 'Microsoft.Storage/storageAccounts@2023-05-01' = {
+  // checkov:skip=CKV_AZURE_43: take(prefix + uniqueString(), 24) is 3-24 lower-case letters and digits
+  // checkov:skip=CKV_AZURE_206: storageSku allows only zone- or geo-redundant SKUs
   name: take('${prefix}${suffix}', 24)
   location: location
   sku: { name: storageSku }
@@ -58,10 +94,10 @@ resource storage 'Microsoft.Storage/storageAccounts@2023-05-01' = {
     allowBlobPublicAccess: false
     minimumTlsVersion: 'TLS1_2'
     supportsHttpsTrafficOnly: true
-    publicNetworkAccess: 'Enabled' // Container Apps without a virtual network reach it publicly
+    publicNetworkAccess: 'Disabled' // reached through its private endpoints only
     networkAcls: {
-      bypass: 'AzureServices'
-      defaultAction: 'Allow'
+      bypass: 'AzureServices' // Azure's own services (diagnostics, backup), never the internet
+      defaultAction: 'Deny'
     }
     encryption: {
       keySource: 'Microsoft.Storage'
@@ -73,6 +109,46 @@ resource storage 'Microsoft.Storage/storageAccounts@2023-05-01' = {
     }
   }
 }
+
+// A private endpoint and a private DNS zone for each service the apps use.
+resource privateZones 'Microsoft.Network/privateDnsZones@2024-06-01' = [for service in ['table', 'queue']: {
+  name: 'privatelink.${service}.${environment().suffixes.storage}'
+  location: 'global'
+}]
+
+resource zoneLinks 'Microsoft.Network/privateDnsZones/virtualNetworkLinks@2024-06-01' = [for (service, i) in ['table', 'queue']: {
+  parent: privateZones[i]
+  name: '${service}-link'
+  location: 'global'
+  properties: {
+    registrationEnabled: false
+    virtualNetwork: { id: network.id }
+  }
+}]
+
+resource endpoints 'Microsoft.Network/privateEndpoints@2024-01-01' = [for (service, i) in ['table', 'queue']: {
+  name: '${prefix}-${service}-pe-${suffix}'
+  location: location
+  properties: {
+    subnet: { id: network.properties.subnets[1].id }
+    privateLinkServiceConnections: [
+      {
+        name: service
+        properties: { privateLinkServiceId: storage.id, groupIds: [service] }
+      }
+    ]
+  }
+}]
+
+resource endpointZones 'Microsoft.Network/privateEndpoints/privateDnsZoneGroups@2024-01-01' = [for (service, i) in ['table', 'queue']: {
+  parent: endpoints[i]
+  name: 'default'
+  properties: {
+    privateDnsZoneConfigs: [
+      { name: service, properties: { privateDnsZoneId: privateZones[i].id } }
+    ]
+  }
+}]
 
 resource tableRole 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
   scope: storage
@@ -103,10 +179,15 @@ resource logs 'Microsoft.OperationalInsights/workspaces@2023-09-01' = {
   }
 }
 
-resource environment 'Microsoft.App/managedEnvironments@2024-03-01' = {
+resource appsEnv 'Microsoft.App/managedEnvironments@2024-03-01' = {
   name: '${prefix}-env-${suffix}'
   location: location
   properties: {
+    vnetConfiguration: {
+      infrastructureSubnetId: network.properties.subnets[0].id
+      internal: false // the API's ingress stays public; storage does not
+    }
+    workloadProfiles: [{ name: 'Consumption', workloadProfileType: 'Consumption' }]
     appLogsConfiguration: {
       destination: 'log-analytics'
       logAnalyticsConfiguration: {
@@ -138,7 +219,7 @@ resource api 'Microsoft.App/containerApps@2025-01-01' = {
   identity: userIdentity
   dependsOn: [tableRole, queueRole]
   properties: {
-    environmentId: environment.id
+    environmentId: appsEnv.id
     configuration: {
       registries: registries
       ingress: {
@@ -191,7 +272,7 @@ resource worker 'Microsoft.App/containerApps@2025-01-01' = {
   identity: userIdentity
   dependsOn: [tableRole, queueRole]
   properties: {
-    environmentId: environment.id
+    environmentId: appsEnv.id
     configuration: {
       registries: registries
     }
@@ -238,7 +319,7 @@ resource init 'Microsoft.App/jobs@2024-03-01' = {
   identity: userIdentity
   dependsOn: [tableRole, queueRole]
   properties: {
-    environmentId: environment.id
+    environmentId: appsEnv.id
     configuration: {
       triggerType: 'Manual'
       replicaTimeout: 600
