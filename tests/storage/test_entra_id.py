@@ -92,6 +92,8 @@ async def test_round_trip_signed_in_with_entra_id(
 
         await eventually(delivered, what="the post on the follower's timeline")
     assert set(identity.issued) == {"https://storage.azure.com"}
+    # One credential per Storage (set-up, API, worker), its token cached for every client.
+    assert len(identity.issued) == 3
     tables, queues = secure_azurites
     assert "fanout-0" in queue_names(queues, certificate)
     assert "fanout-0" not in queue_names(tables, certificate)
