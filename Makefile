@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run runtime test e2e browser lint fmt setup bench loadtest chaos clean
+.PHONY: run runtime test e2e browser lint fmt setup bench loadtest chaos clean check-deploy image smoke-image
 
 SEEDS ?= 5
 CHAOS_DURATION_S ?= 20
@@ -47,6 +47,28 @@ bench: setup
 
 loadtest: setup
 	$(BIN)/python -m loadtest.run
+
+# The container image and the Azure deployment (docs/deploy.md). checkov lives in a venv of
+# its own (CHECK_VENV), never in .venv; its version is pinned in deploy/requirements-check.txt.
+CHECK_VENV ?= /tmp/timeline-check-venv
+CONTAINER_TOOL ?= podman
+IMAGE ?= localhost/timeline:dev
+BASE_IMAGE ?= docker.io/library/python:3.12-slim-bookworm
+
+check-deploy: $(CHECK_VENV)/.installed
+	$(CHECK_VENV)/bin/checkov --skip-download --quiet --compact --framework dockerfile --file Dockerfile
+	$(CHECK_VENV)/bin/checkov --skip-download --quiet --compact --framework bicep --directory deploy/azure
+
+$(CHECK_VENV)/.installed: deploy/requirements-check.txt
+	$(PYTHON) -m venv $(CHECK_VENV)
+	$(CHECK_VENV)/bin/pip install --quiet -r deploy/requirements-check.txt
+	touch $@
+
+image:
+	$(CONTAINER_TOOL) build --build-arg BASE=$(BASE_IMAGE) -t $(IMAGE) .
+
+smoke-image: setup
+	$(BIN)/python deploy/container/smoke.py --image $(IMAGE) --tool $(CONTAINER_TOOL)
 
 fmt: setup
 	$(BIN)/ruff format .

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, IPvAnyNetwork, field_validator
+from pydantic import Field, IPvAnyNetwork, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from timeline.delivery.settings import Hybrid, Timing
@@ -15,6 +15,7 @@ from timeline.reads.live import StreamTiming
 from timeline.retry import RetryPolicy
 from timeline.storage.accounts import StorageOptions
 from timeline.storage.counters import WRITE_BUDGET_TIMEOUTS
+from timeline.storage.endpoints import account_lines
 from timeline.storage.limiter import AdaptiveLimiter, LimiterSettings
 from timeline.storage.queue import MessageSender
 from timeline.tables.activity import Inactivity
@@ -35,6 +36,16 @@ class Settings(BaseSettings):
     """One account (kept for compatibility; the same as a list of one)."""
     storage_connection_strings: str | None = None
     """Several accounts, separated by whitespace or newlines, in placement order."""
+    storage_table_urls: str | None = None
+    """Instead of connection strings: each account's table endpoint, signed in with Entra ID
+    (``DefaultAzureCredential``), in placement order."""
+    storage_queue_urls: str | None = None
+    """With table URLs: the queue endpoint of every account (one for all, or one each);
+    default: each account's own."""
+    storage_queue_connection_strings: str | None = None
+    """With connection strings: the queues' account (one for all, or one each)."""
+    storage_ca_file: Path | None = None
+    """A CA certificate (PEM) storage's HTTPS is also trusted with."""
     embedded_accounts: int = Field(default=1, ge=1, le=16)
     """Azurite instances ``make run`` starts when no storage is configured."""
     queue_shards: int | None = Field(default=None, ge=1, le=256)
@@ -191,9 +202,33 @@ class Settings(BaseSettings):
             shards += range(int(first), int(last or first) + 1)
         return tuple(sorted(set(shards)))
 
+    @model_validator(mode="after")
+    def _check_accounts(self) -> Settings:
+        """Refuse storage that cannot work (e.g. Cosmos DB) before anything starts."""
+        queues = self.storage_queue_urls or self.storage_queue_connection_strings
+        if queues or not self.uses_embedded_azurite:
+            try:
+                self.account_lines()
+            except ConfigurationError as error:
+                raise ValueError(str(error)) from None
+        return self
+
     @property
     def uses_embedded_azurite(self) -> bool:
-        return not (self.storage_connection_strings or self.storage_connection_string)
+        return not (
+            self.storage_connection_strings
+            or self.storage_connection_string
+            or self.storage_table_urls
+        )
+
+    def account_lines(self) -> list[str]:
+        """The configured accounts, one line each (``timeline.storage.endpoints``)."""
+        return account_lines(
+            self.storage_connection_strings or self.storage_connection_string,
+            self.storage_table_urls,
+            self.storage_queue_urls,
+            self.storage_queue_connection_strings,
+        )
 
     def stream_timing(self) -> StreamTiming:
         return StreamTiming(
@@ -212,6 +247,7 @@ class Settings(BaseSettings):
             queue_shards=self.queue_shards,
             limiter=limiter,
             lean=self.storage_lean,
+            ca_file=str(self.storage_ca_file) if self.storage_ca_file else None,
         )
 
     def worker_limiter(self, accounts: int = 1) -> AdaptiveLimiter:
@@ -285,13 +321,13 @@ class Settings(BaseSettings):
     def connection_string(self) -> str:
         """Every configured account, one per line (``Storage`` splits them), else the
         embedded Azurites of a running ``make run``."""
-        configured = self.storage_connection_strings or self.storage_connection_string
-        if configured:
-            return "\n".join(configured.split())
+        if not self.uses_embedded_azurite:
+            return "\n".join(self.account_lines())
         published = self.data_dir / CONNECTION_FILE
         if published.exists():
             return published.read_text().strip()
         raise ConfigurationError(
-            "no storage configured: set TIMELINE_STORAGE_CONNECTION_STRINGS, "
-            "or start the embedded stack with `make run` (`timeline run`)"
+            "no storage configured: set TIMELINE_STORAGE_CONNECTION_STRINGS or "
+            "TIMELINE_STORAGE_TABLE_URLS, or start the embedded stack with `make run` "
+            "(`timeline run`)"
         )

@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager, suppress
 from dataclasses import dataclass
 
 import aiohttp
+from azure.core.credentials_async import AsyncTokenCredential
 from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
 from azure.data.tables import TableEntity
-from azure.data.tables import TableServiceClient as SyncTableServiceClient
 from azure.data.tables.aio import TableClient
 from azure.storage.queue.aio import QueueClient
 
 from timeline.errors import ConfigurationError, StorageUnavailableError
 from timeline.storage import provisioning
 from timeline.storage.clients import Clients
+from timeline.storage.endpoints import parse_account
 from timeline.storage.guard import guarded
 from timeline.storage.lease import PlacementLease, control_get
 from timeline.storage.limiter import AdaptiveLimiter
@@ -43,11 +44,17 @@ def split_connection_strings(text: str | Sequence[str]) -> tuple[str, ...]:
 def account_id(connection_string: str) -> str:
     """What names an account in the stored placement: its table endpoint, never its key."""
     try:
-        client = SyncTableServiceClient.from_connection_string(connection_string)
+        return parse_account(connection_string).id
     except ValueError as error:
         raise ConfigurationError(f"a storage connection string is not valid: {error}") from None
-    with client:
-        return str(client.url).rstrip("/")
+
+
+def default_credential() -> AsyncTokenCredential:
+    """Entra ID as every Azure SDK user gets it: environment, workload identity, managed
+    identity, then the developer's ``az login`` (imported here: only token accounts need it)."""
+    from azure.identity.aio import DefaultAzureCredential
+
+    return DefaultAzureCredential()
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +75,10 @@ class StorageOptions:
     lean: bool = True
     """Queries, batches and single-entity calls take the lean path (``timeline.storage.lean``,
     ``lean_single``); False: the SDK's own calls."""
+    ca_file: str | None = None
+    """A CA certificate (PEM) trusted for storage's HTTPS beside the system's."""
+    credential: Callable[[], AsyncTokenCredential] = default_credential
+    """Makes the token credential of accounts that sign in with Entra ID."""
 
 
 class Storage:
@@ -90,7 +101,7 @@ class Storage:
         if len({account.lower() for account in self.account_ids}) != len(self.account_ids):
             raise ConfigurationError("a storage account is listed twice")
         self.options = options or StorageOptions()
-        self.clients = Clients(strings, self.options)
+        self.clients = Clients([parse_account(text) for text in strings], self.options)
         self.lease = PlacementLease(self)
 
     async def __aenter__(self) -> Storage:

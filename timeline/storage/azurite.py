@@ -29,13 +29,13 @@ PORTS_FILE = "timeline-ports"
 """``blob,queue,table``: the ports a durable Azurite served its data on, reused at restart."""
 
 
-def connection_string(ports: tuple[int, int, int]) -> str:
+def connection_string(ports: tuple[int, int, int], scheme: str = "http") -> str:
     blob, queue, table = ports
     return (
-        f"DefaultEndpointsProtocol=http;AccountName={ACCOUNT};AccountKey={ACCOUNT_KEY};"
-        f"BlobEndpoint=http://{HOST}:{blob}/{ACCOUNT};"
-        f"QueueEndpoint=http://{HOST}:{queue}/{ACCOUNT};"
-        f"TableEndpoint=http://{HOST}:{table}/{ACCOUNT};"
+        f"DefaultEndpointsProtocol={scheme};AccountName={ACCOUNT};AccountKey={ACCOUNT_KEY};"
+        f"BlobEndpoint={scheme}://{HOST}:{blob}/{ACCOUNT};"
+        f"QueueEndpoint={scheme}://{HOST}:{queue}/{ACCOUNT};"
+        f"TableEndpoint={scheme}://{HOST}:{table}/{ACCOUNT};"
     )
 
 
@@ -90,7 +90,8 @@ class Azurite:
     """One Azurite process: durable under ``location``, or in memory when it is None.
 
     Ports: ``ports`` if given, else the ones a durable Azurite served on before, else free
-    ones picked now.
+    ones picked now. With ``tls`` (certificate and key files) it serves HTTPS, and with
+    ``oauth`` it also accepts Entra ID bearer tokens (checked loosely: ``--oauth basic``).
     """
 
     def __init__(
@@ -99,8 +100,12 @@ class Azurite:
         location: Path | None,
         ports: tuple[int, int, int] | None = None,
         start_timeout_s: float = 30.0,
+        tls: tuple[Path, Path] | None = None,
+        oauth: bool = False,
     ) -> None:
         self.location = location
+        self.tls = tls
+        self.oauth = oauth
         remembered = remembered_ports(location)
         if ports and remembered and ports != remembered:
             log.warning(
@@ -113,8 +118,20 @@ class Azurite:
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
+    def scheme(self) -> str:
+        return "https" if self.tls else "http"
+
+    @property
     def connection_string(self) -> str:
-        return connection_string(self.ports)
+        return connection_string(self.ports, self.scheme)
+
+    @property
+    def table_url(self) -> str:
+        return f"{self.scheme}://{HOST}:{self.ports[2]}/{ACCOUNT}"
+
+    @property
+    def queue_url(self) -> str:
+        return f"{self.scheme}://{HOST}:{self.ports[1]}/{ACCOUNT}"
 
     def command(self) -> list[str]:
         modules = find_node_modules()
@@ -122,6 +139,10 @@ class Azurite:
         node = str(local_node) if local_node.exists() else "node"
         blob, queue, table = self.ports
         storage = ["--location", str(self.location)] if self.location else ["--inMemoryPersistence"]
+        if self.tls:
+            storage += ["--cert", str(self.tls[0]), "--key", str(self.tls[1])]
+        if self.oauth:
+            storage += ["--oauth", "basic"]
         return [
             node,
             str(modules / "azurite" / "dist" / "src" / "azurite.js"),

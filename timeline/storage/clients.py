@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
+from azure.core.credentials_async import AsyncTokenCredential
 from azure.core.pipeline.transport import AioHttpTransport
 from azure.data.tables.aio import TableClient, TableServiceClient
 from azure.storage.queue.aio import QueueClient
 
+from timeline.storage.endpoints import Account, Side, parse_account
 from timeline.storage.names import META_TABLE, TABLES
 from timeline.storage.placement import PLACEMENT_TABLE
 
@@ -34,9 +37,14 @@ class Clients:
     backlog of timeline writes; and control calls (placement, membership), so that backlog
     never starves the placement lease either."""
 
-    def __init__(self, connection_strings: Sequence[str], options: StorageOptions) -> None:
-        self._connection_strings = connection_strings
+    def __init__(self, accounts: Sequence[Account | str], options: StorageOptions) -> None:
+        self._accounts = [
+            account if isinstance(account, Account) else parse_account(account)
+            for account in accounts
+        ]
         self._options = options
+        self._credential: AsyncTokenCredential | None = None
+        """The Entra ID token credential, when an account signs in with one."""
         self._session: aiohttp.ClientSession | None = None
         self._queue_session: aiohttp.ClientSession | None = None
         self._control_session: aiohttp.ClientSession | None = None
@@ -48,20 +56,25 @@ class Clients:
 
     def open(self) -> None:
         """Build the sessions and every table client."""
-        connector = aiohttp.TCPConnector(limit=self._options.table_connections)
+        tls = _tls_context(self._options.ca_file)
+        connector = aiohttp.TCPConnector(limit=self._options.table_connections, ssl=tls)
         self._session = aiohttp.ClientSession(
             connector=connector, trace_configs=list(self._options.trace_configs)
         )
-        self._queue_session = aiohttp.ClientSession()
-        self._control_session = aiohttp.ClientSession()
+        self._queue_session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=tls))
+        self._control_session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=tls))
+        if any(account.uses_token for account in self._accounts):
+            self._credential = self._options.credential()
         self.tables = [
-            {name: self._table_client(text, name) for name in (*TABLES, META_TABLE)}
-            for text in self._connection_strings
+            {name: self._table_client(account.table, name) for name in (*TABLES, META_TABLE)}
+            for account in self._accounts
         ]
-        for index, text in enumerate(self._connection_strings):
-            self.tables[index][CONTROL] = self._table_client(text, META_TABLE, control=True)
+        for index, account in enumerate(self._accounts):
+            self.tables[index][CONTROL] = self._table_client(
+                account.table, META_TABLE, control=True
+            )
         self.tables[0][PLACEMENT_TABLE] = self._table_client(
-            self._connection_strings[0], PLACEMENT_TABLE, control=True
+            self._accounts[0].table, PLACEMENT_TABLE, control=True
         )
 
     async def close(self) -> None:
@@ -77,22 +90,29 @@ class Clients:
             if session is not None:
                 await session.close()
         self._session = self._queue_session = self._control_session = None
+        if self._credential is not None:
+            await self._credential.close()
+            self._credential = None
 
     def queue_client(self, account: int, name: str) -> QueueClient:
-        return QueueClient.from_connection_string(
-            self._connection_strings[account],
-            name,
-            retry_total=self._options.retries,
-            initial_backoff=0.5,  # the SDK's default waits 15 s before its first retry
-            increment_base=2,
-            random_jitter_range=0.5,
+        side = self._accounts[account].queue
+        options: dict[str, Any] = {
+            "retry_total": self._options.retries,
+            "initial_backoff": 0.5,  # the SDK's default waits 15 s before its first retry
+            "increment_base": 2,
+            "random_jitter_range": 0.5,
             **self._transport_kwargs(self._queue_session),
-        )
+        }
+        if side.connection_string is not None:
+            return QueueClient.from_connection_string(side.connection_string, name, **options)
+        return QueueClient(side.url, name, credential=self._credential, **options)
 
     def service_client(self, account: int) -> TableServiceClient:
-        return TableServiceClient.from_connection_string(
-            self._connection_strings[account], retry_total=0, **self._transport_kwargs()
-        )
+        side = self._accounts[account].table
+        options = {"retry_total": 0, **self._transport_kwargs()}
+        if side.connection_string is not None:
+            return TableServiceClient.from_connection_string(side.connection_string, **options)
+        return TableServiceClient(side.url, credential=self._credential, **options)
 
     def _transport_kwargs(self, session: aiohttp.ClientSession | None = None) -> dict[str, Any]:
         session = session or self._session
@@ -104,19 +124,31 @@ class Clients:
             "read_timeout": timeout,
         }
 
-    def _table_client(
-        self, connection_string: str, name: str, *, control: bool = False
-    ) -> TableClient:
+    def _table_client(self, side: Side, name: str, *, control: bool = False) -> TableClient:
         """A table client; ``control`` ones (placement, membership) have a connection pool
         of their own, so a backlog of timeline writes never starves the placement lease."""
-        client = RoutedTableClient.from_connection_string(
-            connection_string,
-            name,
-            retry_total=self._options.retries,
-            retry_backoff_factor=0.2,
-            retry_backoff_max=1,
+        options: dict[str, Any] = {
+            "retry_total": self._options.retries,
+            "retry_backoff_factor": 0.2,
+            "retry_backoff_max": 1,
             **self._transport_kwargs(self._control_session if control else None),
-        )
+        }
+        if side.connection_string is not None:
+            client = RoutedTableClient.from_connection_string(
+                side.connection_string, name, **options
+            )
+        else:
+            client = RoutedTableClient(side.url, name, credential=self._credential, **options)
         assert isinstance(client, RoutedTableClient)
         client.lean = self._options.lean
         return client
+
+
+def _tls_context(ca_file: str | None) -> ssl.SSLContext | bool:
+    """The system's trusted CAs, plus ``ca_file`` when one is configured (a private CA, or
+    an Azurite over HTTPS with a self-signed certificate)."""
+    if ca_file is None:
+        return True
+    context = ssl.create_default_context()
+    context.load_verify_locations(cafile=ca_file)
+    return context
