@@ -27,6 +27,13 @@ class RoutedTableClient(TableClient):
     lean = False
 
 
+class RoutedQueueClient(QueueClient):
+    """A queue client that knows whether its receives, sends, updates and deletes take the
+    lean path (``timeline.storage.lean_queue``) or the SDK's own calls."""
+
+    lean = False
+
+
 class Clients:
     """Owns the aiohttp sessions and the table and queue clients of every account.
 
@@ -79,7 +86,7 @@ class Clients:
         self._session = self._queue_session = self._control_session = None
 
     def queue_client(self, account: int, name: str) -> QueueClient:
-        return QueueClient.from_connection_string(
+        client = RoutedQueueClient.from_connection_string(
             self._connection_strings[account],
             name,
             retry_total=self._options.retries,
@@ -88,6 +95,9 @@ class Clients:
             random_jitter_range=0.5,
             **self._transport_kwargs(self._queue_session),
         )
+        assert isinstance(client, RoutedQueueClient)
+        client.lean = self._options.lean
+        return client
 
     def service_client(self, account: int) -> TableServiceClient:
         return TableServiceClient.from_connection_string(
