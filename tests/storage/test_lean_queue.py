@@ -73,6 +73,7 @@ async def test_each_path_reads_what_the_other_wrote(
         assert (got.inserted_on, got.expires_on) == (sent.inserted_on, sent.expires_on)
         assert got.expires_on == datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC)  # no expiry
         assert isinstance(got.next_visible_on, datetime)
+        assert sent.inserted_on is not None
         assert got.next_visible_on > sent.inserted_on
         renewed = await queue_calls.update_message(queues[first], got, visibility_timeout=0)
         assert renewed.pop_receipt != got.pop_receipt
@@ -118,7 +119,8 @@ async def _error(call: Awaitable[Any]) -> tuple[type, int | None, str, str]:
     with pytest.raises(HttpResponseError) as caught:
         await call
     error = caught.value
-    code = getattr(error.error_code, "value", error.error_code)
+    code = getattr(error, "error_code", None)
+    code = getattr(code, "value", code)
     return type(error), error.status_code, str(code), error.message.split("\n")[0]
 
 
@@ -195,7 +197,7 @@ async def test_base64_content_as_the_policy_writes_it(azurite: Azurite) -> None:
             )
             for path in PATHS
         }
-        coded["lean"].lean = True  # type: ignore[attr-defined]
+        coded["lean"].lean = True
         plain = RoutedQueueClient.from_connection_string(azurite.connection_string, name, **kwargs)
         await plain.create_queue()
         text = CONTENTS["unicode"]
