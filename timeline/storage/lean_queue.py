@@ -14,6 +14,7 @@ the per-request policies that only cost CPU. Why: ``docs/lean-storage.md``.
 from __future__ import annotations
 
 import email.utils
+import functools
 from datetime import UTC, datetime
 from typing import Any, NoReturn, cast
 from urllib.parse import quote
@@ -203,9 +204,11 @@ def _message(fields: dict[str, str], content: Any) -> QueueMessage:
     )
 
 
+@functools.lru_cache(maxsize=1024)
 def _date(text: str | None) -> datetime | None:
     """An RFC 1123 date (``Wed, 25 Nov 2026 19:38:06 GMT``) as the SDK gives it, in UTC;
-    read by position (``email.utils`` for any other shape)."""
+    read by position (``email.utils`` for any other shape). Cached: a receive's messages
+    share a few seconds, and datetimes are immutable."""
     if not text:
         return None
     month = _MONTHS.get(text[8:11])
