@@ -23,7 +23,7 @@ from timeline.storage import queue_calls
 from timeline.storage.azurite import Azurite
 from timeline.storage.clients import Clients
 
-MESSAGES = 32 * 20
+MESSAGES = 32 * 10
 IN_FLIGHT = 16
 EMPTY_RECEIVES = 200
 CONTENT = (
