@@ -7,7 +7,7 @@ user agent, redirect handling (storage never redirects), secondary-host bookkeep
 read the primary only), the custom hook (our lean calls pass none), network-trace and HTTP
 logging (off, but each still runs per request), distributed tracing, and the content-decode
 policy (our lean calls decode what they need themselves). What stays is what the request
-needs, taken from the client itself: the request id, the storage date headers, the proxy
+needs, taken from the client itself: a request id, the storage date headers, the proxy
 settings, the client's own credential policy (shared key, SAS or token), a copy of its retry
 policy (same settings: which statuses, how many times, the backoff) and its transport (the
 same aiohttp session and connection pool). Why: ``docs/lean-storage.md``.
