@@ -147,6 +147,8 @@ class ConnectionFactory:
             "keepalive_timeout": settings.keepalive_timeout_s,
             "lingering_time": LINGER_S,
         }
+        if not settings.access_log:
+            self._options["access_log"] = None  # aiohttp then builds no access logger
 
     def __call__(self) -> asyncio.Protocol:
         if len(self._server.connections) >= self._max:

@@ -72,6 +72,8 @@ class Settings(BaseSettings):
     azurite_ports: tuple[int, int, int] | None = None
     log_format: LogFormat = "text"
     """``json``: every log line one JSON object (with ``request_id`` in the API's requests)."""
+    access_log: bool = True
+    """One log line per API request (aiohttp's access log); off saves its CPU per request."""
 
     max_post_chars: int = Field(default=280, ge=1, le=10_000)
     max_timeline_items: int = Field(default=800, ge=0)

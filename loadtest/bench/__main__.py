@@ -72,6 +72,7 @@ def ratios(result: dict[str, Any]) -> dict[str, float]:
         "lean_vs_sdk_api_cpu_per_post": get("api_cpu_ms_per_post") / get("api_cpu_ms_per_post_sdk"),
         "api_read_vs_floor": get("api_cpu_ms_per_read") / get("read_floor_cpu_ms"),
         "lean_vs_sdk_single_call": get("single_call_cpu_ms") / get("single_call_cpu_ms_sdk"),
+        "lean_vs_sdk_queue_receive": get("queue_receive_cpu_ms") / get("queue_receive_cpu_ms_sdk"),
         "inactive_worker_cpu_on_vs_off": get("inactive_worker_cpu_ms_per_post")
         / get("inactive_worker_cpu_ms_per_post_off"),
         "inactive_return_vs_rebuilt_first_page": get("inactive_return_first_page_ms")

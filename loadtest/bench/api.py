@@ -30,6 +30,7 @@ from loadtest.bench.harness import (
     write_rows,
 )
 from loadtest.bench.measure import cpu_seconds, delta, profiled, scrape
+from loadtest.bench.queue_calls import queue_call_costs
 from loadtest.bench.read_steps import read_steps
 from loadtest.bench.single_calls import single_calls
 from loadtest.bench.sizes import Sizes
@@ -146,6 +147,7 @@ async def api(sizes: Sizes, profile: Path | None = None) -> dict[str, float]:
             bearer = tokens[owners[0]]["Authorization"].removeprefix("Bearer ")
             steps = await read_steps(storage, sdk_storage, owners[0], bearer, signer)
             steps |= await single_calls(storage, sdk_storage)
+            steps |= await queue_call_costs(strings[0])
     return steps | {
         "api_cpu_ms_per_read": read_ms,
         "api_cpu_ms_per_read_sdk": sdk_read_ms,

@@ -322,7 +322,8 @@ async def test_odd_keys_take_every_call_alike(paths: dict[str, TableClient], pat
 @pytest.mark.parametrize("path", PATHS)
 async def test_a_busy_server_is_retried_as_the_sdk_retries(azurite: Azurite, path: str) -> None:
     """Each call, two 503s then success: three requests. Always busy: the client's retry
-    budget (``StorageOptions.retries``, 2, plus the first: 3 requests), then the 503."""
+    budget (``StorageOptions.retries``, 2, plus the first: 3 requests), then the 503. Each
+    call has one request id, kept over its retries."""
     async with busy_front_on(azurite, ("GET", "POST", "PATCH", "PUT", "DELETE")) as front:
         clients = Clients([front.connection_string()], StorageOptions(lean=path == "lean"))
         clients.open()  # the clients the API builds (retries, backoff), on the front
@@ -349,3 +350,9 @@ async def test_a_busy_server_is_retried_as_the_sdk_retries(azurite: Azurite, pat
             await clients.close()
     code = str(caught.value.error_code)  # type: ignore[attr-defined]
     assert (caught.value.status_code, code) == (503, "TableErrorCode.SERVER_BUSY")
+    # every try carries a client request id; a call's retries share its id, as the SDK's do
+    ids = front.request_ids
+    assert all(ids)
+    assert len(ids) == 3 * (len(steps) + 1)
+    assert [len(set(ids[i : i + 3])) for i in range(0, len(ids), 3)] == [1] * (len(steps) + 1)
+    assert len(set(ids)) == len(steps) + 1

@@ -30,6 +30,13 @@ class RoutedTableClient(TableClient):
     lean = False
 
 
+class RoutedQueueClient(QueueClient):
+    """A queue client that knows whether its receives, sends, updates and deletes take the
+    lean path (``timeline.storage.lean_queue``) or the SDK's own calls."""
+
+    lean = False
+
+
 class Clients:
     """Owns the aiohttp sessions and the table and queue clients of every account.
 
@@ -104,8 +111,14 @@ class Clients:
             **self._transport_kwargs(self._queue_session),
         }
         if side.connection_string is not None:
-            return QueueClient.from_connection_string(side.connection_string, name, **options)
-        return QueueClient(side.url, name, credential=self._credential, **options)
+            client = RoutedQueueClient.from_connection_string(
+                side.connection_string, name, **options
+            )
+        else:
+            client = RoutedQueueClient(side.url, name, credential=self._credential, **options)
+        assert isinstance(client, RoutedQueueClient)
+        client.lean = self._options.lean
+        return client
 
     def service_client(self, account: int) -> TableServiceClient:
         side = self._accounts[account].table

@@ -36,7 +36,7 @@ from azure.data.tables.aio import TableClient
 
 from timeline.model.entities import Page
 from timeline.storage.egt import Part, build_batch, entity_json, parse_batch, row_keys
-from timeline.storage.pipeline import LeanSender
+from timeline.storage.pipeline import LeanSender, table_sender
 
 _INT32 = 2**31
 # The SDK's own conversions and error decoding, so both paths type and fail alike.
@@ -244,7 +244,7 @@ async def _send(client: TableClient, request: HttpRequest) -> AsyncHttpResponse:
     """Through the client's lean sender (``timeline.storage.pipeline``), read whole."""
     sender: LeanSender | None = getattr(client, "lean_sender", None)
     if sender is None:
-        sender = LeanSender(client)
+        sender = table_sender(client)
         client.lean_sender = sender  # type: ignore[attr-defined]
     return await sender.send(request)
 

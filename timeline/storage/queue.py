@@ -30,6 +30,7 @@ from timeline.model.messages import (
     urgency,
 )
 from timeline.model.priority import Priority
+from timeline.storage import queue_calls
 from timeline.storage.accounts import Storage
 from timeline.storage.names import LEGACY_SHARD
 from timeline.storage.placement import hash64
@@ -92,8 +93,8 @@ class Lane:
 
     async def _send(self, content: str, visible_in_s: int | None) -> None:
         async with self._storage.guard(limited=False):
-            await self._queue.send_message(
-                content, time_to_live=-1, visibility_timeout=visible_in_s
+            await queue_calls.send_message(
+                self._queue, content, time_to_live=-1, visibility_timeout=visible_in_s
             )
 
     async def receive(self, count: int, visibility_timeout_s: int) -> list[QueueMessage]:
@@ -101,12 +102,7 @@ class Lane:
         background queue found missing is created (and has nothing yet)."""
         try:
             async with self._storage.guard(limited=False):
-                pager = self._queue.receive_messages(
-                    messages_per_page=count,
-                    max_messages=count,
-                    visibility_timeout=visibility_timeout_s,
-                )
-                return [message async for message in pager]
+                return await queue_calls.receive_messages(self._queue, count, visibility_timeout_s)
         except ResourceNotFoundError:
             if self.level == Priority.HIGH:
                 raise
@@ -130,8 +126,8 @@ class Lane:
     async def extend(self, message: QueueMessage, visibility_timeout_s: int) -> QueueMessage:
         """Renew the lease; the returned message carries the new pop receipt."""
         async with self._storage.guard(limited=False):
-            updated = await self._queue.update_message(
-                message, visibility_timeout=visibility_timeout_s
+            updated = await queue_calls.update_message(
+                self._queue, message, visibility_timeout=visibility_timeout_s
             )
         message.pop_receipt = updated.pop_receipt
         message.next_visible_on = updated.next_visible_on
@@ -144,8 +140,8 @@ class Lane:
         the new pop receipt."""
         content = encode(replacement)
         async with self._storage.guard(limited=False):
-            updated = await self._queue.update_message(
-                message, content=content, visibility_timeout=visibility_timeout_s
+            updated = await queue_calls.update_message(
+                self._queue, message, content, visibility_timeout=visibility_timeout_s
             )
         message.pop_receipt = updated.pop_receipt
         message.next_visible_on = updated.next_visible_on
@@ -160,13 +156,13 @@ class Lane:
         replacement that belongs in the other lane is moved by the worker (``moves``)."""
         delay = math.ceil(visibility_timeout_s)
         async with self._storage.guard(limited=False):
-            await self._queue.update_message(
-                message, content=encode(replacement), visibility_timeout=delay
+            await queue_calls.update_message(
+                self._queue, message, encode(replacement), visibility_timeout=delay
             )
 
     async def delete(self, message: QueueMessage) -> None:
         async with self._storage.guard(limited=False):
-            await self._queue.delete_message(message)
+            await queue_calls.delete_message(self._queue, message)
 
     async def poison(self, message: QueueMessage, reason: str) -> None:
         """Park ``message`` in the shard's poison queue with ``reason``; drop it from this
@@ -178,7 +174,9 @@ class Lane:
             "message_id": message.id,
         }
         async with self._storage.guard(limited=False):
-            await self._poison.send_message(orjson.dumps(record).decode(), time_to_live=-1)
+            await queue_calls.send_message(
+                self._poison, orjson.dumps(record).decode(), time_to_live=-1
+            )
         await self.delete(message)
 
     async def peek(self, count: int = 32) -> list[QueueMessage]:
