@@ -101,17 +101,17 @@
     }
   }
 
-  function openProfile(userId) {
-    if (view.userId === userId) return;
+  function openProfile(userId, { again = false } = {}) {
+    if (view.userId === userId && !again) return;
     view.userId = userId;
     view.generation += 1;
     const generation = view.generation;
-    core.clearMessage("profile-message");
+    if (!again) core.clearMessage("profile-message");
     $("profile-view-avatar").textContent = (userId[0] || "?").toUpperCase();
     $("profile-view-name").textContent = `@${userId}`;
     $("profile-view-id").textContent = `@${userId}`;
     $("profile-view-counts").textContent = "…";
-    window.scrollTo(0, 0);
+    if (!again) window.scrollTo(0, 0);
     loadCounts(userId, generation);
     loadRelations(userId, generation);
     showList("posts");
@@ -183,8 +183,7 @@
     button.disabled = true;
     try {
       await action(userId, button.dataset.on === "true");
-      view.userId = null; // read it all again: counts and buttons
-      openProfile(userId);
+      openProfile(userId, { again: true }); // read it all again: counts and buttons
     } catch (error) {
       core.showError("profile-message", error);
       button.disabled = false;
