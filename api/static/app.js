@@ -202,10 +202,14 @@
   }
 
   // Sort keys for a page's items, in page order; ``above`` is the key of what comes before.
+  // (A page read for the marker gets them too, so its reposts compare like the list's.)
   function keyPage(items, above = null) {
     let previous = above;
     for (const post of items) {
-      if (post.reposted_by && !post.sortKey) post.sortKey = previous ? `${previous}~` : nowKey();
+      const known = timeline.posts.get(post.post_id); // shown already: the same place
+      if (post.reposted_by && !post.sortKey) {
+        post.sortKey = known ? sortKey(known.post) : previous ? `${previous}~` : nowKey();
+      }
       previous = sortKey(post);
     }
   }
@@ -439,6 +443,7 @@
       if (stored.position && page.newest && stored.position !== page.newest) {
         const newer = await readPage({ since: stored.position });
         if (generation !== timeline.generation) return;
+        keyPage(newer.items);
         if (newer.continuation === null) showWhereYouWere(page, newer);
         if (!passes(timeline.newestPost, newer)) return; // another device read further
       }
@@ -481,6 +486,7 @@
         if (marker.position === position) return;
         if (marker.position) {
           const newer = await readPage({ since: marker.position });
+          keyPage(newer.items);
           if (generation !== timeline.generation || !passes(post, newer)) return;
         }
       }

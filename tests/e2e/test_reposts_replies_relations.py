@@ -76,6 +76,8 @@ def test_repost_undo_reply_and_replies(
     bob.wait(lambda: [p["post_id"] for p in shown(bob)] == [original], what="alice's post")
     bob.wait(lambda: shown(bob)[0]["name"] == "Alice A", what="alice's display name")
 
+    plain = api_post(stack, bob_id, bob_token, "bob's own, newer than alice's")
+    bob.wait(lambda: plain in [p["post_id"] for p in shown(bob)], what="bob's post live")
     repost = bob.in_post(original, ".post-actions .post-repost-button")
     assert repost.text == "Repost"
     repost.click()
@@ -83,7 +85,7 @@ def test_repost_undo_reply_and_replies(
     bob.wait(
         lambda: (
             [(e["post_id"], e.get("reposted_by")) for e in home(stack, carol_id, carol_token)]
-            == [(original, bob_id)]
+            == [(original, bob_id), (plain, None)]
         ),
         what="bob's repost in carol's timeline",
     )
@@ -95,13 +97,19 @@ def test_repost_undo_reply_and_replies(
     )
     carol.reload()
     carol.wait(
-        lambda: [(e["post_id"], e["reposted_by"]) for e in shown(carol)] == [(original, bob_id)],
-        what="the repost on carol's page, saying who reposted it",
+        lambda: (
+            [(e["post_id"], e["reposted_by"]) for e in shown(carol)]
+            == [(original, bob_id), (plain, None)]
+        ),
+        what="the repost on carol's page where it was reposted (on top), saying who reposted it",
     )
 
     repost.click()
     bob.wait(lambda: repost.text == "Repost", what="the repost undone")
-    bob.wait(lambda: home(stack, carol_id, carol_token) == [], what="the repost gone from carol's")
+    bob.wait(
+        lambda: [e["post_id"] for e in home(stack, carol_id, carol_token)] == [plain],
+        what="the repost gone from carol's",
+    )
 
     bob.in_post(original, ".post-actions .post-reply-button").click()
     reply_text = bob.in_post(original, ".reply-form .reply-text")
