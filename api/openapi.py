@@ -9,6 +9,7 @@ from aiohttp import web
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
+from api.openapi_tags import annotate
 from api.schemas import ErrorBody, PostRequest
 from timeline.model.keys import (
     IDEMPOTENCY_KEY_PATTERN,
@@ -108,15 +109,17 @@ def build_openapi(
         paths.setdefault(operation.path, {})[operation.method.lower()] = _describe(
             operation, page_size
         )
-    return {
-        "openapi": "3.1.0",
-        "info": {"title": title, "version": version},
-        "paths": paths,
-        "components": {
-            "schemas": schemas,
-            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
-        },
-    }
+    return annotate(
+        {
+            "openapi": "3.1.0",
+            "info": {"title": title, "version": version},
+            "paths": paths,
+            "components": {
+                "schemas": schemas,
+                "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            },
+        }
+    )
 
 
 def _describe(operation: Operation, page_size: int) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The web client: three static files (``api/static``) served at ``/``, read once at start.
+"""The web client: its static files (``api/static``) served at ``/``, read once at start.
 
 Nothing is fetched from elsewhere at run time: the page's Content-Security-Policy allows
 only this origin, so a script or style from a CDN could not load even by mistake.
@@ -15,6 +15,8 @@ from aiohttp.typedefs import Handler
 FILES = {
     "/": ("index.html", "text/html; charset=utf-8"),
     "/web/app.js": ("app.js", "text/javascript; charset=utf-8"),
+    "/web/social.js": ("social.js", "text/javascript; charset=utf-8"),
+    "/web/profile.js": ("profile.js", "text/javascript; charset=utf-8"),
     "/web/style.css": ("style.css", "text/css; charset=utf-8"),
 }
 HEADERS = {

@@ -179,13 +179,47 @@
   // ---------------------------------------------------------------- timeline
 
   // Items are kept in timeline order, newest first: a post id starts with its creation ticks
-  // (16 hex digits), and ties go to the smaller id, as the storage's row keys order them.
+  // (16 hex digits), and ties go to the smaller id, as the storage's row keys order them. A
+  // repost sorts where it was reposted, which its item does not say: it gets the key of the
+  // item above it on its page ("~" sorts it just below that one), or now's ticks when it
+  // comes first or live.
+  const sortKey = (post) => post.sortKey || post.post_id;
+
   function newerFirst(a, b) {
-    const ta = a.post_id.slice(0, 16);
-    const tb = b.post_id.slice(0, 16);
+    const ka = sortKey(a);
+    const kb = sortKey(b);
+    const ta = ka.slice(0, 16);
+    const tb = kb.slice(0, 16);
     if (ta !== tb) return ta > tb ? -1 : 1;
-    if (a.post_id === b.post_id) return 0;
-    return a.post_id < b.post_id ? -1 : 1;
+    if (ka === kb) return 0;
+    return ka < kb ? -1 : 1;
+  }
+
+  const DOTNET_EPOCH_MS = 62135596800000n;
+
+  function nowKey() {
+    return ((BigInt(Date.now()) + DOTNET_EPOCH_MS) * 10000n).toString(16).padStart(16, "0");
+  }
+
+  // Sort keys for a page's items, in page order; ``above`` is the key of what comes before.
+  // (A page read for the marker gets them too, so its reposts compare like the list's.)
+  function keyPage(items, above = null) {
+    let previous = above;
+    for (const post of items) {
+      const known = timeline.posts.get(post.post_id); // shown already: the same place
+      if (post.reposted_by && !post.sortKey) {
+        post.sortKey = known ? sortKey(known.post) : previous ? `${previous}~` : nowKey();
+      }
+      previous = sortKey(post);
+    }
+  }
+
+  function oldestKey() {
+    let oldest = null;
+    for (const entry of timeline.posts.values()) {
+      if (!oldest || newerFirst(entry.post, oldest) > 0) oldest = entry.post;
+    }
+    return oldest ? sortKey(oldest) : null;
   }
 
   const timeline = {
@@ -197,12 +231,34 @@
     shown: 0, // counts insertions: a page read judges only what was shown before it began
   };
 
+  // Other scripts (social.js) add to each post as it is drawn: actions, names, links.
+  const decorators = [];
+
+  function profileLink(link, userId) {
+    link.href = `#/u/${encodeURIComponent(userId)}`;
+    link.dataset.userId = userId;
+  }
+
   function renderPost(post, { fresh = false } = {}) {
     const element = $("post-template").content.firstElementChild.cloneNode(true);
     element.dataset.postId = post.post_id;
     element.dataset.author = post.author;
     element.querySelector(".avatar").textContent = (post.author[0] || "?").toUpperCase();
     element.querySelector(".post-author").textContent = `@${post.author}`;
+    profileLink(element.querySelector(".post-author-link"), post.author);
+    if (post.reposted_by) {
+      element.dataset.repostedBy = post.reposted_by;
+      const by = element.querySelector(".post-reposter");
+      by.textContent = `@${post.reposted_by}`;
+      profileLink(by, post.reposted_by);
+      element.querySelector(".post-repost").hidden = false;
+    }
+    if (post.reply_to && typeof post.reply_to.author === "string") {
+      const to = element.querySelector(".post-replied");
+      to.textContent = `@${post.reply_to.author}`;
+      profileLink(to, post.reply_to.author);
+      element.querySelector(".post-reply-to").hidden = false;
+    }
     const time = element.querySelector(".post-time");
     time.dateTime = post.created_at;
     time.title = new Date(post.created_at).toLocaleString();
@@ -211,8 +267,9 @@
     const remove = element.querySelector(".post-delete");
     if (session && post.author === session.user_id) {
       remove.hidden = false;
-      remove.addEventListener("click", () => deletePost(post, remove));
+      remove.addEventListener("click", () => confirmDelete(element, post));
     }
+    decorators.forEach((decorate) => decorate(element, post));
     if (fresh) {
       element.classList.add("fresh");
       setTimeout(() => element.classList.remove("fresh"), 4000);
@@ -295,9 +352,11 @@
     return gone;
   }
 
+  // An empty list says so (and what to do); "Load more" shows only below posts.
   function updateEmpty() {
-    $("timeline-empty").hidden = timeline.posts.size > 0 || timeline.continuation !== null;
-    $("load-more").hidden = timeline.continuation === null;
+    const empty = timeline.posts.size === 0;
+    $("timeline-empty").hidden = !empty || $("timeline").hasAttribute("aria-busy");
+    $("load-more").hidden = timeline.continuation === null || empty;
   }
 
   function clearTimeline() {
@@ -346,16 +405,21 @@
     try {
       const page = await readPage({});
       if (generation !== timeline.generation) return;
+      keyPage(page.items);
       page.items.forEach((post) => insertRead(page, post));
       timeline.continuation = page.continuation;
       advanceNewest(page.items[0], page.newest);
-      updateEmpty();
       live.start();
       readMarker(page, generation);
+      // a page that showed nothing but has more: look further now, not behind "Load more"
+      for (let pages = 0; pages < 5 && !timeline.posts.size && timeline.continuation; pages += 1) {
+        await loadMore();
+      }
     } catch (error) {
       if (generation === timeline.generation) showError("timeline-message", error);
     } finally {
       $("timeline").removeAttribute("aria-busy");
+      updateEmpty();
     }
   }
 
@@ -379,6 +443,7 @@
       if (stored.position && page.newest && stored.position !== page.newest) {
         const newer = await readPage({ since: stored.position });
         if (generation !== timeline.generation) return;
+        keyPage(newer.items);
         if (newer.continuation === null) showWhereYouWere(page, newer);
         if (!passes(timeline.newestPost, newer)) return; // another device read further
       }
@@ -421,6 +486,7 @@
         if (marker.position === position) return;
         if (marker.position) {
           const newer = await readPage({ since: marker.position });
+          keyPage(newer.items);
           if (generation !== timeline.generation || !passes(post, newer)) return;
         }
       }
@@ -443,6 +509,7 @@
     try {
       const page = await readPage({ continuation: timeline.continuation });
       if (generation !== timeline.generation) return;
+      keyPage(page.items, oldestKey());
       page.items.forEach((post) => insertRead(page, post));
       timeline.continuation = page.continuation;
       if (!timeline.newest) advanceNewest(page.items[0], page.newest);
@@ -466,6 +533,7 @@
     try {
       const page = await readPage({});
       if (generation !== timeline.generation) return 0;
+      keyPage(page.items);
       let added = 0;
       goneFrom(page, before).forEach(removePost);
       page.items.forEach((post) => {
@@ -502,6 +570,7 @@
       for (let pages = 0; pages < 10; pages += 1) {
         const page = await readPage({ since, continuation });
         if (generation !== timeline.generation) return 0;
+        keyPage(page.items);
         let fromPage = 0;
         page.items.forEach((post) => {
           if (insertRead(page, post, { fresh: true })) fromPage += 1;
@@ -518,17 +587,37 @@
     return added;
   }
 
+  // "Delete" asks first, in the post itself: "Delete this post?" with Delete and Cancel.
+  function confirmDelete(element, post) {
+    const ask = element.querySelector(".post-confirm");
+    const remove = element.querySelector(".post-delete");
+    ask.hidden = false;
+    remove.hidden = true;
+    const yes = ask.querySelector(".post-confirm-delete");
+    const no = ask.querySelector(".post-confirm-cancel");
+    const close = () => {
+      ask.hidden = true;
+      remove.hidden = false;
+    };
+    yes.onclick = () => deletePost(post, yes).then((done) => done || close());
+    no.onclick = close;
+    yes.focus();
+  }
+
   async function deletePost(post, button) {
     button.disabled = true;
     try {
       await api("DELETE", userPath(session.user_id, "posts", post.post_id));
       removePost(post.post_id);
+      document.querySelectorAll(`li[data-post-id="${post.post_id}"]`).forEach((li) => li.remove());
       showMessage("timeline-message", "Post deleted.", "ok");
       loadProfile();
+      return true;
     } catch (error) {
       if (error.status === 404) removePost(post.post_id);
       showError("timeline-message", error);
       button.disabled = false;
+      return false;
     }
   }
 
@@ -680,6 +769,7 @@
           return;
         }
         if (!post || typeof post.post_id !== "string") return;
+        if (post.reposted_by) post.sortKey = nowKey(); // reposted just now
         if (!belowLoaded(post)) insertPost(post, { fresh: true });
         // resume from the newest entry seen (a late entry's id is an older position)
         if (advanceNewest(post, event.id)) this.lastEventId = event.id;
@@ -734,8 +824,9 @@
         ...page.items.map((edge) => {
           const item = document.createElement("li");
           item.dataset.userId = edge.user_id;
-          const name = document.createElement("span");
+          const name = document.createElement("a");
           name.textContent = `@${edge.user_id}`;
+          profileLink(name, edge.user_id);
           const button = document.createElement("button");
           button.type = "button";
           button.className = "secondary small";
@@ -806,6 +897,8 @@
     for (const id of ["follow", "compose", "timeline"]) $(id).hidden = false;
     $("welcome").hidden = true;
     document.title = `@${session.user_id} · Timeline`;
+    $("current-user").href = `#/u/${encodeURIComponent(session.user_id)}`;
+    sessionHooks.forEach((hook) => hook(session));
     loadProfile();
     loadFollowing();
     loadTimeline();
@@ -822,6 +915,7 @@
     $("following-list").replaceChildren();
     for (const id of ["follow-message", "compose-message", "timeline-message"]) clearMessage(id);
     document.title = "Timeline";
+    sessionHooks.forEach((hook) => hook(null));
   }
 
   // ---------------------------------------------------------------- wiring
@@ -832,6 +926,8 @@
     const count = $("compose-count");
     count.textContent = String(left);
     count.classList.toggle("over", left < 0);
+    count.title = left < 0 ? `${-left} over the ${MAX_POST_CHARS}-character limit` : "";
+    $("compose-submit").disabled = left < 0 || used === 0;
   }
 
   function wire() {
@@ -953,7 +1049,7 @@
         } catch (error) {
           showError("compose-message", error);
         }
-      });
+      }).then(updateCount);
     });
 
     $("follow-form").addEventListener("submit", (event) => {
@@ -1010,8 +1106,43 @@
     stopLiveUpdates: () => live.stop(),
   });
 
-  wire();
-  updateCount();
-  if (session) showSignedIn();
-  else showSignedOut();
+  // What social.js and profile.js build on (loaded after this script, before the page's
+  // DOMContentLoaded, when the client starts).
+  const sessionHooks = [];
+  window.timelineCore = Object.freeze({
+    MAX_POST_CHARS,
+    api,
+    userPath,
+    withQuery,
+    randomKey,
+    describe,
+    showMessage,
+    showError,
+    clearMessage,
+    busy,
+    formatTime,
+    renderPost,
+    profileLink,
+    removePost,
+    insertPost,
+    mergeFirstPage,
+    follow,
+    unfollow,
+    loadFollowing,
+    loadProfile,
+    session: () => session,
+    shownPosts: () => Array.from(timeline.posts.values(), (entry) => entry.post),
+    decorate: (decorator) => decorators.push(decorator),
+    onSession: (hook) => sessionHooks.push(hook),
+  });
+
+  function start() {
+    wire();
+    updateCount();
+    if (session) showSignedIn();
+    else showSignedOut();
+  }
+
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
+  else start();
 })();

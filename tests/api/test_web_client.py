@@ -14,6 +14,7 @@ from api.web import FILES
 
 @pytest.mark.parametrize(("path", "content_type"), [
     ("/", "text/html"), ("/web/app.js", "text/javascript"), ("/web/style.css", "text/css"),
+    ("/web/social.js", "text/javascript"), ("/web/profile.js", "text/javascript"),
 ])  # fmt: skip
 async def test_the_web_client_is_served(
     client: TestClient[Any, Any], path: str, content_type: str
@@ -35,6 +36,9 @@ async def test_the_page_loads_its_script_and_styles_from_this_origin(
 ) -> None:
     page = await (await client.get("/")).text()
     assert '<script src="/web/app.js"' in page
+    # in this order: each script builds on the one before
+    assert page.index('src="/web/app.js"') < page.index('src="/web/social.js"')
+    assert page.index('src="/web/social.js"') < page.index('src="/web/profile.js"')
     assert 'href="/web/style.css"' in page
     for name, _ in FILES.values():
         text = (resources.files("api") / "static" / name).read_text()

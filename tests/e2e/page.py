@@ -128,10 +128,19 @@ class Page:
     def texts(self) -> list[str]:
         return [post["text"] for post in self.posts()]
 
+    def in_post(self, post_id: str, selector: str, within: str = "#timeline-list") -> Any:
+        """An element of a shown post (not of a reply inside it)."""
+        return self.driver.find_element(
+            By.CSS_SELECTOR, f'{within} li[data-post-id="{post_id}"] > {selector}'
+        )
+
     def delete(self, post_id: str) -> None:
-        self.driver.find_element(
-            By.CSS_SELECTOR, f'#timeline-list li[data-post-id="{post_id}"] .post-delete'
-        ).click()
+        """Delete, and confirm when the post asks."""
+        self.in_post(post_id, ".post-head .post-delete").click()
+        self.wait(
+            lambda: self.in_post(post_id, ".post-confirm").is_displayed(), what="the confirmation"
+        )
+        self.in_post(post_id, ".post-confirm .post-confirm-delete").click()
 
     def live_state(self) -> str:
         return str(self.element("live-status").get_attribute("data-state"))

@@ -29,17 +29,24 @@ def test_bad_input_shows_the_api_error_and_tokens_sign_in_and_out(
     shows_the_api_error(dave, "account-message", "POST", "/users", {"user_id": "not valid!"})
     token = dave.register(dave_id, "Dave")
 
-    dave.fill("compose-text", "   ")  # whitespace only: the API refuses it
-    dave.click("compose-submit")
-    shows_the_api_error(
-        dave, "compose-message", "POST", f"/users/{dave_id}/posts", {"text": "   "}, token
-    )
-    dave.hide("compose-message")
-    dave.fill("compose-text", "x" * 281)
+    dave.fill("compose-text", "   ")  # whitespace only: nothing to post
+    assert not dave.element("compose-submit").is_enabled()
+    dave.fill("compose-text", "x" * 281)  # past the limit: the form says so and refuses it
     assert dave.text("compose-count") == "-1"
+    assert "over" in str(dave.element("compose-count").get_attribute("class"))
+    assert not dave.element("compose-submit").is_enabled()
+    dave.fill("compose-text", "x" * 280)
+    assert dave.text("compose-count") == "0"
+    assert dave.element("compose-submit").is_enabled()
+    bidi = "a\u202eb"  # a bidi override: the form cannot know, the API refuses it
+    dave.driver.execute_script(
+        "const area = document.getElementById('compose-text'); area.value = arguments[0];"
+        " area.dispatchEvent(new Event('input'));",
+        bidi,
+    )
     dave.click("compose-submit")
     shows_the_api_error(
-        dave, "compose-message", "POST", f"/users/{dave_id}/posts", {"text": "x" * 281}, token
+        dave, "compose-message", "POST", f"/users/{dave_id}/posts", {"text": bidi}, token
     )
 
     for target in (unique("nobody"), dave_id, "a/b", "x" * 65):
