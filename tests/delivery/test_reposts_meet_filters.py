@@ -13,13 +13,16 @@ from timeline.delivery.processor import FanoutProcessor
 from timeline.errors import PermissionDeniedError
 from timeline.model.entities import Post
 from timeline.model.keys import new_post_id, now_ticks
-from timeline.model.messages import PostDeleted, Reposted, Unreposted
+from timeline.model.messages import FanoutMessage, PostDeleted, Reposted, Unreposted
+from timeline.model.tokens import TokenSigner
 from timeline.reads.home import HomeTimeline
 from timeline.service.operations import TimelineService
 from timeline.storage.accounts import Storage
 from timeline.storage.calls import Operation, chunked, query_page, submit_batch
 from timeline.storage.names import POSTS, RELATIONS, TIMELINES
+from timeline.storage.queue import FanoutQueue
 from timeline.storage.writer import PartitionWriter
+from timeline.tables.ratelimits import RateLimits
 from timeline.tables.relations import RelationsRepository
 from timeline.tables.repositories import Repositories
 from timeline.tables.reposts import REPLIES_OF, REPOST
@@ -136,13 +139,34 @@ async def test_a_heavily_blocked_readers_own_mutes_still_apply(
     assert hidden.hides(blocked)
 
 
+class _Sent:
+    """The real queue, keeping what was sent through it (to run it here, not in a worker)."""
+
+    def __init__(self, storage: Storage) -> None:
+        self._queue = FanoutQueue(storage)
+        self.messages: list[FanoutMessage] = []
+
+    async def send(self, message: FanoutMessage) -> None:
+        self.messages.append(message)
+        await self._queue.send(message)
+
+
 async def test_a_deleted_replys_index_row_goes(storage: Storage, repos: Repositories) -> None:
     target, replier = await _people(repos, "target", "replier")
     [original] = await add_posts(repos, target, 1)
-    service = _service(storage)
+    sent = _Sent(storage)
+    service = TimelineService(
+        repos,
+        sent,
+        TokenSigner(b"test", token_ttl_s=3600),
+        page_size=250,
+        max_post_chars=280,
+        limits=RateLimits.per_minute(storage, posts=0, writes=0, registrations=0),
+        home=HomeTimeline(storage, max_merged=20),
+    )
     reply = await service.posts.create(replier, replier, "re", reply_to=(target, original.post_id))
     await service.posts.delete(replier, replier, reply.post_id)
-    message = PostDeleted(author=replier, post_id=reply.post_id)
+    [message] = [m for m in sent.messages if isinstance(m, PostDeleted)]
     async with PartitionWriter(storage, TIMELINES, linger_s=0) as writer:
         await run_every_pass(FanoutProcessor.on(storage, writer), message)
     assert await _keys(storage, target, f"{REPLIES_OF}{original.post_id}-") == []

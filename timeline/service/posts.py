@@ -134,7 +134,14 @@ class Posts:
         """Queue the delete, then delete the source row; the worker deletes it too if this
         request dies first, so a queued delete always happens."""
         require_self(actor, author)
-        await self.get(author, post_id)
+        post = await self.get(author, post_id)
         await self._writes.check(actor)
-        await self._queue.send(PostDeleted(author=author, post_id=post_id))
+        await self._queue.send(
+            PostDeleted(
+                author=author,
+                post_id=post_id,
+                reply_author=post.reply_author,
+                reply_post=post.reply_post,
+            )
+        )
         await self._posts.delete(author, post_id)

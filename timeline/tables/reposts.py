@@ -181,6 +181,12 @@ class RepostsRepository:
         }
         await submit_batch(self._storage, POSTS, target_author, [("upsert", row)])
 
+    async def drop_reply(self, target_author: str, target_post: str, reply_id: str) -> None:
+        """Remove a deleted reply's index row (absent: nothing to do)."""
+        key = f"{REPLIES_OF}{target_post}-{post_row_key(reply_id)}"
+        async with self._storage.guard(kind="write-1"):
+            await calls.delete_entity(self._storage.table(POSTS, target_author), target_author, key)
+
     async def replies_page(
         self, author: str, post_id: str, limit: int, continuation: dict[str, str] | None
     ) -> Page[tuple[str, str]]:
