@@ -25,7 +25,7 @@ from timeline.storage.writer import PartitionWriter
 from timeline.tables.ratelimits import RateLimits
 from timeline.tables.relations import RelationsRepository
 from timeline.tables.repositories import Repositories
-from timeline.tables.reposts import REPLIES_OF, REPOST
+from timeline.tables.reposts import REPLIES_OF, REPOST, REPOSTS_OF
 
 
 def _service(storage: Storage) -> TimelineService:
@@ -184,3 +184,16 @@ async def test_an_undone_reposts_row_goes(storage: Storage, repos: Repositories)
     async with PartitionWriter(storage, TIMELINES, linger_s=0) as writer:
         await run_every_pass(FanoutProcessor.on(storage, writer), message)
     assert await _keys(storage, reposter, REPOST) == []
+
+
+async def test_a_deleted_originals_repost_rows_go(storage: Storage, repos: Repositories) -> None:
+    author, reposter = await _people(repos, "author", "reposter")
+    [post] = await add_posts(repos, author, 1)
+    service = _service(storage)
+    await service.reposts.repost(reposter, reposter, author, post.post_id)
+    await service.posts.delete(author, author, post.post_id)
+    async with PartitionWriter(storage, TIMELINES, linger_s=0) as writer:
+        message = PostDeleted(author=author, post_id=post.post_id)
+        await run_every_pass(FanoutProcessor.on(storage, writer), message)
+    assert await _keys(storage, reposter, REPOST) == []
+    assert await _keys(storage, author, REPOSTS_OF) == []

@@ -154,6 +154,21 @@ class RepostsRepository:
                     **if_unchanged(row),
                 )
 
+    async def drop_void(self, reposter: str, post_id: str, repost_id: str) -> None:
+        """Delete the repost's row once void (its undo's last pass: every delivery of it has
+        seen it void or ended, and the API writes it only within its arrival window)."""
+        row = await self.truth(reposter, post_id)
+        if row is None or not row.get("void") or row.get("repost_id") != repost_id:
+            return
+        async with self._storage.guard(kind="write-1"):
+            with suppress(ResourceModifiedError, ResourceNotFoundError):
+                await calls.delete_entity(
+                    self._storage.table(POSTS, reposter),
+                    reposter,
+                    row["RowKey"],
+                    **if_unchanged(row),
+                )
+
     async def reposts_of(self, author: str, post_id: str) -> list[tuple[str, str]]:
         """``(reposter, repost_id)`` of every repost filed under the post."""
         prefix = f"{REPOSTS_OF}{post_id}-"
