@@ -11,6 +11,7 @@ from tests.delivery.helpers import unlimited_service as _unlimited
 from tests.delivery.hybrid_helpers import HYBRID
 from timeline.delivery.processor import FanoutProcessor
 from timeline.errors import PermissionDeniedError
+from timeline.metrics import STORAGE_REQUESTS
 from timeline.model.entities import Post
 from timeline.model.keys import new_post_id, now_ticks
 from timeline.model.messages import FanoutMessage, PostDeleted, Reposted, Unreposted
@@ -197,3 +198,33 @@ async def test_a_deleted_originals_repost_rows_go(storage: Storage, repos: Repos
         await run_every_pass(FanoutProcessor.on(storage, writer), message)
     assert await _keys(storage, reposter, REPOST) == []
     assert await _keys(storage, author, REPOSTS_OF) == []
+
+
+async def _first_lease_requests(storage: Storage, repos: Repositories, reposters: int) -> float:
+    """Storage requests of a delete's first lease, the post reposted by ``reposters`` users
+    with three followers each (follower pages of two)."""
+    author, *names = await _people(repos, "author", *["rp"] * reposters)
+    [post] = await add_posts(repos, author, 1)
+    service = _service(storage)
+    for name in names:
+        for follower in await _people(repos, "f", "f", "f"):
+            await add_follow(repos, follower, name)
+        await service.reposts.repost(name, name, author, post.post_id)
+    await service.posts.delete(author, author, post.post_id)
+    async with PartitionWriter(storage, TIMELINES, linger_s=0) as writer:
+        processor = FanoutProcessor.on(storage, writer, follower_page_size=2)
+        before = STORAGE_REQUESTS._value.get()
+        await processor.handle(PostDeleted(author=author, post_id=post.post_id))
+        return float(STORAGE_REQUESTS._value.get() - before)
+
+
+@pytest.mark.xfail(strict=True, reason="review22: a delete's first lease purges every repost")
+async def test_a_deletes_lease_is_bounded_however_many_reposts(
+    storage: Storage, repos: Repositories
+) -> None:
+    """A lease's work must not grow with the number of reposts (nor their reposters'
+    followers): a post reposted by 12 users costs its delete's first lease what one costs,
+    give or take a page."""
+    one = await _first_lease_requests(storage, repos, 1)
+    many = await _first_lease_requests(storage, repos, 12)
+    assert many <= 2 * one, (one, many)
