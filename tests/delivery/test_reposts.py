@@ -14,7 +14,7 @@ from tests.delivery.helpers import (
     run_every_pass,
     unlimited_service,
 )
-from timeline.delivery.outcomes import DONE, Continue
+from timeline.delivery.outcomes import DONE, Continue, Defer
 from timeline.delivery.processor import FanoutProcessor
 from timeline.delivery.repost import repost_copy
 from timeline.model.messages import PostCreated, PostDeleted, Reposted, Unreposted
@@ -143,7 +143,8 @@ async def test_an_unrepost_removes_its_copies_and_repeats_harmlessly(
         await service.reposts.unrepost(reposter, reposter, post.post_id)  # idempotent
         await run_every_pass(worker, undo)
         await run_every_pass(worker, undo)  # redone: nothing changes
-        assert await worker.handle(message) == DONE  # a late redelivery copies nothing
+        late = await worker.handle(message)  # a late redelivery copies nothing: it ends, or
+        assert late == DONE or isinstance(late, Defer)  # waits (the void row went, still young)
     assert await _shown(repos, reader) == []
     assert await repos.reposts.live_id(reposter, post.post_id) is None
 

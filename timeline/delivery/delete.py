@@ -31,6 +31,10 @@ class PostRetraction:
         author, post_id = message.author, message.post_id
         if message.cursor is None and not message.confirm:
             await self._repos.posts.delete(author, post_id)
+            if message.reply_author is not None and message.reply_post is not None:
+                await self._repos.reposts.drop_reply(
+                    message.reply_author, message.reply_post, post_id
+                )
         merged = message.merged
         if message.cursor is None:
             merged = self._never_copied(await self._repos.audience.mode(author), post_id)

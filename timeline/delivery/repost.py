@@ -157,6 +157,7 @@ class RepostRetraction:
         await reposts.drop_index(
             message.author, message.post_id, message.reposter, message.repost_id
         )
+        await reposts.drop_void(message.reposter, message.post_id, message.repost_id)
         return DONE
 
     async def purge_reposts_of(self, author: str, post_id: str, *, final: bool) -> None:
@@ -177,6 +178,7 @@ class RepostRetraction:
                     break
             if final:
                 await reposts.drop_index(author, post_id, reposter, repost_id)
+                await reposts.drop_void(reposter, post_id, repost_id)
 
 
 def _seconds(message: Reposted) -> float:

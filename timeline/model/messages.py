@@ -70,6 +70,9 @@ class PostDeleted(_Message):
     merged: bool = False
     """Set by the first page when no follower can hold a copy of the post but the author's
     overflow readers: the cursor then walks those."""
+    reply_author: UserId | None = None
+    reply_post: PostId | None = None
+    """A reply's target, whose replies index row the first page drops."""
 
 
 class Followed(_Message):

@@ -18,7 +18,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, replace
 
 from timeline.metrics import RELATION_CHECKS
-from timeline.model.entities import PostRow
+from timeline.model.entities import PostRow, shown_post_id
 from timeline.reads.home import HomeTimeline, Position
 from timeline.tables.relations import Hidden, RelationsRepository
 
@@ -99,9 +99,13 @@ async def visible_rows(
 
 
 def _take(rows: list[PostRow], hidden: Hidden, wanted: int, kept: list[PostRow]) -> int:
-    """Append to ``kept`` the rows not hidden, until it holds ``wanted``; the rows consumed."""
+    """Append to ``kept`` the rows not hidden, until it holds ``wanted``; the rows consumed.
+    A row showing a post that ``kept`` shows already (a refill round's original of an earlier
+    round's repost) is consumed, not kept: a page shows a post once (``shown_once``)."""
+    shown = {shown_post_id(row) for row in kept}
     for index, row in enumerate(rows):
-        if not hidden.hides_row(row):
+        if not hidden.hides_row(row) and shown_post_id(row) not in shown:
+            shown.add(shown_post_id(row))
             kept.append(row)
             if len(kept) == wanted:
                 return index + 1

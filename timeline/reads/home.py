@@ -345,8 +345,10 @@ def _merge(
     kept = own
     if listed:
         skipped = set(listed)
-        kept = _Source(
-            [row for row in own.rows if row["author"] not in skipped], own.more, own.last_key
+        kept = _Source(  # a repost's entry is the reposter's, never a merged author's copy
+            [row for row in own.rows if row.get("reposted_by") or row["author"] not in skipped],
+            own.more,
+            own.last_key,
         )
     sources = [kept, *merged.values()]
     bound = min((source.last_key for source in sources if source.more), default=None)

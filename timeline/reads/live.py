@@ -232,8 +232,8 @@ class TimelineWatch:
         if not FIRST_POST_KEY <= key < META or row.get("void"):
             return None
         post = Post.from_entity(row)
-        if not source and post.author in merged:
-            return None  # merged: its posts come from its own partition
+        if not source and post.author in merged and post.reposted_by is None:
+            return None  # merged: its posts come from its own partition (not its reposts)
         late = landed_at(row) - _made(post.post_id) > self._lookback + timedelta(seconds=OVERLAP_S)
         return None if late else post
 

@@ -59,6 +59,7 @@ class TimelineService:
             keys=keys,
             arrival_window_s=arrival_window_s,
             replies=repositories.reposts,
+            relations=repositories.relations,
         )
         self.reposts = Reposts(
             repositories.posts,
@@ -67,6 +68,7 @@ class TimelineService:
             pager,
             writes=limits.writes,
             arrival_window_s=arrival_window_s,
+            relations=repositories.relations,
         )
         self.follows = Follows(
             users,

@@ -22,9 +22,11 @@ from timeline.model.keys import (
 )
 from timeline.model.messages import PostCreated, PostDeleted
 from timeline.service.accounts import require_self
+from timeline.service.relations import refuse_if_blocked
 from timeline.storage.queue import MessageSender
 from timeline.tables.posts import PostsRepository
 from timeline.tables.ratelimits import RateLimiter
+from timeline.tables.relations import RelationsRepository
 from timeline.tables.reposts import RepostsRepository
 
 log = logging.getLogger(__name__)
@@ -47,8 +49,10 @@ class Posts:
         keys: IdempotencyKeys,
         arrival_window_s: float,
         replies: RepostsRepository,
+        relations: RelationsRepository,
     ) -> None:
         self._posts = posts
+        self._relations = relations
         self._replies = replies
         self._keys = keys
         self._queue = queue
@@ -74,6 +78,8 @@ class Posts:
             text, max_chars=self._max_post_chars, allowed_format=POST_FORMAT_CHARACTERS
         )
         target = None if reply_to is None else await self._reply_target(*reply_to)
+        if target is not None:
+            await refuse_if_blocked(self._relations, author, target.author, "reply to")
         await self._posting.check(author)
         record = None
         if idempotency_key is not None:
@@ -128,7 +134,14 @@ class Posts:
         """Queue the delete, then delete the source row; the worker deletes it too if this
         request dies first, so a queued delete always happens."""
         require_self(actor, author)
-        await self.get(author, post_id)
+        post = await self.get(author, post_id)
         await self._writes.check(actor)
-        await self._queue.send(PostDeleted(author=author, post_id=post_id))
+        await self._queue.send(
+            PostDeleted(
+                author=author,
+                post_id=post_id,
+                reply_author=post.reply_author,
+                reply_post=post.reply_post,
+            )
+        )
         await self._posts.delete(author, post_id)

@@ -7,7 +7,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from timeline.errors import ConflictError, InvalidInputError
+from timeline.errors import ConflictError, InvalidInputError, PermissionDeniedError
 from timeline.model.keys import format_time, validate_user_id
 from timeline.service.accounts import require_self, require_user
 from timeline.service.follows import Follows
@@ -129,6 +129,17 @@ class Relations:
             raise ConflictError(
                 f"a user holds at most {most} {what}: remove one first", code=f"too_many_{what}"
             )
+
+
+async def refuse_if_blocked(
+    relations: RelationsRepository, actor: str, other: str, verb: str
+) -> None:
+    """A repost of, or reply to, a user who blocks the actor or whom it blocks is refused
+    (403 ``blocked``, as a follow): two point reads."""
+    if actor != other and await relations.blocked_either(actor, other):
+        raise PermissionDeniedError(
+            f"{actor} cannot {verb} {other}'s posts: one blocks the other", code="blocked"
+        )
 
 
 def _block_json(item: tuple[str, datetime]) -> dict[str, Any]:

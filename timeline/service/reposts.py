@@ -21,9 +21,11 @@ from timeline.model.keys import (
 from timeline.model.messages import Reposted, Unreposted
 from timeline.service.accounts import require_self
 from timeline.service.paging import PageOut, Pager
+from timeline.service.relations import refuse_if_blocked
 from timeline.storage.queue import MessageSender
 from timeline.tables.posts import PostsRepository
 from timeline.tables.ratelimits import RateLimiter
+from timeline.tables.relations import RelationsRepository
 from timeline.tables.reposts import RepostsRepository, live_replies
 
 
@@ -39,8 +41,10 @@ class Reposts:
         *,
         writes: RateLimiter,
         arrival_window_s: float,
+        relations: RelationsRepository,
     ) -> None:
         self._posts = posts
+        self._relations = relations
         self._reposts = reposts
         self._queue = queue
         self._pager = pager
@@ -53,6 +57,7 @@ class Reposts:
         original = await self.target(author, post_id, code="post_not_found")
         existing = await self._reposts.live_id(reposter, post_id)
         if existing is None:
+            await refuse_if_blocked(self._relations, reposter, author, "repost")
             await self._writes.check(actor)
             ticks = now_ticks()
             existing = new_post_id(ticks)

@@ -36,8 +36,11 @@ MAX_BLOCKS = 1000
 MAX_MUTES = 1000
 MAX_HIDDEN_PAGES = 4
 """The most queries a read spends loading its reader's relations (1,000 rows each): the
-reader's own blocks and mutes fit in two; the rest is room for "blocked by" rows."""
+whole partition's first page, the reader's own blocks and mutes (up to two, read before more
+"blocked by" rows, which sort first), then "blocked by" rows."""
 _RANGE = "PartitionKey eq @pk and RowKey ge @low and RowKey lt @high"
+_FROM = _RANGE
+_AFTER = "PartitionKey eq @pk and RowKey gt @after and RowKey lt @high"
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,37 +150,54 @@ class RelationsRepository:
         return Page([_mute(row) for row in page.items], page.continuation)
 
     async def hidden(self, reader: str, now: float | None = None) -> tuple[Hidden, int]:
-        """What the reader's blocks (either way) and live mutes hide, and the queries it took."""
+        """What the reader's blocks (either way) and live mutes hide, and the queries it took:
+        one for most readers (the whole partition); past 1,000 rows, the reader's own blocks
+        and mutes first (``B-`` sorts before ``b-`` and ``m-``), then more "blocked by"."""
         moment = time.time() if now is None else now
         authors: set[str] = set()
         reposters: set[str] = set()
-        continuation: dict[str, str] | None = None
-        queries = 0
-        while queries < MAX_HIDDEN_PAGES:
-            queries += 1
-            async with self._storage.guard(kind="query-1000"):
-                page = await query_page(
-                    self._storage.reader(RELATIONS, reader),
-                    PARTITION,
-                    {"pk": reader},
-                    select=["RowKey", "expires_at", "reposts"],
-                    limit=1000,
-                    continuation=continuation,
-                )
-            for row in page.items:
-                key = str(row["RowKey"])
-                prefix, other = key[:2], key[2:]
-                if prefix in (BLOCK, BLOCKED_BY):
-                    authors.add(other)
-                    reposters.add(other)
-                elif prefix == MUTED and _mute(row).applies(moment):
-                    authors.add(other)
-                    if row.get("reposts", True):
-                        reposters.add(other)
-            continuation = page.continuation
-            if continuation is None:
-                break
+        first = await self._hidden_page(reader, PARTITION, {"pk": reader}, None)
+        _absorb(first.items, moment, authors, reposters)
+        queries = 1
+        if first.continuation is not None:
+            low = {"pk": reader, "low": BLOCK, "high": "~"}
+            own: dict[str, str] | None = None
+            while queries < MAX_HIDDEN_PAGES:
+                page = await self._hidden_page(reader, _FROM, low, own)
+                queries += 1
+                _absorb(page.items, moment, authors, reposters)
+                own = page.continuation
+                if own is None:
+                    break
+            last = str(first.items[-1]["RowKey"]) if first.items else ""
+            after = last if last.startswith(BLOCKED_BY) else ""  # else: every B- row was read
+            more = {"pk": reader, "after": after, "high": BLOCKED_BY[0] + "."}
+            rest: dict[str, str] | None = None
+            while queries < MAX_HIDDEN_PAGES and after.startswith(BLOCKED_BY):
+                page = await self._hidden_page(reader, _AFTER, more, rest)
+                queries += 1
+                _absorb(page.items, moment, authors, reposters)
+                rest = page.continuation
+                if rest is None:
+                    break
         return Hidden(frozenset(authors), frozenset(reposters)), queries
+
+    async def _hidden_page(
+        self,
+        reader: str,
+        query_filter: str,
+        parameters: dict[str, str],
+        continuation: dict[str, str] | None,
+    ) -> Page[TableEntity]:
+        async with self._storage.guard(kind="query-1000"):
+            return await query_page(
+                self._storage.reader(RELATIONS, reader),
+                query_filter,
+                parameters,
+                select=["RowKey", "expires_at", "reposts"],
+                limit=1000,
+                continuation=continuation,
+            )
 
     async def _range(
         self,
@@ -205,6 +225,20 @@ class RelationsRepository:
     async def _delete(self, user: str, key: str) -> None:
         async with self._storage.guard(kind="write-1"):
             await calls.delete_entity(self._storage.table(RELATIONS, user), user, key)
+
+
+def _absorb(rows: list[TableEntity], moment: float, authors: set[str], reposters: set[str]) -> None:
+    """Add what each relation row hides (a mute only while it applies)."""
+    for row in rows:
+        key = str(row["RowKey"])
+        prefix, other = key[:2], key[2:]
+        if prefix in (BLOCK, BLOCKED_BY):
+            authors.add(other)
+            reposters.add(other)
+        elif prefix == MUTED and _mute(row).applies(moment):
+            authors.add(other)
+            if row.get("reposts", True):
+                reposters.add(other)
 
 
 def _mute(row: TableEntity) -> Mute:

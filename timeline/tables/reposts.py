@@ -154,6 +154,21 @@ class RepostsRepository:
                     **if_unchanged(row),
                 )
 
+    async def drop_void(self, reposter: str, post_id: str, repost_id: str) -> None:
+        """Delete the repost's row once void (its undo's last pass: every delivery of it has
+        seen it void or ended, and the API writes it only within its arrival window)."""
+        row = await self.truth(reposter, post_id)
+        if row is None or not row.get("void") or row.get("repost_id") != repost_id:
+            return
+        async with self._storage.guard(kind="write-1"):
+            with suppress(ResourceModifiedError, ResourceNotFoundError):
+                await calls.delete_entity(
+                    self._storage.table(POSTS, reposter),
+                    reposter,
+                    row["RowKey"],
+                    **if_unchanged(row),
+                )
+
     async def reposts_of(self, author: str, post_id: str) -> list[tuple[str, str]]:
         """``(reposter, repost_id)`` of every repost filed under the post."""
         prefix = f"{REPOSTS_OF}{post_id}-"
@@ -180,6 +195,12 @@ class RepostsRepository:
             "post": reply.post_id,
         }
         await submit_batch(self._storage, POSTS, target_author, [("upsert", row)])
+
+    async def drop_reply(self, target_author: str, target_post: str, reply_id: str) -> None:
+        """Remove a deleted reply's index row (absent: nothing to do)."""
+        key = f"{REPLIES_OF}{target_post}-{post_row_key(reply_id)}"
+        async with self._storage.guard(kind="write-1"):
+            await calls.delete_entity(self._storage.table(POSTS, target_author), target_author, key)
 
     async def replies_page(
         self, author: str, post_id: str, limit: int, continuation: dict[str, str] | None
