@@ -11,12 +11,26 @@ from importlib import resources
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+# The scripts: app.js (start-up) and the ES modules it imports, then social.js and profile.js
+# (classic scripts on top of window.timelineCore).
+SCRIPTS = (
+    "app.js",
+    "api.js",
+    "ui.js",
+    "timeline.js",
+    "paging.js",
+    "markers.js",
+    "stream.js",
+    "compose.js",
+    "following.js",
+    "account.js",
+    "social.js",
+    "profile.js",
+)
 # URL path -> (file under api/static, content type)
 FILES = {
     "/": ("index.html", "text/html; charset=utf-8"),
-    "/web/app.js": ("app.js", "text/javascript; charset=utf-8"),
-    "/web/social.js": ("social.js", "text/javascript; charset=utf-8"),
-    "/web/profile.js": ("profile.js", "text/javascript; charset=utf-8"),
+    **{f"/web/{name}": (name, "text/javascript; charset=utf-8") for name in SCRIPTS},
     "/web/style.css": ("style.css", "text/css; charset=utf-8"),
 }
 HEADERS = {

@@ -1,0 +1,106 @@
+// The people this user follows: the sidebar list, follow and unfollow.
+
+import { api, session, userPath } from "./api.js";
+import { loadProfile } from "./account.js";
+import { mergeFirstPage } from "./paging.js";
+import { profileLink, removePost, timeline } from "./timeline.js";
+import { $, busy, showError, showMessage } from "./ui.js";
+
+export async function loadFollowing() {
+  if (!session) return;
+  const userId = session.user_id;
+  try {
+    const page = await api("GET", userPath(userId, "following"), { auth: false });
+    if (!session || session.user_id !== userId) return;
+    const list = $("following-list");
+    list.replaceChildren(
+      ...page.items.map((edge) => {
+        const item = document.createElement("li");
+        item.dataset.userId = edge.user_id;
+        const name = document.createElement("a");
+        name.textContent = `@${edge.user_id}`;
+        profileLink(name, edge.user_id);
+        const button = document.createElement("button");
+        button.type = "button";
+        button.className = "secondary small";
+        button.textContent = "Unfollow";
+        button.addEventListener("click", () => unfollow(edge.user_id, button));
+        item.append(name, button);
+        return item;
+      }),
+    );
+    if (page.continuation) {
+      const more = document.createElement("li");
+      more.className = "muted small";
+      more.textContent = "…and more";
+      list.append(more);
+    }
+    $("following-empty").hidden = page.items.length > 0;
+  } catch (error) {
+    showError("follow-message", error);
+  }
+}
+
+export async function follow(target) {
+  await api("PUT", userPath(session.user_id, "following", target));
+  showMessage("follow-message", `Following @${target}. Their recent posts will appear shortly.`, "ok");
+  $("follow-target").value = "";
+  loadFollowing();
+  loadProfile();
+  // the backfill of their recent posts is asynchronous: look for it twice
+  const generation = timeline.generation;
+  for (const delay of [1500, 5000]) {
+    setTimeout(() => {
+      if (session && generation === timeline.generation) mergeFirstPage();
+    }, delay);
+  }
+}
+
+export async function unfollow(target, button) {
+  if (button) button.disabled = true;
+  try {
+    await api("DELETE", userPath(session.user_id, "following", target));
+    for (const entry of Array.from(timeline.posts.values())) {
+      if (entry.post.author === target) removePost(entry.post.post_id);
+    }
+    showMessage("follow-message", `Unfollowed @${target}.`, "ok");
+    loadFollowing();
+    loadProfile();
+    return true;
+  } catch (error) {
+    showError("follow-message", error);
+    if (button) button.disabled = false;
+    return false;
+  }
+}
+
+// The sidebar's follow form: Follow and Unfollow by user id.
+export function wireFollowing() {
+  $("follow-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    const form = event.currentTarget;
+    const target = $("follow-target").value.trim();
+    if (!target) {
+      showMessage("follow-message", "Enter the user id to follow.", "error");
+      return;
+    }
+    busy(form, async () => {
+      try {
+        await follow(target);
+      } catch (error) {
+        showError("follow-message", error);
+      }
+    });
+  });
+
+  $("unfollow-submit").addEventListener("click", () => {
+    const target = $("follow-target").value.trim();
+    if (!target) {
+      showMessage("follow-message", "Enter the user id to unfollow.", "error");
+      return;
+    }
+    busy($("follow-form"), async () => {
+      if (await unfollow(target)) $("follow-target").value = "";
+    });
+  });
+}
