@@ -218,7 +218,6 @@ async def _first_lease_requests(storage: Storage, repos: Repositories, reposters
         return float(STORAGE_REQUESTS._value.get() - before)
 
 
-@pytest.mark.xfail(strict=True, reason="review22: a delete's first lease purges every repost")
 async def test_a_deletes_lease_is_bounded_however_many_reposts(
     storage: Storage, repos: Repositories
 ) -> None:

@@ -71,7 +71,7 @@ class FanoutProcessor:
         self._posts = PostDelivery(context, self._feed)
         self._reposts = RepostDelivery(context, self._feed)
         self._unreposts = RepostRetraction(context, self._feed)
-        self._deletes = PostRetraction(context, self._feed, self._unreposts)
+        self._deletes = PostRetraction(context, self._feed)
         self._follows = FollowChanges(context, self._feed)
         self._regrades = Regrading(context, self._feed)
         self._wakes = Waking(context, self._feed, inactivity or Inactivity())

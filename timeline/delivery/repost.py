@@ -1,5 +1,5 @@
-"""A repost's delivery (``Reposted``) and its removal (``Unreposted``, and a delete of the
-original, which removes every repost of it).
+"""A repost's delivery (``Reposted``) and its removal (``Unreposted``; a delete of the
+original removes every repost of it: ``timeline.delivery.repost_purge``).
 
 A repost's copy in a reader's timeline is keyed by the repost's id (``post_row_key``), so it
 sorts where it was reposted, two reposts of one post are two rows (each removable on its
@@ -131,8 +131,8 @@ class RepostDelivery:
 
 
 class RepostRetraction:
-    """Removes a repost's copies: on un-repost, page by page and again a sweep delay later;
-    and every repost of a deleted original (``purge_reposts_of``)."""
+    """Removes a repost's copies on un-repost: page by page, and again a sweep delay later
+    (a deleted original's reposts: ``timeline.delivery.repost_purge``)."""
 
     def __init__(self, context: Context, feed: Feed) -> None:
         self._ctx = context
@@ -159,26 +159,6 @@ class RepostRetraction:
         )
         await reposts.drop_void(message.reposter, message.post_id, message.repost_id)
         return DONE
-
-    async def purge_reposts_of(self, author: str, post_id: str, *, final: bool) -> None:
-        """Remove every repost of a deleted post, each from every follower of its reposter
-        (all pages, in this lease); ``final`` (the delete's second pass) also drops the
-        index rows, which the first pass must leave for the second to read."""
-        reposts = self._repos.reposts
-        for reposter, repost_id in await reposts.reposts_of(author, post_id):
-            await reposts.remove(reposter, post_id, repost_id)
-            cursor: dict[str, str] | None = None
-            while True:
-                page = await self._repos.follows.follower_ids_page(
-                    reposter, self._ctx.page_size, cursor
-                )
-                await self._feed.unpush(page.items, repost_id)
-                cursor = page.continuation
-                if cursor is None:
-                    break
-            if final:
-                await reposts.drop_index(author, post_id, reposter, repost_id)
-                await reposts.drop_void(reposter, post_id, repost_id)
 
 
 def _seconds(message: Reposted) -> float:

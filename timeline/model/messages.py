@@ -5,7 +5,15 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, TypeAdapter, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    TypeAdapter,
+    ValidationError,
+    model_validator,
+)
 
 from timeline.errors import MalformedMessageError
 from timeline.model.keys import POST_ID_PATTERN, USER_ID_PATTERN
@@ -57,10 +65,24 @@ class PostCreated(_Message):
     the author's overflow readers, not its followers (``timeline.tables.audience``)."""
 
 
+class RepostsPosition(BaseModel):
+    """Where a delete's purge of its original's reposts resumes, in the original's repost
+    index (``timeline.delivery.repost_purge``): after ``reposter``'s row (None: from the
+    first), or, with ``followers``, inside it: that row's followers from there on, if it still
+    names ``repost_id``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    reposter: UserId | None = None
+    repost_id: PostId | None = None
+    followers: Cursor | None = None
+
+
 class PostDeleted(_Message):
     """Remove the post from one page of followers' timelines, starting at ``cursor``; the
-    first page (no cursor) also deletes the source row and the author's own copy. After the
-    last page the message comes back once more, ``confirm``ed, to sweep late writes."""
+    first page (no cursor) also deletes the source row and the author's own copy. Then its
+    reposts, a few per lease, from ``reposts`` on. After the last step the message comes back
+    once more, ``confirm``ed, to sweep late writes."""
 
     type: Literal["delete"] = "delete"
     author: UserId
@@ -73,6 +95,15 @@ class PostDeleted(_Message):
     reply_author: UserId | None = None
     reply_post: PostId | None = None
     """A reply's target, whose replies index row the first page drops."""
+    reposts: RepostsPosition | None = None
+    """Set once the readers' pages are done and the purge of the reposts has more to do."""
+
+    @model_validator(mode="after")
+    def _one_cursor(self) -> PostDeleted:
+        """One cursor at a time (the readers' or the reposts'): the message stays small."""
+        if self.reposts is not None and self.cursor is not None:
+            raise ValueError("a delete walks its readers or its reposts, not both at once")
+        return self
 
 
 class Followed(_Message):
@@ -165,7 +196,7 @@ def urgency(message: FanoutMessage) -> Priority:
     unfollow's first purge, and a returning reader's wake; everything after them, and every
     backfill and regrade, is background work."""
     match message:
-        case PostCreated(cursor=None) | PostDeleted(cursor=None, confirm=False):
+        case PostCreated(cursor=None) | PostDeleted(cursor=None, confirm=False, reposts=None):
             return Priority.HIGH
         case Reposted(cursor=None) | Unreposted(cursor=None, confirm=False):
             return Priority.HIGH

@@ -175,6 +175,28 @@ class RepostsRepository:
         rows = await self._range(author, prefix, 1000, None, follow=True)
         return [(str(row["reposter"]), str(row["repost_id"])) for row in rows.items]
 
+    async def reposts_page(
+        self,
+        author: str,
+        post_id: str,
+        after: str | None,
+        limit: int,
+        continuation: dict[str, str] | None = None,
+    ) -> Page[tuple[str, str]]:
+        """One query's worth of ``(reposter, repost_id)`` filed under the post, in reposter
+        order, after ``after``'s row (None: from the first); ``continuation`` None when none
+        are left."""
+        prefix = f"{REPOSTS_OF}{post_id}-"
+        first = prefix + (after or "")
+        rows = await self._range(author, prefix, limit, continuation, first=first)
+        found = [(str(row["reposter"]), str(row["repost_id"])) for row in rows.items]
+        return Page(found, rows.continuation)
+
+    async def indexed_id(self, author: str, post_id: str, reposter: str) -> str | None:
+        """The repost the post's index row for ``reposter`` names, if the row is there."""
+        row = await get_entity(self._storage, POSTS, author, f"{REPOSTS_OF}{post_id}-{reposter}")
+        return None if row is None else str(row["repost_id"])
+
     async def drop_index(self, author: str, post_id: str, reposter: str, repost_id: str) -> None:
         """Remove the index row if it still names this repost."""
         row = await get_entity(self._storage, POSTS, author, f"{REPOSTS_OF}{post_id}-{reposter}")
@@ -218,15 +240,18 @@ class RepostsRepository:
         continuation: dict[str, str] | None,
         *,
         follow: bool = False,
+        first: str | None = None,
     ) -> Page[TableEntity]:
-        """Rows whose key starts with ``prefix``: one query, or every page (``follow``)."""
+        """Rows whose key starts with ``prefix`` (and sorts after ``first``): one query, or
+        every page (``follow``)."""
         items: list[TableEntity] = []
+        bounds = {"pk": partition, "first": first or prefix, "end": _range_end(prefix)}
         while True:
             async with self._storage.guard():
                 page = await query_page(
                     self._storage.reader(POSTS, partition),
                     _RANGE,
-                    {"pk": partition, "first": prefix, "end": _range_end(prefix)},
+                    bounds,
                     select=None,
                     limit=limit,
                     continuation=continuation,
