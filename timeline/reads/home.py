@@ -297,7 +297,9 @@ class HomeTimeline:
             target
             for author, source in merged.items()
             for row in source.rows
-            if (target := row.get("reply_author")) and target not in (author, owner)
+            if author != owner  # the reader's own replies: its own posts, always shown
+            and (target := row.get("reply_author"))
+            and target not in (author, owner)
         }
         if not targets:
             return merged
@@ -367,7 +369,7 @@ def _merge(
 
 def _shown(row: PostRow, author: str, owner: str, followed: set[str]) -> bool:
     target = row.get("reply_author")
-    return not target or target in (author, owner) or target in followed
+    return not target or owner in (author, target) or target == author or target in followed
 
 
 def shown_once(rows: list[PostRow]) -> list[PostRow]:
