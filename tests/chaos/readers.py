@@ -59,8 +59,8 @@ async def reading(clients: Clients, truth: Truth) -> AsyncIterator[None]:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-    if failures:
-        raise failures[0]
+        if failures:  # the cause of whatever else failed meanwhile (readers left dormant)
+            raise failures[0]
 
 
 async def quiesce(storage: Storage, truth: Truth) -> None:

@@ -34,4 +34,5 @@ async def test_chaos(seed: int, variant: str, tmp_path: Path) -> None:
     assert report.reads["dormant"] > 0, "no reader was read while dormant"
     assert report.reads["waking"] > 0, "no reader was read while its wake ran"
     assert report.repost_entries > 0, "no repost reached a home timeline"
-    assert report.requests["block"] and report.requests["mute"], "no block or mute was made"
+    assert report.requests["block"] > 0, "no block was made"
+    assert report.requests["mute"] > 0, "no mute was made"
