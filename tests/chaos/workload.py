@@ -29,6 +29,11 @@ sweep interval and the marks, with room to spare."""
 
 MUTE_SHORT_S = 5.0
 """The longest short mute: it ends within the run or while the queues drain."""
+RELATE = (
+    "repost", "mute", "block", "repost", "unrepost", "repost",
+    "mute", "unblock", "repost", "unmute", "unrepost", "block",
+)  # fmt: skip
+"""The relation actions in turn: reposts most, a block or a mute every few."""
 Item = dict[str, Any]
 """A home timeline entry as the API serves it."""
 
@@ -50,6 +55,7 @@ class Clients:
         """Every (follower, target) pair a follow was ever sent for."""
         self.reposted: dict[str, list[str]] = {}
         self.short_expiry = 0.0
+        self._relates = 0
         """The latest short mute expiry asked for (epoch seconds)."""
 
     async def register_all(self) -> None:
@@ -121,17 +127,17 @@ class Clients:
         user, other = rng.sample(users, 2)
         roll = rng.random()
         follow_share = 0.25 if growing else 0.08
-        if roll < 0.25:
+        if roll < 0.2:
             await self._act(
                 "post", "POST", f"/users/{user}/posts", user, {"text": f"t{rng.random()}"}
             )
-        elif roll < 0.33:
+        elif roll < 0.28:
             await self._reply(user, other)
-        elif roll < 0.43:
+        elif roll < 0.36:
             await self._delete_one(user)
-        elif roll < 0.53:
+        elif roll < 0.56:
             await self._relate(user, other)
-        elif roll < 0.53 + follow_share:
+        elif roll < 0.56 + follow_share:
             await self._follow(user, other)
         elif roll < 0.95:
             await self._act("unfollow", "DELETE", f"/users/{user}/following/{other}", user)
@@ -148,26 +154,26 @@ class Clients:
         await self._act(kind, "PUT", f"/users/{user}/following/{other}{choice}", user)
 
     async def _relate(self, user: str, other: str) -> None:
-        """A repost or its undo, a block or unblock, a mute or unmute."""
-        roll = self._rng.random()
-        if roll < 0.45:
+        """A repost or its undo, a block or unblock, a mute or unmute: in turn (``RELATE``),
+        so even a short run makes each."""
+        kind = RELATE[self._relates % len(RELATE)]
+        self._relates += 1
+        if kind == "repost":
             post = await self._pick_post(self._rng.choice([user, other, other]))
             if post is not None:
                 self.reposted.setdefault(user, []).append(post["post_id"])
                 body = {"author": post["author"], "post_id": post["post_id"]}
                 await self._act("repost", "POST", f"/users/{user}/reposts", user, body)
-        elif roll < 0.65:
+        elif kind == "unrepost":
             if self.reposted.get(user):
                 post_id = self._rng.choice(self.reposted[user])
                 await self._act("unrepost", "DELETE", f"/users/{user}/reposts/{post_id}", user)
-        elif roll < 0.72:
-            await self._act("block", "PUT", f"/users/{user}/blocks/{other}", user)
-        elif roll < 0.8:
-            await self._act("unblock", "DELETE", f"/users/{user}/blocks/{other}", user)
-        elif roll < 0.92:
+        elif kind == "mute":
             await self._act("mute", "PUT", f"/users/{user}/mutes/{other}", user, self._mute())
         else:
-            await self._act("unmute", "DELETE", f"/users/{user}/mutes/{other}", user)
+            method = "PUT" if kind == "block" else "DELETE"
+            noun = "blocks" if kind.endswith("block") else "mutes"
+            await self._act(kind, method, f"/users/{user}/{noun}/{other}", user)
 
     def _mute(self) -> dict[str, Any]:
         """A mute's body: with or without reposts; no expiry, a short one, or a long one."""
