@@ -71,6 +71,7 @@ async def check_end_state(storage: Storage, truth: Truth, report: Report) -> Non
         rows = [row for row in await _all(repos.timelines.page, reader) if row.author not in listed]
         report.timeline_rows += len(rows)
         _check_copies(reader, rows, stored, listed, live)
+        report.repost_rows += sum(1 for row in rows if row.original)
         for author in authors[1:]:
             if modes[author].state == MERGED and author not in listed:
                 overflow = await repos.audience.copy_etag(author, reader)
