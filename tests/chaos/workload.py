@@ -230,8 +230,11 @@ class Clients:
                         return {}
                     if response.status == 404:
                         return None  # a post deleted by another client meanwhile
-                    if response.status == 403 and method == "PUT" and "/following/" in path:
-                        return None  # a follow refused by a block (``blocked``)
+                    if (
+                        response.status == 403
+                        and (await response.json())["error"]["code"] == "blocked"
+                    ):
+                        return None  # a follow, repost or reply refused by a block
                     assert response.status == 503, f"{method} {path}: {response.status}"
             except (aiohttp.ClientError, TimeoutError):
                 pass
