@@ -31,9 +31,10 @@ MUTE_SHORT_S = 5.0
 """The longest short mute: it ends within the run or while the queues drain."""
 RELATE = (
     "repost", "mute", "block", "repost", "unrepost", "repost",
-    "mute", "unblock", "repost", "unmute", "unrepost", "block",
+    "unmute", "unblock", "repost", "mute", "unrepost", "repost",
 )  # fmt: skip
-"""The relation actions in turn: reposts most, a block or a mute every few."""
+"""The relation actions in turn: reposts most, a mute every six, a block every twelve (each
+ends follows both ways: more would keep authors from crossing the hybrid threshold)."""
 Item = dict[str, Any]
 """A home timeline entry as the API serves it."""
 
@@ -126,7 +127,7 @@ class Clients:
         rng, users = self._rng, sorted(self.tokens)
         user, other = rng.sample(users, 2)
         roll = rng.random()
-        follow_share = 0.25 if growing else 0.08
+        follow_share = 0.3 if growing else 0.08
         if roll < 0.2:
             await self._act(
                 "post", "POST", f"/users/{user}/posts", user, {"text": f"t{rng.random()}"}
