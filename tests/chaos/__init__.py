@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from pathlib import Path
 
 import aiohttp
@@ -55,8 +56,9 @@ from tests.chaos.cluster import (
     break_things,
 )
 from tests.chaos.invariants import check_end_state, check_placement, settle
-from tests.chaos.readers import Truth, check_flags, check_reads, quiesce, reading
+from tests.chaos.readers import check_flags, check_reads, quiesce, reading
 from tests.chaos.report import Report
+from tests.chaos.truth import Truth
 from tests.chaos.workload import CLIENTS, Clients
 from tests.conftest import eventually
 from timeline.storage.accounts import Storage
@@ -89,7 +91,7 @@ async def run(
             await eventually(lambda: _ready(session), timeout_s=30, what="the API")
             clients = Clients(session, rng, report)
             await clients.register_all()
-            truth = Truth(peek, sorted(clients.tokens), TIMELINE_CAP)
+            truth = Truth(peek, sorted(clients.tokens), TIMELINE_CAP)  # for dormancy states
             until = asyncio.get_running_loop().time() + duration_s
             async with asyncio.TaskGroup() as group:
                 for _ in range(CLIENTS):
@@ -101,7 +103,11 @@ async def run(
             assert not cluster.crashed(), f"processes died on their own: {cluster.crashed()}"
             async with Storage(cluster.connection_strings) as storage:
                 await settle(storage, report)
-                truth = Truth(storage, sorted(clients.tokens), TIMELINE_CAP)
+                await eventually(  # the short mutes end before the truth is taken
+                    lambda: _past(clients.short_expiry), timeout_s=30, what="short mutes"
+                )
+                users = sorted(clients.tokens)
+                truth = Truth(storage, users, TIMELINE_CAP, clients.asked_to_follow)
                 await truth.load()
                 states = [await truth.state(reader) for reader in truth.homes]
                 report.dormant_at_end = states.count("dormant")
@@ -109,13 +115,20 @@ async def run(
                 async with reading(clients, truth):
                     await quiesce(storage, truth)
                     await check_flags(storage, truth)
-                    await check_end_state(storage, sorted(clients.tokens), report)
+                    await check_end_state(storage, truth, report)
                 await check_placement(storage)
         report.regrades = cluster.regrades()
+        report.repost_entries = truth.seen.repost_entries
+        report.replies_shown = truth.seen.replies
+        report.optional_replies_shown = truth.seen.optional_replies
     finally:
         await peek.close()
         await cluster.stop()
     return report
+
+
+async def _past(moment: float) -> bool:
+    return time.time() > moment
 
 
 async def _ready(session: aiohttp.ClientSession) -> bool:

@@ -7,9 +7,10 @@ from typing import Any
 
 from tests.chaos.cluster import MAX_MERGED
 from tests.chaos.report import Report
+from tests.chaos.truth import Expect, Hidden, Truth
 from tests.conftest import eventually
 from timeline.errors import StorageUnavailableError
-from timeline.model.entities import Post
+from timeline.model.entities import Post, PostRow, row_json, shown_post_id
 from timeline.reads.home import HomeTimeline, Position
 from timeline.storage.accounts import Storage
 from timeline.storage.counters import count_of
@@ -37,29 +38,30 @@ async def settle(storage: Storage, report: Report) -> None:
     assert poisoned == 0, f"{poisoned} poisoned: {[m.reason for m in await queue.peek_poison()]}"
 
 
-async def check_end_state(storage: Storage, users: list[str], report: Report) -> None:
+async def check_end_state(storage: Storage, truth: Truth, report: Report) -> None:
+    """The tables against the truth (``truth.load`` first): home pages read straight from
+    storage (no blocks or mutes applied), the stored copies, modes, counters, indexes."""
     repos = Repositories.on(storage)
-    live = {user: await _all_posts(repos, user) for user in users}
-    follows = {
-        user: {edge.user_id for edge in await _all(repos.follows.followers_page, user)}
-        for user in users
-    }
+    users = sorted(truth.live)
+    live = {user: {pid: p.text for pid, p in posts.items()} for user, posts in truth.live.items()}
+    follows = {user: set(truth.followers[user]) for user in users}
     report.live_posts = sum(len(posts) for posts in live.values())
     modes = {user: await repos.audience.mode(user) for user in users}
     assert {mode.state for mode in modes.values()} <= {COPIED, MERGED}, "a regrade never ended"
     report.merged_authors = sum(mode.state == MERGED for mode in modes.values())
     home = HomeTimeline(storage, max_merged=MAX_MERGED)
     for reader in users:
-        authors = [reader, *(a for a in users if reader in follows[a])]
-        expected = {pid: text for author in authors for pid, text in live[author].items()}
-        served = await _home(home, reader)
-        assert len({post.post_id for post in served}) == len(served), f"{reader}: a repeat"
-        assert [post.row_key for post in served] == sorted(post.row_key for post in served)
-        got = {post.post_id: post.text for post in served}
-        if got != expected:
-            absent, surplus = sorted(set(expected) - set(got)), sorted(set(got) - set(expected))
-            detail = await _diagnose(storage, reader, [_author(live, pid) for pid in absent])
-            raise AssertionError(f"{reader}: home misses {absent}, has extra {surplus}; {detail}")
+        authors = [reader, *truth.following(reader)]
+        stored = truth.expect(reader, Hidden())  # what a page shows before the filters
+        pages = await _home(home, reader)
+        keys = [row["RowKey"] for page in pages for row in page]
+        assert keys == sorted(keys), f"{reader}: pages out of order"
+        try:
+            truth.check(reader, [[row_json(row) for row in page] for page in pages], stored)
+        except AssertionError as error:
+            shown = {shown_post_id(row) for page in pages for row in page}
+            absent = [_author(live, pid) for pid in stored.must.keys() - shown]
+            raise AssertionError(f"{error}; {await _diagnose(storage, reader, absent)}") from None
         listed = set(await repos.audience.merged_authors(reader))
         stale = {author for author in listed if modes[author].state != MERGED}
         assert not stale, f"{reader} has merge rows of authors that are copied: {stale}"
@@ -68,24 +70,46 @@ async def check_end_state(storage: Storage, users: list[str], report: Report) ->
         report.merge_rows += len(listed)
         rows = [row for row in await _all(repos.timelines.page, reader) if row.author not in listed]
         report.timeline_rows += len(rows)
-        actual = {post.post_id: post.text for post in rows}
-        unmerged = {pid: text for pid, text in expected.items() if _author(live, pid) not in listed}
-        missing, extra = unmerged.keys() - actual.keys(), actual.keys() - unmerged.keys()
-        assert (missing, extra) == (set(), set()), f"{reader}: missing {missing}, stale {extra}"
-        assert actual == unmerged, f"{reader}: a copy differs from its post"
+        _check_copies(reader, rows, stored, listed, live)
+        report.repost_rows += sum(1 for row in rows if row.original)
         for author in authors[1:]:
             if modes[author].state == MERGED and author not in listed:
                 overflow = await repos.audience.copy_etag(author, reader)
                 assert overflow is not None, f"{reader} follows merged {author} without a row"
                 report.overflow_rows += 1
     for user in users:
-        following = sorted(a for a in users if user in follows[a])
+        following = sorted(truth.following(user))
         indexed = sorted(edge.user_id for edge in await _all(repos.follows.following_page, user))
         assert indexed == following, f"{user}: subjectFollowing disagrees with the truth"
         counts = [
             await count_of(storage, t, user) for t in (POSTS, SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING)
         ]
         assert counts == [len(live[user]), len(follows[user]), len(following)], f"{user}: counters"
+
+
+def _check_copies(
+    reader: str,
+    rows: list[Post],
+    stored: Expect,
+    listed: set[str],
+    live: dict[str, dict[str, str]],
+) -> None:
+    """The reader's stored copies of the authors it does not merge: every post it must see,
+    only posts it may see (each once, with its text), and only live reposts' entries at the
+    live repost's key."""
+    plain = [row for row in rows if not row.original]
+    actual = {post.post_id: post.text for post in plain}
+    assert len(actual) == len(plain), f"{reader}: a post copied twice"
+    must = {p: t for p, t in stored.must.items() if _author(live, p) not in listed}
+    missing = must.keys() - actual.keys()
+    extra = actual.keys() - must.keys() - stored.may.keys()
+    assert (missing, extra) == (set(), set()), f"{reader}: missing {missing}, stale {extra}"
+    assert all(actual[p] == live[_author(live, p)][p] for p in actual), f"{reader}: a copy differs"
+    for row in rows:
+        if row.original:
+            pair = (row.original, row.reposted_by or "")
+            assert stored.repost_keys.get(pair) == row.row_key, f"{reader}: stale repost {pair}"
+            assert stored.reposts[pair] == row.text, f"{reader}: repost {pair}'s text differs"
 
 
 async def check_placement(storage: Storage) -> None:
@@ -113,22 +137,18 @@ async def _all(fetch: Any, key: str) -> list[Any]:
             return items
 
 
-async def _home(home: HomeTimeline, reader: str) -> list[Post]:
+async def _home(home: HomeTimeline, reader: str) -> list[list[PostRow]]:
     """The whole home timeline, paged 7 at a time as a client would."""
-    posts: list[Post] = []
+    pages: list[list[PostRow]] = []
     position: Position | None = Position()
     while position is not None:
-        page, position = await home.page(reader, 7, position)
-        posts.extend(page)
-    return posts
+        page, position = await home.rows(reader, 7, position)
+        pages.append(page)
+    return pages
 
 
 def _author(live: dict[str, dict[str, str]], post_id: str) -> str:
     return next(author for author, posts in live.items() if post_id in posts)
-
-
-async def _all_posts(repos: Repositories, author: str) -> dict[str, str]:
-    return {post.post_id: post.text for post in await _all(repos.posts.page, author)}
 
 
 async def _diagnose(storage: Storage, reader: str, authors: list[str]) -> str:

@@ -29,6 +29,13 @@ class Report:
     """Home timeline reads through the API, by the reader's stored state just before."""
     dormant_at_end: int = 0
     """Readers found dormant once the load stopped and the queues drained."""
+    repost_rows: int = 0
+    """Repost entries stored in the readers' partitions at the end (each checked)."""
+    repost_entries: int = 0
+    """Repost entries the end-state reads showed (each checked as allowed)."""
+    replies_shown: int = 0
+    optional_replies_shown: int = 0
+    """Replies shown whose delivery depended on timing (allowed either way)."""
 
     def line(self) -> dict[str, Any]:
         return {
@@ -48,4 +55,8 @@ class Report:
             "poisoned": self.poisoned,
             "reads": dict(self.reads),
             "dormant_at_end": self.dormant_at_end,
+            "repost_rows": self.repost_rows,
+            "repost_entries": self.repost_entries,
+            "replies_shown": self.replies_shown,
+            "optional_replies_shown": self.optional_replies_shown,
         }

@@ -1,12 +1,15 @@
-"""The workload: seeded random clients posting, deleting, following and unfollowing
-through the API, and readers reading their home timelines on a schedule that lets some go
-dormant and come back mid-run."""
+"""The workload: seeded random clients posting, replying, deleting, following (some with
+``reposts=false``) and unfollowing, reposting and undoing it, blocking, muting (some for a
+few seconds) and lifting both through the API, and readers reading their home timelines on
+a schedule that lets some go dormant and come back mid-run."""
 
 from __future__ import annotations
 
 import asyncio
 import random
+import time
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
@@ -24,6 +27,17 @@ SILENCE_S = 2 * INACTIVE_S + 2.5
 """How long a returning reader stays away: the inactive period, the stamp's granularity, a
 sweep interval and the marks, with room to spare."""
 
+MUTE_SHORT_S = 5.0
+"""The longest short mute: it ends within the run or while the queues drain."""
+RELATE = (
+    "repost", "mute", "block", "repost", "unrepost", "repost",
+    "unmute", "unblock", "repost", "mute", "unrepost", "repost",
+)  # fmt: skip
+"""The relation actions in turn: reposts most, a mute every six, a block every twelve (each
+ends follows both ways: more would keep authors from crossing the hybrid threshold)."""
+Item = dict[str, Any]
+"""A home timeline entry as the API serves it."""
+
 Peek = Callable[[str], Awaitable[str | None]]
 """A reader's dormancy state as stored (``dormant``, ``waking``, or None)."""
 
@@ -38,6 +52,12 @@ class Clients:
         self._report = report
         self.tokens: dict[str, str] = {}
         self.schedules: dict[str, str] = {}
+        self.asked_to_follow: set[tuple[str, str]] = set()
+        """Every (follower, target) pair a follow was ever sent for."""
+        self.reposted: dict[str, list[str]] = {}
+        self.short_expiry = 0.0
+        self._relates = 0
+        """The latest short mute expiry asked for (epoch seconds)."""
 
     async def register_all(self) -> None:
         for index in range(USERS):
@@ -65,15 +85,17 @@ class Clients:
                     await self.read(user, peek)
             await asyncio.sleep(self._rng.uniform(0.2, 0.5))
 
-    async def read(self, user: str, peek: Peek) -> dict[str, str] | None:
-        """The whole home timeline through the API, paged as a client pages it: post id to
-        text (None if a page failed); counts the reads by the state the reader was in."""
+    async def read(self, user: str, peek: Peek) -> list[list[Item]] | None:
+        """The whole home timeline through the API, paged as a client pages it (None if a
+        page failed); counts the reads by the state the reader was in. Mid-run, only what
+        holds at every moment is checked: no post twice in a page, no plain entry twice."""
         try:
             state = await peek(user)
         except Exception:
             state = "unknown"
         self._report.reads[state or "active"] += 1
-        served: dict[str, str] = {}
+        pages: list[list[Item]] = []
+        plain: set[str] = set()
         query: dict[str, str | int] = {"limit": READ_PAGE}
         headers = {"Authorization": f"Bearer {self.tokens[user]}"}
         while True:
@@ -82,11 +104,15 @@ class Clients:
             )
             if not page:
                 return None
+            ids = [item["post_id"] for item in page["items"]]
+            assert len(set(ids)) == len(ids), f"{user}: a post twice in a page: {ids}"
             for item in page["items"]:
-                assert item["post_id"] not in served, f"{user}: a repeat across pages"
-                served[item["post_id"]] = item["text"]
+                if "reposted_by" not in item:
+                    assert item["post_id"] not in plain, f"{user}: a repeat across pages"
+                    plain.add(item["post_id"])
+            pages.append(page["items"])
             if not page.get("continuation"):
-                return served
+                return pages
             query = {"limit": READ_PAGE, "continuation": page["continuation"]}
 
     async def act(self, until: float) -> None:
@@ -101,29 +127,91 @@ class Clients:
         rng, users = self._rng, sorted(self.tokens)
         user, other = rng.sample(users, 2)
         roll = rng.random()
-        follow_share = 0.3 if growing else 0.1
-        if roll < 0.4:
+        follow_share = 0.3 if growing else 0.08
+        if roll < 0.2:
             await self._act(
                 "post", "POST", f"/users/{user}/posts", user, {"text": f"t{rng.random()}"}
             )
-        elif roll < 0.55:
+        elif roll < 0.28:
+            await self._reply(user, other)
+        elif roll < 0.36:
             await self._delete_one(user)
-        elif roll < 0.55 + follow_share:
-            await self._act("follow", "PUT", f"/users/{user}/following/{other}", user)
+        elif roll < 0.56:
+            await self._relate(user, other)
+        elif roll < 0.56 + follow_share:
+            await self._follow(user, other)
         elif roll < 0.95:
             await self._act("unfollow", "DELETE", f"/users/{user}/following/{other}", user)
         else:
             await self._act("unfollow", "DELETE", f"/users/{user}/following/{other}", user)
-            await self._act("follow", "PUT", f"/users/{user}/following/{other}", user)
+            await self._follow(user, other)
+
+    async def _follow(self, user: str, other: str) -> None:
+        """A follow, one in five hiding the target's reposts, one in ten showing them again."""
+        self.asked_to_follow.add((user, other))
+        roll = self._rng.random()
+        choice = "?reposts=false" if roll < 0.2 else "?reposts=true" if roll < 0.3 else ""
+        kind = "follow" if not choice else f"follow{choice[1:]}"
+        await self._act(kind, "PUT", f"/users/{user}/following/{other}{choice}", user)
+
+    async def _relate(self, user: str, other: str) -> None:
+        """A repost or its undo, a block or unblock, a mute or unmute: in turn (``RELATE``),
+        so even a short run makes each."""
+        kind = RELATE[self._relates % len(RELATE)]
+        self._relates += 1
+        if kind == "repost":
+            post = await self._pick_post(self._rng.choice([user, other, other]))
+            if post is not None:
+                self.reposted.setdefault(user, []).append(post["post_id"])
+                body = {"author": post["author"], "post_id": post["post_id"]}
+                await self._act("repost", "POST", f"/users/{user}/reposts", user, body)
+        elif kind == "unrepost":
+            if self.reposted.get(user):
+                post_id = self._rng.choice(self.reposted[user])
+                await self._act("unrepost", "DELETE", f"/users/{user}/reposts/{post_id}", user)
+        elif kind == "mute":
+            await self._act("mute", "PUT", f"/users/{user}/mutes/{other}", user, self._mute())
+        else:
+            method = "PUT" if kind == "block" else "DELETE"
+            noun = "blocks" if kind.endswith("block") else "mutes"
+            await self._act(kind, method, f"/users/{user}/{noun}/{other}", user)
+
+    def _mute(self) -> dict[str, Any]:
+        """A mute's body: with or without reposts; no expiry, a short one, or a long one."""
+        body: dict[str, Any] = {"reposts": self._rng.random() < 0.6}
+        roll = self._rng.random()
+        if roll < 0.4:
+            at = time.time() + self._rng.uniform(1.0, MUTE_SHORT_S)
+            self.short_expiry = max(self.short_expiry, at)
+            body["expires_at"] = datetime.fromtimestamp(at, UTC).isoformat()
+        elif roll < 0.6:
+            body["expires_at"] = datetime.fromtimestamp(time.time() + 3600, UTC).isoformat()
+        return body
+
+    async def _reply(self, user: str, other: str) -> None:
+        """A reply to one of ``other``'s newest posts (followed by ``user`` or not), or now
+        and then to its own (a thread)."""
+        target = other if self._rng.random() < 0.85 else user
+        post = await self._pick_post(target)
+        if post is not None:
+            body = {
+                "text": f"r{self._rng.random()}",
+                "reply_to": {"author": target, "post_id": post["post_id"]},
+            }
+            await self._act("reply", "POST", f"/users/{user}/posts", user, body)
 
     async def _delete_one(self, user: str) -> None:
-        page = await self._request("GET", f"/users/{user}/posts?limit=20")
-        if page and page["items"]:
-            post = self._rng.choice(page["items"])["post_id"]
-            await self._act("delete", "DELETE", f"/users/{user}/posts/{post}", user)
+        post = await self._pick_post(user)
+        if post is not None:
+            path = f"/users/{user}/posts/{post['post_id']}"
+            await self._act("delete", "DELETE", path, user)
+
+    async def _pick_post(self, author: str) -> dict[str, Any] | None:
+        page = await self._request("GET", f"/users/{author}/posts?limit=20")
+        return self._rng.choice(page["items"]) if page and page["items"] else None
 
     async def _act(
-        self, kind: str, method: str, path: str, user: str, body: dict[str, str] | None = None
+        self, kind: str, method: str, path: str, user: str, body: dict[str, Any] | None = None
     ) -> None:
         self._report.requests[kind] += 1
         headers = {
@@ -143,6 +231,11 @@ class Clients:
                         return {}
                     if response.status == 404:
                         return None  # a post deleted by another client meanwhile
+                    if (
+                        response.status == 403
+                        and (await response.json())["error"]["code"] == "blocked"
+                    ):
+                        return None  # a follow, repost or reply refused by a block
                     assert response.status == 503, f"{method} {path}: {response.status}"
             except (aiohttp.ClientError, TimeoutError):
                 pass

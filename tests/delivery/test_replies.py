@@ -89,6 +89,21 @@ async def test_a_merged_authors_replies_obey_the_rule_at_read_time(
     assert [row["RowKey"] for row in rows] == [plain.row_key, reply.row_key]
 
 
+async def test_a_dormant_readers_page_shows_its_own_replies(
+    storage: Storage, repos: Repositories
+) -> None:
+    """A dormant reader's page merges its own posts from ``posts``: its replies to authors
+    it does not follow are its own posts, shown as the delivery shows them (found by the
+    chaos test: they vanished from a dormant reader's home timeline)."""
+    target, reader = await _people(repos, "target", "reader")
+    [original] = await add_posts(repos, target, 1)
+    service = unlimited_service(storage)
+    reply = await service.posts.create(reader, reader, "re", reply_to=(target, original.post_id))
+    home = HomeTimeline(storage, max_merged=20)
+    rows, _ = await home.rows(reader, 50, Position(dormant=True))
+    assert [row["RowKey"] for row in rows] == [reply.row_key]
+
+
 async def test_replies_are_listed_newest_first_paged_without_deleted_ones(
     storage: Storage, repos: Repositories
 ) -> None:

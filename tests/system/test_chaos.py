@@ -33,3 +33,7 @@ async def test_chaos(seed: int, variant: str, tmp_path: Path) -> None:
     assert report.rebalanced == (variant == "rebalance")
     assert report.reads["dormant"] > 0, "no reader was read while dormant"
     assert report.reads["waking"] > 0, "no reader was read while its wake ran"
+    assert report.requests["repost"] > 0, "no repost was made"  # entries: repost_rows
+    # (not required: dedupe, dormancy, undos, deletes and unfollows may leave none at the end)
+    assert report.requests["block"] > 0, "no block was made"
+    assert report.requests["mute"] > 0, "no mute was made"

@@ -72,14 +72,14 @@ async def visible_rows(
     and where the next page starts (None: the timeline ended)."""
     ask = thinning.ask(owner, wanted) if thinning is not None else wanted
     (hidden, checks), (rows, following) = await asyncio.gather(
-        relations.hidden(owner), home.rows(owner, ask, position)
+        relations.hidden(owner), home.rows(owner, ask, position, once=False)
     )
     RELATION_CHECKS.inc(checks)
     kept: list[PostRow] = []
     read = _take(rows, hidden, wanted, kept)
     if read < len(rows):  # more than the page needs: the next starts after the last served
         if following is None:  # where the merge list of that position is unknown: read exact
-            rows, following = await home.rows(owner, wanted, position)
+            rows, following = await home.rows(owner, wanted, position, once=False)
             kept.clear()
             read = _take(rows, hidden, wanted, kept)
         else:
@@ -87,7 +87,7 @@ async def visible_rows(
     rounds = 1  # a page short for other reasons (a dense merged author) stays as it was
     while hidden and len(kept) < wanted and following is not None and rounds < MAX_ROUNDS:
         start = following
-        rows, following = await home.rows(owner, max(wanted, REFILL_ROWS), start)
+        rows, following = await home.rows(owner, max(wanted, REFILL_ROWS), start, once=False)
         rounds += 1
         taken = _take(rows, hidden, wanted, kept)
         if taken < len(rows):  # the rest is read again by the next page
@@ -99,13 +99,14 @@ async def visible_rows(
 
 
 def _take(rows: list[PostRow], hidden: Hidden, wanted: int, kept: list[PostRow]) -> int:
-    """Append to ``kept`` the rows not hidden, until it holds ``wanted``; the rows consumed.
-    A row showing a post that ``kept`` shows already (a refill round's original of an earlier
-    round's repost) is consumed, not kept: a page shows a post once (``shown_once``)."""
+    """Append to ``kept`` the rows not hidden and showing a post ``kept`` does not show yet
+    (rows come newest first: the newest visible entry of a post stays, across rounds), until
+    it holds ``wanted``; the rows consumed. Filtering before de-duplicating: a hidden repost's
+    entry never takes its post along."""
     shown = {shown_post_id(row) for row in kept}
     for index, row in enumerate(rows):
-        if not hidden.hides_row(row) and shown_post_id(row) not in shown:
-            shown.add(shown_post_id(row))
+        if not hidden.hides_row(row) and (post := shown_post_id(row)) not in shown:
+            shown.add(post)
             kept.append(row)
             if len(kept) == wanted:
                 return index + 1

@@ -105,13 +105,14 @@ class HomeTimeline:
         return [Post.from_entity(row) for row in rows], following
 
     async def rows(
-        self, owner: str, limit: int, position: Position
+        self, owner: str, limit: int, position: Position, *, once: bool = True
     ) -> tuple[list[PostRow], Position | None]:
         """``page`` as the posts' rows (``POST_SELECT``), for a response built straight
         from them; a post shown twice in the page (the original and a repost of it, or two
-        reposts) only at its newest row (the position is the page's, so none is skipped)."""
+        reposts) only at its newest row (the position is the page's, so none is skipped).
+        ``once=False`` leaves that to the caller (one that filters first: ``hidden``)."""
         rows, following = await self._rows(owner, limit, position)
-        return shown_once(rows), following
+        return (shown_once(rows) if once else rows), following
 
     async def _rows(
         self, owner: str, limit: int, position: Position
@@ -297,7 +298,9 @@ class HomeTimeline:
             target
             for author, source in merged.items()
             for row in source.rows
-            if (target := row.get("reply_author")) and target not in (author, owner)
+            if author != owner  # the reader's own replies: its own posts, always shown
+            and (target := row.get("reply_author"))
+            and target not in (author, owner)
         }
         if not targets:
             return merged
@@ -367,7 +370,7 @@ def _merge(
 
 def _shown(row: PostRow, author: str, owner: str, followed: set[str]) -> bool:
     target = row.get("reply_author")
-    return not target or target in (author, owner) or target in followed
+    return not target or owner in (author, target) or target == author or target in followed
 
 
 def shown_once(rows: list[PostRow]) -> list[PostRow]:

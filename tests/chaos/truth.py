@@ -1,0 +1,279 @@
+"""The truth model: what each reader's home timeline must, may and must not show, from the
+tables themselves (posts, follow rows, repost rows, blocks and mutes), and the check of a
+timeline read page by page against it.
+
+Plain posts are exact: the reader's own live posts and those of the authors its follow rows
+say it follows, each shown once, without the authors its blocks (either way) and live mutes
+hide. Where the documented rules leave the outcome to timing, the check is the weaker exact
+property the docs promise (docs/api.md "Reposts and replies", "Blocks and mutes"):
+
+- a reply of A to B (B neither A nor the reader) reaches the reader only if it followed B
+  when a delivery (the post's fan-out, or the backfill of the reader's follow of A) ran, and
+  stays after an unfollow of B. So it *must* show when the reader's follow row of B is older,
+  by ``FOLLOW_SETTLED_S``, than both the reply and its follow of A (every delivery ran after
+  that follow landed); it must *not* show when the reader never asked to follow B; otherwise
+  it may;
+- a repost's entry may show (it is never required: a reader dormant at the repost, whose
+  newest 40 entries showed the post, or whose follow was made after it or with
+  ``reposts=false`` since, gets none): only a live repost (its current id) of a live original,
+  by a reposter the reader follows (``reposts=false`` keeps entries delivered before) and is
+  not, not hidden by the reader's blocks and mutes, each at most once;
+- a page never shows one post twice (it keeps the newest entry), yet every post the reader
+  must see is shown (by its own entry or a repost's): so a post may show on two pages (its
+  original and a newer repost), never twice on one;
+- the cap: a post that must show is required only while fewer than the cap of the entries
+  that may exist (hidden ones included: they count against the cap) are newer.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from timeline.model.entities import Post
+from timeline.model.keys import post_row_key
+from timeline.storage.accounts import Storage
+from timeline.storage.names import POSTS, RELATIONS
+from timeline.tables.activity import STATE, ActivityRepository
+from timeline.tables.relations import BLOCK, BLOCKED_BY, MUTED
+from timeline.tables.repositories import Repositories
+from timeline.tables.reposts import REPOST
+
+FOLLOW_SETTLED_S = 10.0
+"""How long after its ``since`` a follow row and its index row are surely written: the
+arrival window (3 s) refuses later writes, and a request that died has its index synced by
+the follow's delivery, within a visibility timeout or two even under the chaos."""
+
+MUST, MAY, NO = "must", "may", "no"
+Item = dict[str, Any]
+"""A timeline entry as the API serves it (``row_json``)."""
+
+
+@dataclass(frozen=True)
+class Hidden:
+    """Authors whose posts (and reposts of them) the reader's relations hide, and reposters
+    whose reposts they hide."""
+
+    authors: frozenset[str] = frozenset()
+    reposters: frozenset[str] = frozenset()
+
+    def hides(self, author: str, reposted_by: str | None = None) -> bool:
+        return author in self.authors or (reposted_by is not None and reposted_by in self.reposters)
+
+
+@dataclass
+class Expect:
+    """One reader's expectation: posts it must see, plain posts it may see (replies whose
+    delivery depended on timing, posts past the cap), repost entries it may see."""
+
+    must: dict[str, str] = field(default_factory=dict)
+    may: dict[str, str] = field(default_factory=dict)
+    reposts: dict[tuple[str, str], str] = field(default_factory=dict)
+    """(original post id, reposter) to the original's text."""
+    repost_keys: dict[tuple[str, str], str] = field(default_factory=dict)
+    """(original post id, reposter) to the row key of the live repost's entry."""
+
+
+@dataclass
+class Seen:
+    """What the reads showed, for the report."""
+
+    repost_entries: int = 0
+    replies: int = 0
+    optional_replies: int = 0
+
+
+class Truth:
+    """Each reader's home timeline as the tables say it must be (``Expect``)."""
+
+    def __init__(
+        self,
+        storage: Storage,
+        users: list[str],
+        cap: int,
+        asked_to_follow: set[tuple[str, str]] | None = None,
+    ) -> None:
+        self._repos = Repositories.on(storage)
+        self._storage = storage
+        self._users = users
+        self._cap = cap
+        self._asked = asked_to_follow or set()
+        self.live: dict[str, dict[str, Post]] = {}
+        self.followers: dict[str, dict[str, float]] = {}
+        """Author to follower to the follow row's ``since`` (epoch seconds)."""
+        self.reposts: dict[str, dict[str, str]] = {}
+        """Reposter to original post id to the live repost's id."""
+        self.hidden: dict[str, Hidden] = {}
+        self.homes: dict[str, Expect] = {}
+        self.seen = Seen()
+
+    async def load(self) -> None:
+        for user in self._users:
+            posts = await self._repos.posts.newest(user, 10_000)
+            self.live[user] = {post.post_id: post for post in posts}
+            self.followers[user] = await self._followers(user)
+            self.reposts[user] = await self._reposts(user)
+            self.hidden[user] = await self._hidden(user, time.time())
+        self.homes = {reader: self.expect(reader, self.hidden[reader]) for reader in self._users}
+
+    def author_of(self, post_id: str) -> str | None:
+        return next((a for a, posts in self.live.items() if post_id in posts), None)
+
+    def following(self, reader: str) -> list[str]:
+        return [a for a in self._users if reader in self.followers[a]]
+
+    def expect(self, reader: str, hidden: Hidden) -> Expect:
+        """What ``reader`` must and may see through ``hidden`` (Hidden(): as stored)."""
+        followed = self.following(reader)
+        expect = Expect()
+        candidates: list[tuple[str, str | None]] = []  # (row key, post id it must show)
+        for author in [reader, *followed]:
+            since_author = self.followers[author].get(reader, 0.0)
+            for post in self.live[author].values():
+                shown = None if author != reader and hidden.hides(author) else post.post_id
+                if shown is not None:
+                    rule = self._reply_rule(reader, author, post, since_author)
+                    if rule == MUST:
+                        expect.must[shown] = post.text
+                    else:
+                        if rule == MAY:
+                            expect.may[shown] = post.text
+                        shown = None
+                candidates.append((post.row_key, shown))
+        for reposter in followed:
+            if reposter == reader:
+                continue
+            for original, repost_id in self.reposts[reposter].items():
+                origin = self.author_of(original)
+                if origin is None:
+                    continue  # the original was deleted: its reposts go with it
+                key = post_row_key(repost_id)
+                candidates.append((key, None))
+                if not hidden.hides(origin, reposter):
+                    expect.reposts[(original, reposter)] = self.live[origin][original].text
+                    expect.repost_keys[(original, reposter)] = key
+        if self._cap:
+            for _, post_id in sorted(candidates)[self._cap :]:
+                if post_id is not None:  # past the cap: may have been trimmed
+                    expect.may[post_id] = expect.must.pop(post_id)
+        return expect
+
+    def _reply_rule(self, reader: str, author: str, post: Post, since_author: float) -> str:
+        """Whether a post of a followed author (or the reader's own) must, may or must not
+        show, by the reply rule."""
+        target = post.reply_author
+        if target is None or reader in (author, target) or target == author:
+            return MUST
+        if (reader, target) not in self._asked:
+            return NO
+        since_target = self.followers[target].get(reader)
+        delivered_after = max(post.created_at.timestamp(), since_author)
+        if since_target is not None and since_target + FOLLOW_SETTLED_S < delivered_after:
+            return MUST
+        return MAY
+
+    async def state(self, reader: str) -> str | None:
+        """The reader's dormancy state as stored (``dormant``, ``waking``, or None)."""
+        head = await ActivityRepository(self._storage).head(reader)
+        return None if head.marker is None else str(head.marker.get(STATE))
+
+    async def _followers(self, author: str) -> dict[str, float]:
+        """The author's followers as its ``subjectFollowers`` rows say (the truth)."""
+        found: dict[str, float] = {}
+        continuation = None
+        while True:
+            page = await self._repos.follows.followers_page(author, 1000, continuation)
+            found |= {edge.user_id: edge.since.timestamp() for edge in page.items}
+            continuation = page.continuation
+            if continuation is None:
+                return found
+
+    async def _reposts(self, reposter: str) -> dict[str, str]:
+        """The reposter's live reposts, from its repost rows (void ones are undone)."""
+        client = self._storage.table(POSTS, reposter)
+        async with self._storage.guard():
+            rows = [
+                row
+                async for row in client.query_entities(
+                    "PartitionKey eq @pk and RowKey gt @low and RowKey lt @high",
+                    parameters={"pk": reposter, "low": REPOST, "high": REPOST[:-1] + "."},
+                )
+            ]
+        return {
+            row["RowKey"][len(REPOST) :]: row["repost_id"] for row in rows if not row.get("void")
+        }
+
+    async def _hidden(self, reader: str, now: float) -> Hidden:
+        """What the reader's relation rows hide at ``now`` (docs/api.md "Blocks and mutes")."""
+        client = self._storage.table(RELATIONS, reader)
+        authors: set[str] = set()
+        reposters: set[str] = set()
+        async with self._storage.guard():
+            rows = [
+                row
+                async for row in client.query_entities(
+                    "PartitionKey eq @pk", parameters={"pk": reader}
+                )
+            ]
+        for row in rows:
+            prefix, other = row["RowKey"][:2], row["RowKey"][2:]
+            if prefix in (BLOCK, BLOCKED_BY):
+                authors.add(other)
+                reposters.add(other)
+            elif prefix == MUTED and (row.get("expires_at") is None or now < row["expires_at"]):
+                authors.add(other)
+                if row.get("reposts", True):
+                    reposters.add(other)
+        return Hidden(frozenset(authors), frozenset(reposters))
+
+    def check(self, reader: str, pages: list[list[Item]], expect: Expect) -> None:
+        """The pages of a read (newest first) against ``expect``."""
+        plain: set[str] = set()
+        reposts: set[tuple[str, str]] = set()
+        total = 0
+        for number, page in enumerate(pages):
+            ids = [item["post_id"] for item in page]
+            assert len(set(ids)) == len(ids), f"{reader}: a post twice in page {number}: {ids}"
+            total += len(page)
+            for item in page:
+                self._check_item(reader, item, expect, plain, reposts)
+        shown = plain | {post_id for post_id, _ in reposts}
+        missing = sorted(expect.must.keys() - shown)
+        assert not missing, (
+            f"{reader}: home misses {[(m, self.author_of(m)) for m in missing]}; "
+            f"pages={[[_brief(i) for i in page] for page in pages]}"
+        )
+        assert not self._cap or total <= self._cap, f"{reader}: {total} entries past the cap"
+
+    def _check_item(
+        self,
+        reader: str,
+        item: Item,
+        expect: Expect,
+        plain: set[str],
+        reposts: set[tuple[str, str]],
+    ) -> None:
+        post_id, reposter = item["post_id"], item.get("reposted_by")
+        if reposter is None:
+            assert post_id not in plain, f"{reader}: {post_id} served twice"
+            plain.add(post_id)
+            text = expect.must.get(post_id, expect.may.get(post_id))
+            assert text is not None, f"{reader}: extra {_brief(item)}"
+            assert text == item["text"], f"{reader}: {post_id}'s text differs"
+            if item.get("reply_to"):
+                self.seen.replies += 1
+                self.seen.optional_replies += post_id in expect.may
+            return
+        pair = (post_id, reposter)
+        assert pair not in reposts, f"{reader}: repost {pair} served twice"
+        reposts.add(pair)
+        text = expect.reposts.get(pair)
+        assert text is not None, f"{reader}: a repost entry not allowed {_brief(item)}"
+        assert text == item["text"], f"{reader}: repost {pair}'s text differs"
+        self.seen.repost_entries += 1
+
+
+def _brief(item: Item) -> str:
+    by = item.get("reposted_by")
+    return f"{item['author']}/{item['post_id'][:16]}" + (f"<-{by}" if by else "")
