@@ -22,15 +22,19 @@ _SHOWN_CHARS = 60
 def setting_problems(error: ValidationError, env: Mapping[str, str]) -> list[str]:
     """One line per bad setting: the variable, the value given, and every rule it breaks."""
     rules: dict[str, list[str]] = {}  # field: the rules it breaks
+    whole: list[str] = []  # rules between settings (no field): their message says it all
     for problem in error.errors():
-        field = str(problem["loc"][0]) if problem["loc"] else "?"
         rule = problem["msg"].removeprefix("Value error, ")
+        if not problem["loc"]:
+            whole += [rule] if rule not in whole else []
+            continue
+        field = str(problem["loc"][0])
         if rule not in rules.setdefault(field, []):
             rules[field].append(rule[:1].lower() + rule[1:])
     return [
         f"{_given(field, env)} is not valid ({'; '.join(why)}): {_FIX}"
         for field, why in rules.items()
-    ]
+    ] + whole
 
 
 def _given(field: str, env: Mapping[str, str]) -> str:

@@ -46,6 +46,19 @@ def test_cosmos_endpoints_are_refused(text: str) -> None:
         settings(storage_connection_string=text)
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"DefaultEndpointsProtocol=https;AccountName=cosmosarchive;AccountKey={KEY};"
+        "TableEndpoint=https://cosmosarchive.table.core.windows.net/;",
+        "TableEndpoint=https://mycosmos.table.core.windows.net;",
+    ],
+)
+def test_a_storage_account_named_cosmos_is_accepted(text: str) -> None:
+    refuse_cosmos(text)
+    assert settings(storage_connection_string=text).account_lines() == [text]
+
+
 def test_cosmos_is_refused_as_a_table_url_too() -> None:
     with pytest.raises(ValidationError) as raised:
         settings(storage_table_urls="https://c.table.cosmos.azure.com")

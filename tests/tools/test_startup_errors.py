@@ -15,6 +15,7 @@ import pytest
 from tests.conftest import program_env
 from tests.tools.stack_helpers import StackProcess, start_until_ready, stop_stack
 from timeline.storage.azurite import free_ports
+from timeline.storage.endpoints import COSMOS_REFUSED
 
 
 def run(module: str, *args: str, **settings: object) -> subprocess.CompletedProcess[str]:
@@ -44,6 +45,13 @@ def test_every_bad_setting_is_one_line_naming_its_variable(module: str, tmp_path
     for start in expected:
         assert any(start in line and "set a valid value or unset it" in line for line in lines)
     assert not (tmp_path / "data").exists(), "something started"
+
+
+def test_a_refused_account_is_its_own_message_not_a_variable(tmp_path: Path) -> None:
+    cosmos = "TableEndpoint=https://c.table.cosmos.azure.com:443/;"
+    done = run("timeline.tools.cli", "stats", data_dir=tmp_path, storage_connection_strings=cosmos)
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [f"timeline: {COSMOS_REFUSED}"]
 
 
 def test_a_rule_between_settings_is_one_line_too(tmp_path: Path) -> None:

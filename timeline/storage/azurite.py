@@ -102,8 +102,11 @@ class Azurite:
         start_timeout_s: float = 30.0,
         tls: tuple[Path, Path] | None = None,
         oauth: bool = False,
+        pass_fds: tuple[int, ...] = (),
     ) -> None:
         self.location = location
+        self.pass_fds = pass_fds
+        """Descriptors Azurite inherits (``timeline run``'s stack lock)."""
         self.tls = tls
         self.oauth = oauth
         remembered = remembered_ports(location)
@@ -116,6 +119,10 @@ class Azurite:
         self.ports = ports or remembered or _three(free_ports(3))
         self._start_timeout_s = start_timeout_s
         self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
 
     @property
     def scheme(self) -> str:
@@ -173,6 +180,7 @@ class Azurite:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             start_new_session=True,
+            pass_fds=self.pass_fds,
         )
         deadline = time.monotonic() + self._start_timeout_s
         while not all(_accepts(port) for port in self.ports[1:]):

@@ -31,11 +31,10 @@ _PLACEHOLDER = AzureNamedKeyCredential("placeholder", "cGxhY2Vob2xkZXI=")
 
 
 def refuse_cosmos(text: str) -> None:
-    """Raise ``ConfigurationError`` when ``text`` names a Cosmos DB endpoint."""
+    """Raise ``ConfigurationError`` when ``text`` names a Cosmos DB endpoint (by its host: a
+    storage account may well be named ``cosmos...``)."""
     lowered = text.lower()
-    if any(host in lowered for host in COSMOS_HOSTS) or (
-        "tableendpoint=" in lowered and "cosmos" in lowered
-    ):
+    if any(host in lowered for host in COSMOS_HOSTS):
         raise ConfigurationError(COSMOS_REFUSED)
 
 

@@ -106,22 +106,24 @@ class Stack:
         self._children: list[tuple[str, subprocess.Popen[bytes]]] = []
         self._azurites: list[Azurite] = []
         self._metrics_ports: list[int] = []
+        self._lock = StackLock(settings.data_dir)
 
     def _request_stop(self, signum: int, _frame: FrameType | None) -> None:
         log.info("received %s, stopping", signal.Signals(signum).name)
         self._stop.set()
 
     def run(self) -> int:
-        signal.signal(signal.SIGTERM, self._request_stop)
-        signal.signal(signal.SIGINT, self._request_stop)
-        lock = StackLock(self._settings.data_dir)
-        lock.acquire()  # before anything starts: a second stack here stops at once
+        # SIGHUP: the terminal closed. Its default would end this supervisor alone and leave
+        # the children (in sessions of their own) running.
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(signum, self._request_stop)
+        self._lock.acquire()  # before anything starts: a second stack here stops at once
         try:
             self._check_ports()
             return self._run()
         finally:
             self._shutdown()
-            lock.release()
+            self._lock.release()
 
     def _run(self) -> int:
         settings = self._settings
@@ -137,6 +139,10 @@ class Stack:
             connection_string = settings.connection_string()
         asyncio.run(init_storage(connection_string, settings))
         self._start_services(env)
+        self._lock.record_children(
+            [pid for pid in (azurite.pid for azurite in self._azurites) if pid is not None]
+            + [child.pid for _, child in self._children]
+        )
         base = api_base(settings.host, settings.port)
         if not self._wait_for_api(base):
             return 0 if self._stop.is_set() else 1
@@ -191,7 +197,8 @@ class Stack:
                     f"{', '.join(map(str, taken))} on {HOST} are in use by another program: "
                     f"stop it, or use other ports with {fix}"
                 )
-            self._azurites.append(Azurite(location=location, ports=ports))
+            lock = (self._lock.fileno(),)  # held while any child lives (timeline.tools.lock)
+            self._azurites.append(Azurite(location=location, ports=ports, pass_fds=lock))
 
     def _start_azurites(self) -> str:
         """Start the Azurites together; return their connection strings, one per line, in
@@ -215,7 +222,10 @@ class Stack:
 
     def _spawn(self, name: str, module: str, env: dict[str, str]) -> None:
         process = subprocess.Popen(  # noqa: S603 - this interpreter, a fixed module
-            [sys.executable, "-m", module], env=env, start_new_session=True
+            [sys.executable, "-m", module],
+            env=env,
+            start_new_session=True,
+            pass_fds=(self._lock.fileno(),),  # the stack lock, held while any child lives
         )
         self._children.append((name, process))
 
@@ -246,20 +256,23 @@ class Stack:
         return False
 
     def _wait_for_api(self, base: str) -> bool:
-        """Poll ``/healthz`` so that ``stack running`` means the README's first curl works.
-        One API process answering is enough: SO_REUSEPORT hands new connections only to
-        processes that already listen."""
+        """Poll ``/healthz``, then every worker's ``/metrics``, so that ``stack running``
+        means the README's first curl and every URL in that line work. One API process
+        answering is enough: SO_REUSEPORT hands new connections only to processes that
+        already listen."""
+        settings = self._settings
+        urls = [f"{base}healthz"]
+        urls += [f"{api_base(settings.host, port)}metrics" for port in self._metrics_ports]
         deadline = time.monotonic() + API_READY_TIMEOUT_S
-        while not self._stop.is_set() and not self._child_died():
-            if answers_ok(f"{base}healthz"):
-                return True
+        while urls and not self._stop.is_set() and not self._child_died():
+            if answers_ok(urls[0]):
+                urls.pop(0)
+                continue
             if time.monotonic() > deadline:
-                log.error(
-                    "the API did not answer %shealthz within %.0fs", base, API_READY_TIMEOUT_S
-                )
+                log.error("%s did not answer within %.0fs", urls[0], API_READY_TIMEOUT_S)
                 return False
             self._stop.wait(_POLL_S)
-        return False
+        return not urls
 
     def _publish(self, connection_strings: str) -> None:
         path = self._settings.data_dir / CONNECTION_FILE
