@@ -8,6 +8,7 @@ import pytest
 from tests.conftest import unique
 from tests.delivery.helpers import add_follow, add_posts, add_users, run_every_pass
 from tests.delivery.helpers import unlimited_service as _service
+from tests.delivery.social.helpers import posts_keys
 from timeline.delivery.outcomes import Continue, Outcome
 from timeline.delivery.processor import FanoutProcessor
 from timeline.delivery.repost_purge import QUERIES_PER_STEP, REPOSTS_PER_STEP
@@ -15,8 +16,7 @@ from timeline.errors import MalformedMessageError
 from timeline.metrics import STORAGE_REQUESTS
 from timeline.model.messages import PostDeleted, Reposted, RepostsPosition, decode, encode
 from timeline.storage.accounts import Storage
-from timeline.storage.calls import query_page
-from timeline.storage.names import POSTS, TIMELINES
+from timeline.storage.names import TIMELINES
 from timeline.storage.writer import PartitionWriter
 from timeline.tables.repositories import Repositories
 from timeline.tables.reposts import REPOST, REPOSTS_OF
@@ -29,18 +29,6 @@ async def _people(repos: Repositories, prefix: str, count: int) -> list[str]:
     names = [unique(prefix) for _ in range(count)]
     await add_users(repos, *names)
     return names
-
-
-async def _keys(storage: Storage, partition: str, prefix: str) -> list[str]:
-    page = await query_page(
-        storage.reader(POSTS, partition),
-        "PartitionKey eq @pk and RowKey ge @low and RowKey lt @high",
-        {"pk": partition, "low": prefix, "high": prefix[:-1] + "."},
-        select=["RowKey"],
-        limit=1000,
-        continuation=None,
-    )
-    return [str(row["RowKey"]) for row in page.items]
 
 
 async def _holding(repos: Repositories, readers: list[str], post_id: str) -> list[str]:
@@ -102,9 +90,9 @@ async def test_a_widely_reposted_posts_delete_ends_with_no_copy_step_by_step(
             steps += 1
 
     assert await _holding(repos, readers, post.post_id) == []
-    assert await _keys(storage, author, REPOSTS_OF) == []
+    assert await posts_keys(storage, author, REPOSTS_OF) == []
     for reposter in reposters:
-        assert await _keys(storage, reposter, REPOST) == [], reposter
+        assert await posts_keys(storage, reposter, REPOST) == [], reposter
     assert steps >= 2 * REPOSTERS // REPOSTS_PER_STEP  # paged, in both passes
     assert inside > 0  # some steps stopped inside a reposter's followers
     # the readers' page (source, mode, page, unpush, traces), a resumed index row, the

@@ -9,6 +9,7 @@ from tests.conftest import unique
 from tests.delivery.helpers import add_follow, add_posts, add_users, run_every_pass
 from tests.delivery.helpers import unlimited_service as _unlimited
 from tests.delivery.hybrid_helpers import HYBRID
+from tests.delivery.social.helpers import posts_keys
 from timeline.delivery.processor import FanoutProcessor
 from timeline.errors import PermissionDeniedError
 from timeline.metrics import STORAGE_REQUESTS
@@ -19,8 +20,8 @@ from timeline.model.tokens import TokenSigner
 from timeline.reads.home import HomeTimeline
 from timeline.service.operations import TimelineService
 from timeline.storage.accounts import Storage
-from timeline.storage.calls import Operation, chunked, query_page, submit_batch
-from timeline.storage.names import POSTS, RELATIONS, TIMELINES
+from timeline.storage.calls import Operation, chunked, submit_batch
+from timeline.storage.names import RELATIONS, TIMELINES
 from timeline.storage.queue import FanoutQueue
 from timeline.storage.writer import PartitionWriter
 from timeline.tables.ratelimits import RateLimits
@@ -49,18 +50,6 @@ async def _entries(service: TimelineService, reader: str, limit: int) -> list[li
         continuation = page.continuation
         if continuation is None:
             return pages
-
-
-async def _keys(storage: Storage, partition: str, prefix: str) -> list[str]:
-    page = await query_page(
-        storage.reader(POSTS, partition),
-        "PartitionKey eq @pk and RowKey ge @low and RowKey lt @high",
-        {"pk": partition, "low": prefix, "high": prefix[:-1] + "."},
-        select=["RowKey"],
-        limit=1000,
-        continuation=None,
-    )
-    return [str(row["RowKey"]) for row in page.items]
 
 
 async def test_a_repost_of_a_merged_authors_post_shows(
@@ -170,7 +159,7 @@ async def test_a_deleted_replys_index_row_goes(storage: Storage, repos: Reposito
     [message] = [m for m in sent.messages if isinstance(m, PostDeleted)]
     async with PartitionWriter(storage, TIMELINES, linger_s=0) as writer:
         await run_every_pass(FanoutProcessor.on(storage, writer), message)
-    assert await _keys(storage, target, f"{REPLIES_OF}{original.post_id}-") == []
+    assert await posts_keys(storage, target, f"{REPLIES_OF}{original.post_id}-") == []
 
 
 async def test_an_undone_reposts_row_goes(storage: Storage, repos: Repositories) -> None:
@@ -184,7 +173,7 @@ async def test_an_undone_reposts_row_goes(storage: Storage, repos: Repositories)
     )
     async with PartitionWriter(storage, TIMELINES, linger_s=0) as writer:
         await run_every_pass(FanoutProcessor.on(storage, writer), message)
-    assert await _keys(storage, reposter, REPOST) == []
+    assert await posts_keys(storage, reposter, REPOST) == []
 
 
 async def test_a_deleted_originals_repost_rows_go(storage: Storage, repos: Repositories) -> None:
@@ -196,8 +185,8 @@ async def test_a_deleted_originals_repost_rows_go(storage: Storage, repos: Repos
     async with PartitionWriter(storage, TIMELINES, linger_s=0) as writer:
         message = PostDeleted(author=author, post_id=post.post_id)
         await run_every_pass(FanoutProcessor.on(storage, writer), message)
-    assert await _keys(storage, reposter, REPOST) == []
-    assert await _keys(storage, author, REPOSTS_OF) == []
+    assert await posts_keys(storage, reposter, REPOST) == []
+    assert await posts_keys(storage, author, REPOSTS_OF) == []
 
 
 async def _first_lease_requests(storage: Storage, repos: Repositories, reposters: int) -> float:
