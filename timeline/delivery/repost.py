@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import asyncio
 
+from azure.data.tables import TableEntity
+
 from timeline.delivery.context import TICKS_PER_SECOND, Context
 from timeline.delivery.feed import Feed
 from timeline.delivery.outcomes import DONE, Continue, Defer, Outcome
@@ -28,6 +30,7 @@ from timeline.metrics import REPOST_DEDUPE_REQUESTS, REPOST_DEDUPED
 from timeline.model.entities import Post
 from timeline.model.keys import UNIX_EPOCH_TICKS, post_id_ticks
 from timeline.model.messages import Reposted, Unreposted
+from timeline.tables.reposts import live_repost_id
 
 DEDUPE_WINDOW = 40
 """Mastodon's ``REBLOG_FALLOFF``: how many newest entries a repost's delivery looks through."""
@@ -56,9 +59,9 @@ class RepostDelivery:
 
     async def deliver(self, message: Reposted) -> Outcome:
         async with self._ctx.admission(self._ctx.expected_page_rows()) as deadline:
-            live = await self._repos.reposts.live_id(message.reposter, message.post_id)
-            if live != message.repost_id:
-                return await self._missing(message, live)
+            row = await self._repos.reposts.truth(message.reposter, message.post_id)
+            if live_repost_id(row) != message.repost_id:
+                return await self._missing(message, row)
             original = await self._repos.posts.get(message.author, message.post_id)
             if original is None:
                 return DONE  # deleted: the delete's passes remove every repost's copies
@@ -86,16 +89,12 @@ class RepostDelivery:
         REPOST_DEDUPED.inc(len(readers) - len(fresh))
         return fresh
 
-    async def _missing(self, message: Reposted, live: str | None) -> Outcome:
-        """Not (or no longer) this repost: undone, replaced, not stored yet, or never."""
-        row = await self._repos.reposts.truth(message.reposter, message.post_id)
-        if (
-            live is not None
-            or message.cursor is not None
-            or (
-                row is not None
-                and (row.get("repost_id") == message.repost_id or not row.get("void"))
-            )
+    async def _missing(self, message: Reposted, row: TableEntity | None) -> Outcome:
+        """Not (or no longer) this repost: undone, replaced, not stored yet, or never.
+        Decided from the one read ``deliver`` made: a second read could find the API's
+        write that landed in between, live and naming this repost, and end it undelivered."""
+        if message.cursor is not None or (
+            row is not None and (row.get("repost_id") == message.repost_id or not row.get("void"))
         ):
             return DONE  # undone (void), claimed, or replaced: un-reposts remove the copies
         if self._ctx.young(post_id_ticks(message.repost_id)):

@@ -43,6 +43,11 @@ REPLIES_OF = "~re-"
 _RANGE = f"{PARTITION} and RowKey gt @first and RowKey lt @end"
 
 
+def live_repost_id(row: TableEntity | None) -> str | None:
+    """The repost id a reposter's row names while it is live (None: no row, or void)."""
+    return None if row is None or row.get("void") else str(row["repost_id"])
+
+
 def _keys(row: TableEntity) -> dict[str, str]:
     return {"PartitionKey": row["PartitionKey"], "RowKey": row["RowKey"]}
 
@@ -64,8 +69,7 @@ class RepostsRepository:
 
     async def live_id(self, reposter: str, post_id: str) -> str | None:
         """The id of the reposter's live repost of the post, if any."""
-        row = await self.truth(reposter, post_id)
-        return None if row is None or row.get("void") else str(row["repost_id"])
+        return live_repost_id(await self.truth(reposter, post_id))
 
     async def note_index(self, author: str, post_id: str, reposter: str, repost_id: str) -> None:
         """File the repost under the original (before the truth is written)."""
