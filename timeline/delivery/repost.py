@@ -93,11 +93,17 @@ class RepostDelivery:
         """Not (or no longer) this repost: undone, replaced, not stored yet, or never.
         Decided from the one read ``deliver`` made: a second read could find the API's
         write that landed in between, live and naming this repost, and end it undelivered."""
-        if message.cursor is not None or (
-            row is not None and (row.get("repost_id") == message.repost_id or not row.get("void"))
-        ):
-            return DONE  # undone (void), claimed, or replaced: un-reposts remove the copies
-        if self._ctx.young(post_id_ticks(message.repost_id)):
+        if message.cursor is not None:
+            return DONE  # live for its first page, undone since: its un-repost removes copies
+        if row is not None and row.get("repost_id") == message.repost_id:
+            return DONE  # void and naming it: undone, or claimed (its write can never land)
+        young = self._ctx.young(post_id_ticks(message.repost_id))
+        if row is not None and not row.get("void"):
+            # Another repost of the post is live. Within this one's arrival window that one
+            # may still be undone and this one's write land over the void row: wait. Past
+            # it, this one's write, refused late, can no longer land.
+            return Defer("another repost is live; this one may still land") if young else DONE
+        if young:
             return Defer("the repost is not stored yet")
         if not await self._repos.reposts.void(message.reposter, message.post_id, message.repost_id):
             return Defer("the repost was stored just now")

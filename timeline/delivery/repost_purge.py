@@ -3,7 +3,8 @@
 A step walks the original's repost index (``~rpof-{post_id}-{reposter}``, in reposter order)
 from where the message says: at most ``REPOSTS_PER_STEP`` reposts, and at most one follower
 page's worth (``follower_page_size``) of their reposters' followers, so its storage requests
-are bounded however many reposts and followers there are. Each repost is voided, then its
+are bounded however many reposts and followers there are. Each repost is voided (the one the
+reposter's row names, re-filed in the index if that names another: ``void_stored``), then its
 entry removed from every follower of its reposter, page by page (a page may end the step: the
 message then holds that reposter, its repost and the follower cursor); the delete's second
 pass (``final``) then drops the repost's void and index rows, which the first pass leaves for
@@ -62,9 +63,10 @@ class RepostPurge:
             limit -= 1
         after = start.reposter
         page = await self._index_page(author, post_id, after, limit, budget)
-        for reposter, repost_id in page.items:
+        for reposter, indexed in page.items:
             if budget.spent:
                 return RepostsPosition(reposter=after)
+            repost_id = await self._repos.reposts.void_stored(author, post_id, reposter, indexed)
             stopped = await self._repost(post_id, reposter, repost_id, None, budget)
             if stopped is not None:
                 return stopped
@@ -100,6 +102,8 @@ class RepostPurge:
         if repost_id is None:
             return None  # done already (a repeated step): its rows went after its followers
         cursor = start.followers if repost_id == start.repost_id else None
+        if cursor is None:
+            repost_id = await self._repos.reposts.void_stored(author, post_id, reposter, repost_id)
         stopped = await self._repost(post_id, reposter, repost_id, cursor, budget)
         if stopped is None:
             await self._finish(author, post_id, reposter, repost_id, final=final)
@@ -113,10 +117,8 @@ class RepostPurge:
         cursor: dict[str, str] | None,
         budget: _Budget,
     ) -> RepostsPosition | None:
-        """Void the repost (when starting it), then remove its entries page by page while the
-        budget lasts; where to resume if it ran out first."""
-        if cursor is None:
-            await self._repos.reposts.remove(reposter, post_id, repost_id)
+        """Remove the (voided) repost's entries page by page while the budget lasts; where
+        to resume if it ran out first."""
         while True:
             page = await self._repos.follows.follower_ids_page(reposter, budget.rows, cursor)
             budget.rows -= len(page.items)

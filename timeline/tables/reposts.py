@@ -158,6 +158,18 @@ class RepostsRepository:
                     **if_unchanged(row),
                 )
 
+    async def void_stored(self, author: str, post_id: str, reposter: str, indexed: str) -> str:
+        """Void the reposter's repost of the (deleted) post, and say which one that is: the
+        one the reposter's row names while live, else ``indexed``. Two racing requests can
+        leave the index naming the one whose write lost; it is re-filed with the winner
+        first, so a redone step reads the repost whose entries it removes."""
+        live = live_repost_id(await self.truth(reposter, post_id))
+        if live is not None and live != indexed:
+            await self.note_index(author, post_id, reposter, live)
+            indexed = live
+        await self.remove(reposter, post_id, indexed)
+        return indexed
+
     async def drop_void(self, reposter: str, post_id: str, repost_id: str) -> None:
         """Delete the repost's row once void (its undo's last pass: every delivery of it has
         seen it void or ended, and the API writes it only within its arrival window)."""
