@@ -59,16 +59,17 @@ class RepostDelivery:
 
     async def deliver(self, message: Reposted) -> Outcome:
         async with self._ctx.admission(self._ctx.expected_page_rows()) as deadline:
+            young = self._ctx.young(post_id_ticks(message.repost_id))  # before the read
             row = await self._repos.reposts.truth(message.reposter, message.post_id)
             if live_repost_id(row) != message.repost_id:
-                return await self._missing(message, row)
+                return await self._missing(message, row, young)
             original = await self._repos.posts.get(message.author, message.post_id)
             if original is None:
                 return DONE  # deleted: the delete's passes remove every repost's copies
             page = await self._repos.follows.repost_follower_ids_page(
                 message.reposter, self._ctx.page_size, message.cursor, _seconds(message)
             )
-            readers = await self._not_shown(page.items, message.post_id)
+            readers = await self._not_shown(page.items, message.post_id, message.reposter)
             copy = repost_copy(original, message)
             self._ctx.count_page_rows(len(readers))
             written = await self._feed.push(readers, copy, deadline)
@@ -79,25 +80,29 @@ class RepostDelivery:
             return Continue(message.model_copy(update={"cursor": page.continuation}))
         return DONE
 
-    async def _not_shown(self, readers: list[str], post_id: str) -> list[str]:
-        """The readers whose newest entries do not show the post yet (one query each)."""
+    async def _not_shown(self, readers: list[str], post_id: str, reposter: str) -> list[str]:
+        """The readers whose newest entries do not show the post yet (one query each). The
+        reposter's own entries do not count: one of them with another id is a repost of the
+        post no longer live (its undo removes it), so it must not stand in for this one."""
+        timelines = self._repos.timelines
         shown = await asyncio.gather(
-            *(self._repos.timelines.newest_shown(reader, DEDUPE_WINDOW) for reader in readers)
+            *(timelines.newest_shown(reader, DEDUPE_WINDOW, reposter) for reader in readers)
         )
         REPOST_DEDUPE_REQUESTS.inc(len(readers))
         fresh = [reader for reader, ids in zip(readers, shown, strict=True) if post_id not in ids]
         REPOST_DEDUPED.inc(len(readers) - len(fresh))
         return fresh
 
-    async def _missing(self, message: Reposted, row: TableEntity | None) -> Outcome:
+    async def _missing(self, message: Reposted, row: TableEntity | None, young: bool) -> Outcome:
         """Not (or no longer) this repost: undone, replaced, not stored yet, or never.
         Decided from the one read ``deliver`` made: a second read could find the API's
-        write that landed in between, live and naming this repost, and end it undelivered."""
+        write that landed in between, live and naming this repost, and end it undelivered.
+        ``young`` was taken before that read: a write that passed its window check by then
+        had read the row before this read did."""
         if message.cursor is not None:
             return DONE  # live for its first page, undone since: its un-repost removes copies
         if row is not None and row.get("repost_id") == message.repost_id:
             return DONE  # void and naming it: undone, or claimed (its write can never land)
-        young = self._ctx.young(post_id_ticks(message.repost_id))
         if row is not None and not row.get("void"):
             # Another repost of the post is live. Within this one's arrival window that one
             # may still be undone and this one's write land over the void row: wait. Past

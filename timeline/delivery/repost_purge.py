@@ -96,13 +96,20 @@ class RepostPurge:
         *,
         final: bool,
     ) -> RepostsPosition | None:
-        """Go on with the repost a step stopped inside: its followers from the cursor, if
-        its index row still names it; from the first follower if it names another repost."""
+        """Go on with the repost a step stopped inside: its followers from the cursor. If its
+        index row names another repost now (a request that read no live repost landed over
+        the void one), that one's followers follow, from the first."""
         repost_id = await self._repos.reposts.indexed_id(author, post_id, reposter)
         if repost_id is None:
             return None  # done already (a repeated step): its rows went after its followers
         cursor = start.followers if repost_id == start.repost_id else None
         if cursor is None:
+            if start.repost_id is not None:  # first finish the one the step stopped inside
+                stopped = await self._repost(
+                    post_id, reposter, start.repost_id, start.followers, budget
+                )
+                if stopped is not None:
+                    return stopped
             repost_id = await self._repos.reposts.void_stored(author, post_id, reposter, repost_id)
         stopped = await self._repost(post_id, reposter, repost_id, cursor, budget)
         if stopped is None:

@@ -69,19 +69,23 @@ class TimelinesRepository:
             if continuation is None:
                 return
 
-    async def newest_shown(self, owner: str, count: int) -> set[str]:
+    async def newest_shown(self, owner: str, count: int, besides: str | None = None) -> set[str]:
         """The post ids the newest ``count`` entries show (a repost's copy shows its
-        original): one query."""
+        original), leaving out the copies of reposts by ``besides``: one query."""
         page = await partition_page(
             self._storage,
             TIMELINES,
             owner,
-            select=["RowKey", "original"],
+            select=["RowKey", "original", "reposted_by"],
             limit=count,
             continuation=None,
             posts_only=True,
         )
-        return {shown_post_id(entity) for entity in page.items}
+        return {
+            shown_post_id(entity)
+            for entity in page.items
+            if besides is None or entity.get("reposted_by") != besides
+        }
 
     async def etag_of(self, owner: str, row_key: str) -> str | None:
         entity = await get_entity(self._storage, TIMELINES, owner, row_key, select=["RowKey"])

@@ -7,15 +7,20 @@ import pytest
 
 from tests.conftest import unique
 from tests.delivery.helpers import add_follow, add_posts, add_users, run_every_pass
-from timeline.delivery.outcomes import DONE, Defer
+from timeline.delivery.context import TICKS_PER_SECOND
+from timeline.delivery.outcomes import DONE, Continue, Defer, Outcome
 from timeline.delivery.processor import FanoutProcessor
 from timeline.errors import StorageUnavailableError
 from timeline.model.keys import arrival_deadline, new_post_id, now_ticks
-from timeline.model.messages import PostDeleted, Reposted
+from timeline.model.messages import PostDeleted, Reposted, Unreposted
 from timeline.storage.accounts import Storage
 from timeline.storage.names import TIMELINES
 from timeline.storage.writer import PartitionWriter
 from timeline.tables.repositories import Repositories
+from timeline.tables.reposts import RepostsRepository
+
+WINDOW = 30.0
+"""The arrival window of the processors here (``Timing``'s default) and of the writes."""
 
 
 async def _shown(repos: Repositories, owner: str) -> list[tuple[str, str | None]]:
@@ -24,11 +29,32 @@ async def _shown(repos: Repositories, owner: str) -> list[tuple[str, str | None]
 
 
 async def _setup(repos: Repositories) -> tuple[str, str, str, str]:
-    author, reposter, reader = (unique(p) for p in ("author", "reposter", "reader"))
-    await add_users(repos, author, reposter, reader)
-    await add_follow(repos, reader, reposter)
+    author, reposter, [reader], post_id = await _setup_many(repos, 1)
+    return author, reposter, reader, post_id
+
+
+async def _setup_many(repos: Repositories, followers: int) -> tuple[str, str, list[str], str]:
+    """An author's post, and a reposter with ``followers`` readers."""
+    author, reposter = unique("author"), unique("reposter")
+    readers = [unique("reader") for _ in range(followers)]
+    await add_users(repos, author, reposter, *readers)
+    for reader in readers:
+        await add_follow(repos, reader, reposter)
     [post] = await add_posts(repos, author, 1)
-    return author, reposter, reader, post.post_id
+    return author, reposter, readers, post.post_id
+
+
+async def _stored(repos: Repositories, reposter: str, author: str, post_id: str) -> Reposted:
+    """A repost request that files its index row and writes its row (its message queued)."""
+    ticks = now_ticks()
+    message = Reposted(
+        reposter=reposter, author=author, post_id=post_id, repost_id=new_post_id(ticks)
+    )
+    await repos.reposts.note_index(author, post_id, reposter, message.repost_id)
+    await repos.reposts.create(
+        reposter, author, post_id, message.repost_id, not_after=arrival_deadline(ticks, WINDOW)
+    )
+    return message
 
 
 async def test_a_repost_that_met_another_live_one_is_delivered_once_that_one_is_undone(
@@ -91,3 +117,104 @@ async def test_a_deleted_originals_repost_goes_when_the_index_names_the_losing_r
     assert await repos.posts.get(author, post_id) is None
     assert await repos.reposts.live_id(reposter, post_id) is None
     assert await _shown(repos, reader) == []
+
+
+async def test_a_repost_that_lands_while_its_delivery_reads_at_its_windows_end_is_delivered(
+    storage: Storage, repos: Repositories, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The delivery reads the row live naming another repost X. Meanwhile X is undone and
+    this repost's write (inside its window) lands over the void row, and the worker's clock
+    passes the window before it decides. Whether the repost is young must be taken before
+    the read: taken after it, the delivery ends, and the live repost is never delivered."""
+    author, reposter, reader, post_id = await _setup(repos)
+    ticks_a = now_ticks()
+    a = Reposted(reposter=reposter, author=author, post_id=post_id, repost_id=new_post_id(ticks_a))
+    await repos.reposts.note_index(author, post_id, reposter, a.repost_id)
+    x = await _stored(repos, reposter, author, post_id)
+    read_row = RepostsRepository.truth
+    interleaved = False
+
+    async def x_undone_and_a_lands_after_the_read(
+        self: RepostsRepository, reposter_id: str, post: str
+    ) -> object:
+        nonlocal interleaved
+        row = await read_row(self, reposter_id, post)
+        if not interleaved:
+            interleaved = True
+            await repos.reposts.remove(reposter, post_id, x.repost_id)
+            await repos.reposts.create(
+                reposter, author, post_id, a.repost_id, not_after=arrival_deadline(ticks_a, WINDOW)
+            )
+            later = now_ticks() + int((WINDOW + 1) * TICKS_PER_SECOND)
+            monkeypatch.setattr("timeline.delivery.context.now_ticks", lambda: later)
+        return row
+
+    monkeypatch.setattr(RepostsRepository, "truth", x_undone_and_a_lands_after_the_read)
+    async with PartitionWriter(storage, TIMELINES, linger_s=0) as writer:
+        worker = FanoutProcessor.on(storage, writer)
+        outcome = await worker.handle(a)
+        assert interleaved
+        assert await repos.reposts.live_id(reposter, post_id) == a.repost_id
+        if isinstance(outcome, Defer):
+            outcome = await worker.handle(a)
+        assert outcome == DONE
+    assert await _shown(repos, reader) == [(post_id, reposter)]
+
+
+async def test_a_resumed_purge_step_finishes_the_repost_it_stopped_inside(
+    storage: Storage, repos: Repositories
+) -> None:
+    """The delete's purge voids X and stops after one follower page. A request A that read
+    no live repost before X was stored then files its index row and lands over void X. The
+    resumed step finds the index naming A: it must still remove X from the followers past
+    its cursor, then A from all of them."""
+    author, reposter, readers, post_id = await _setup_many(repos, 3)
+    ticks_a = now_ticks()
+    a_id = new_post_id(ticks_a)  # request A read no live repost, then stalled
+    x = await _stored(repos, reposter, author, post_id)
+    async with PartitionWriter(storage, TIMELINES, linger_s=0) as writer:
+        assert await FanoutProcessor.on(storage, writer).handle(x) == DONE
+        deleting = FanoutProcessor.on(storage, writer, follower_page_size=1)
+        outcome: Outcome = await deleting.handle(PostDeleted(author=author, post_id=post_id))
+        while isinstance(outcome, Continue):
+            step = outcome.message
+            assert isinstance(step, PostDeleted)
+            if step.reposts is not None and step.reposts.followers is not None:
+                break
+            outcome = await deleting.handle(step)
+        assert isinstance(outcome, Continue)  # stopped inside X's followers
+        await repos.reposts.note_index(author, post_id, reposter, a_id)
+        await repos.reposts.create(
+            reposter, author, post_id, a_id, not_after=arrival_deadline(ticks_a, WINDOW)
+        )
+        await run_every_pass(deleting, outcome.message)
+        a = Reposted(reposter=reposter, author=author, post_id=post_id, repost_id=a_id)
+        await run_every_pass(FanoutProcessor.on(storage, writer), a)
+    for reader in readers:
+        assert await _shown(repos, reader) == [], reader
+
+
+async def test_a_repost_is_not_held_back_by_an_undone_repost_of_the_same_reposter(
+    storage: Storage, repos: Repositories
+) -> None:
+    """X is delivered; A waits; X is undone and A lands; A's redelivery runs before X's
+    undo does. X's copy still shows the post among the reader's newest entries, but it must
+    not stand in for A: the undo removes it, and A would be live with no copy."""
+    author, reposter, reader, post_id = await _setup(repos)
+    ticks_a = now_ticks()
+    a = Reposted(reposter=reposter, author=author, post_id=post_id, repost_id=new_post_id(ticks_a))
+    await repos.reposts.note_index(author, post_id, reposter, a.repost_id)
+    x = await _stored(repos, reposter, author, post_id)
+    async with PartitionWriter(storage, TIMELINES, linger_s=0) as writer:
+        worker = FanoutProcessor.on(storage, writer)
+        assert await worker.handle(x) == DONE
+        assert isinstance(await worker.handle(a), Defer)
+        await repos.reposts.remove(reposter, post_id, x.repost_id)  # the API's undo of X
+        undo = Unreposted(reposter=reposter, author=author, post_id=post_id, repost_id=x.repost_id)
+        await repos.reposts.create(
+            reposter, author, post_id, a.repost_id, not_after=arrival_deadline(ticks_a, WINDOW)
+        )
+        assert await worker.handle(a) == DONE
+        await run_every_pass(worker, undo)
+    assert await repos.reposts.live_id(reposter, post_id) == a.repost_id
+    assert await _shown(repos, reader) == [(post_id, reposter)]
