@@ -1,10 +1,10 @@
 """A deleted original's reposts, removed a bounded step per lease (``PostDeleted.reposts``).
 
-A step walks the original's repost index (``~rpof-{post_id}-{reposter}``, in reposter order)
+A step walks the original's repost index (``~rpof-{post_id}-{reposter}-{repost_id}``, in key order)
 from where the message says: at most ``REPOSTS_PER_STEP`` reposts, and at most one follower
 page's worth (``follower_page_size``) of their reposters' followers, so its storage requests
-are bounded however many reposts and followers there are. Each repost is voided (the one the
-reposter's row names, re-filed in the index if that names another: ``void_stored``), then its
+are bounded however many reposts and followers there are. The index has a row per repost
+(``index_row_key``), so every repost a request filed gets both passes. Each is voided, then its
 entry removed from every follower of its reposter, page by page (a page may end the step: the
 message then holds that reposter, its repost and the follower cursor); the delete's second
 pass (``final``) then drops the repost's void and index rows, which the first pass leaves for
@@ -55,27 +55,30 @@ class RepostPurge:
         budget = _Budget(rows=self._ctx.page_size)
         limit = REPOSTS_PER_STEP
         if start.reposter is not None and start.followers is not None:
-            stopped = await self._resume(
-                author, post_id, start.reposter, start, budget, final=final
-            )
+            stopped = await self._resume(author, post_id, start, budget, final=final)
             if stopped is not None:
                 return stopped
             limit -= 1
-        after = start.reposter
+        after = None if start.reposter is None else (start.reposter, start.repost_id)
         page = await self._index_page(author, post_id, after, limit, budget)
-        for reposter, indexed in page.items:
+        for reposter, repost_id in page.items:
             if budget.spent:
-                return RepostsPosition(reposter=after)
-            repost_id = await self._repos.reposts.void_stored(author, post_id, reposter, indexed)
+                return _after(after)
+            await self._repos.reposts.remove(reposter, post_id, repost_id)
             stopped = await self._repost(post_id, reposter, repost_id, None, budget)
             if stopped is not None:
                 return stopped
             await self._finish(author, post_id, reposter, repost_id, final=final)
-            after = reposter
-        return None if page.continuation is None else RepostsPosition(reposter=after)
+            after = (reposter, repost_id)
+        return None if page.continuation is None else _after(after)
 
     async def _index_page(
-        self, author: str, post_id: str, after: str | None, limit: int, budget: _Budget
+        self,
+        author: str,
+        post_id: str,
+        after: tuple[str, str | None] | None,
+        limit: int,
+        budget: _Budget,
     ) -> Page[tuple[str, str]]:
         """The next reposts in the index (storage may answer empty with a continuation:
         follow it while the step's queries last)."""
@@ -87,31 +90,16 @@ class RepostPurge:
         return page
 
     async def _resume(
-        self,
-        author: str,
-        post_id: str,
-        reposter: str,
-        start: RepostsPosition,
-        budget: _Budget,
-        *,
-        final: bool,
+        self, author: str, post_id: str, start: RepostsPosition, budget: _Budget, *, final: bool
     ) -> RepostsPosition | None:
-        """Go on with the repost a step stopped inside: its followers from the cursor. If its
-        index row names another repost now (a request that read no live repost landed over
-        the void one), that one's followers follow, from the first."""
-        repost_id = await self._repos.reposts.indexed_id(author, post_id, reposter)
-        if repost_id is None:
-            return None  # done already (a repeated step): its rows went after its followers
-        cursor = start.followers if repost_id == start.repost_id else None
-        if cursor is None:
-            if start.repost_id is not None:  # first finish the one the step stopped inside
-                stopped = await self._repost(
-                    post_id, reposter, start.repost_id, start.followers, budget
-                )
-                if stopped is not None:
-                    return stopped
-            repost_id = await self._repos.reposts.void_stored(author, post_id, reposter, repost_id)
-        stopped = await self._repost(post_id, reposter, repost_id, cursor, budget)
+        """Go on with the repost a step stopped inside: its followers from the cursor, while
+        its index row is there (a repeated step may find it done: its row goes last)."""
+        reposter, repost_id = start.reposter, start.repost_id
+        if reposter is None or repost_id is None:
+            return None  # never made: a position inside a repost names it
+        if not await self._repos.reposts.indexed(author, post_id, reposter, repost_id):
+            return None
+        stopped = await self._repost(post_id, reposter, repost_id, start.followers, budget)
         if stopped is None:
             await self._finish(author, post_id, reposter, repost_id, final=final)
         return stopped
@@ -124,8 +112,8 @@ class RepostPurge:
         cursor: dict[str, str] | None,
         budget: _Budget,
     ) -> RepostsPosition | None:
-        """Remove the (voided) repost's entries page by page while the budget lasts; where
-        to resume if it ran out first."""
+        """Remove the voided repost's entries page by page while the budget lasts; where to
+        resume if it ran out first."""
         while True:
             page = await self._repos.follows.follower_ids_page(reposter, budget.rows, cursor)
             budget.rows -= len(page.items)
@@ -142,7 +130,14 @@ class RepostPurge:
     ) -> None:
         """The second pass drops a done repost's void and index rows (the first leaves them:
         the second pass reads the index); the index row last, as it leads a redone step to
-        the other."""
+        the void row."""
         if final:
             await self._repos.reposts.drop_void(reposter, post_id, repost_id)
             await self._repos.reposts.drop_index(author, post_id, reposter, repost_id)
+
+
+def _after(row: tuple[str, str | None] | None) -> RepostsPosition:
+    """Resume the walk after this index row (None: from the first)."""
+    if row is None:
+        return RepostsPosition()
+    return RepostsPosition(reposter=row[0], repost_id=row[1])

@@ -67,9 +67,9 @@ class PostCreated(_Message):
 
 class RepostsPosition(BaseModel):
     """Where a delete's purge of its original's reposts resumes, in the original's repost
-    index (``timeline.delivery.repost_purge``): after ``reposter``'s row (None: from the
-    first), or, with ``followers``, inside it: that row's followers from there on, if it still
-    names ``repost_id``."""
+    index (``timeline.delivery.repost_purge``): after the row of ``reposter``'s repost
+    ``repost_id`` (None: from the first), or, with ``followers``, inside it: that repost's
+    readers from there on, while its index row is there."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 

@@ -43,6 +43,12 @@ REPLIES_OF = "~re-"
 _RANGE = f"{PARTITION} and RowKey gt @first and RowKey lt @end"
 
 
+def index_row_key(post_id: str, reposter: str, repost_id: str) -> str:
+    """A repost's row in its original's index: one per repost, not per reposter, so a
+    repost request that loses a race never hides the winner from the delete's passes."""
+    return f"{REPOSTS_OF}{post_id}-{reposter}-{repost_id}"
+
+
 def live_repost_id(row: TableEntity | None) -> str | None:
     """The repost id a reposter's row names while it is live (None: no row, or void)."""
     return None if row is None or row.get("void") else str(row["repost_id"])
@@ -75,7 +81,7 @@ class RepostsRepository:
         """File the repost under the original (before the truth is written)."""
         row = {
             "PartitionKey": author,
-            "RowKey": f"{REPOSTS_OF}{post_id}-{reposter}",
+            "RowKey": index_row_key(post_id, reposter, repost_id),
             "reposter": reposter,
             "repost_id": repost_id,
         }
@@ -158,18 +164,6 @@ class RepostsRepository:
                     **if_unchanged(row),
                 )
 
-    async def void_stored(self, author: str, post_id: str, reposter: str, indexed: str) -> str:
-        """Void the reposter's repost of the (deleted) post, and say which one that is: the
-        one the reposter's row names while live, else ``indexed``. Two racing requests can
-        leave the index naming the one whose write lost; it is re-filed with the winner
-        first, so a redone step reads the repost whose entries it removes."""
-        live = live_repost_id(await self.truth(reposter, post_id))
-        if live is not None and live != indexed:
-            await self.note_index(author, post_id, reposter, live)
-            indexed = live
-        await self.remove(reposter, post_id, indexed)
-        return indexed
-
     async def drop_void(self, reposter: str, post_id: str, repost_id: str) -> None:
         """Delete the repost's row once void (its undo's last pass: every delivery of it has
         seen it void or ended, and the API writes it only within its arrival window)."""
@@ -195,33 +189,33 @@ class RepostsRepository:
         self,
         author: str,
         post_id: str,
-        after: str | None,
+        after: tuple[str, str | None] | None,
         limit: int,
         continuation: dict[str, str] | None = None,
     ) -> Page[tuple[str, str]]:
-        """One query's worth of ``(reposter, repost_id)`` filed under the post, in reposter
-        order, after ``after``'s row (None: from the first); ``continuation`` None when none
-        are left."""
+        """One query's worth of ``(reposter, repost_id)`` filed under the post, in key order,
+        after the row of ``after`` (a reposter and repost; None: from the first; a reposter
+        without a repost: from that reposter's first); ``continuation`` None when none are
+        left."""
         prefix = f"{REPOSTS_OF}{post_id}-"
-        first = prefix + (after or "")
+        first = None if after is None else prefix + after[0] + (f"-{after[1]}" if after[1] else "")
         rows = await self._range(author, prefix, limit, continuation, first=first)
         found = [(str(row["reposter"]), str(row["repost_id"])) for row in rows.items]
         return Page(found, rows.continuation)
 
-    async def indexed_id(self, author: str, post_id: str, reposter: str) -> str | None:
-        """The repost the post's index row for ``reposter`` names, if the row is there."""
-        row = await get_entity(self._storage, POSTS, author, f"{REPOSTS_OF}{post_id}-{reposter}")
-        return None if row is None else str(row["repost_id"])
+    async def indexed(self, author: str, post_id: str, reposter: str, repost_id: str) -> bool:
+        """Whether the repost's index row is still there (its purge's last step drops it)."""
+        key = index_row_key(post_id, reposter, repost_id)
+        return await get_entity(self._storage, POSTS, author, key, select=["RowKey"]) is not None
 
     async def drop_index(self, author: str, post_id: str, reposter: str, repost_id: str) -> None:
-        """Remove the index row if it still names this repost."""
-        row = await get_entity(self._storage, POSTS, author, f"{REPOSTS_OF}{post_id}-{reposter}")
-        if row is None or row.get("repost_id") != repost_id:
-            return
+        """Remove the repost's index row (gone already is fine)."""
         async with self._storage.guard(kind="write-1"):
-            with suppress(ResourceModifiedError, ResourceNotFoundError):
+            with suppress(ResourceNotFoundError):
                 await calls.delete_entity(
-                    self._storage.table(POSTS, author), author, row["RowKey"], **if_unchanged(row)
+                    self._storage.table(POSTS, author),
+                    author,
+                    index_row_key(post_id, reposter, repost_id),
                 )
 
     async def note_reply(self, target_author: str, target_post: str, reply: Post) -> None:

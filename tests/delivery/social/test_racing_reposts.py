@@ -3,13 +3,18 @@ click): the repost that ends up stored is delivered, and removed with its origin
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 import pytest
 
 from tests.conftest import unique
 from tests.delivery.helpers import add_follow, add_posts, add_users, run_every_pass
 from timeline.delivery.context import TICKS_PER_SECOND
+from timeline.delivery.feed import Feed
 from timeline.delivery.outcomes import DONE, Continue, Defer, Outcome
 from timeline.delivery.processor import FanoutProcessor
+from timeline.delivery.repost import RepostDelivery
 from timeline.errors import StorageUnavailableError
 from timeline.model.keys import arrival_deadline, new_post_id, now_ticks
 from timeline.model.messages import PostDeleted, Reposted, Unreposted
@@ -91,10 +96,9 @@ async def test_a_repost_that_met_another_live_one_is_delivered_once_that_one_is_
 async def test_a_deleted_originals_repost_goes_when_the_index_names_the_losing_request(
     storage: Storage, repos: Repositories
 ) -> None:
-    """Two racing repost requests: X's index row is filed, then A's (upsert: the index now
-    names A), X's write wins, A's fails (503). X is delivered. The original's delete purges
-    the reposts the index names: A, whose remove found X and did nothing; X's copy stayed.
-    The purge now acts on the repost the stored row names."""
+    """Two racing repost requests: X's index row is filed, then A's, X's write wins, A's
+    fails (503). X is delivered. The original's delete must remove X's copy: when the index
+    had one row per reposter, A's replaced X's, and the purge voided only A (a no-op)."""
     author, reposter, reader, post_id = await _setup(repos)
     ticks_x = now_ticks()
     x = Reposted(reposter=reposter, author=author, post_id=post_id, repost_id=new_post_id(ticks_x))
@@ -166,8 +170,8 @@ async def test_a_resumed_purge_step_finishes_the_repost_it_stopped_inside(
 ) -> None:
     """The delete's purge voids X and stops after one follower page. A request A that read
     no live repost before X was stored then files its index row and lands over void X. The
-    resumed step finds the index naming A: it must still remove X from the followers past
-    its cursor, then A from all of them."""
+    resumed step must still remove X from the followers past its cursor (when the index had
+    one row per reposter, it found A's there and dropped X's cursor), and A goes too."""
     author, reposter, readers, post_id = await _setup_many(repos, 3)
     ticks_a = now_ticks()
     a_id = new_post_id(ticks_a)  # request A read no live repost, then stalled
@@ -218,3 +222,57 @@ async def test_a_repost_is_not_held_back_by_an_undone_repost_of_the_same_reposte
         await run_every_pass(worker, undo)
     assert await repos.reposts.live_id(reposter, post_id) == a.repost_id
     assert await _shown(repos, reader) == [(post_id, reposter)]
+
+
+@pytest.mark.parametrize("another_lands", [False, True])
+async def test_a_late_copy_of_a_repost_goes_in_the_deletes_second_pass(
+    storage: Storage, repos: Repositories, monkeypatch: pytest.MonkeyPatch, another_lands: bool
+) -> None:
+    """X's delivery read X and the original live before the delete; its write lands after
+    the delete's first pass, and its worker dies before its re-check. The second pass must
+    remove that copy, also when a racing request A landed over void X during the first pass
+    (with one index row per reposter, A's replaced X's and the second pass never saw X)."""
+    author, reposter, readers, post_id = await _setup_many(repos, 2)
+    ticks_a = now_ticks()
+    a_id = new_post_id(ticks_a)  # request A read no live repost, then stalled
+    x = await _stored(repos, reposter, author, post_id)
+    release, pushing = asyncio.Event(), asyncio.Event()
+    push = Feed.push
+
+    async def held_push(self: Feed, *args: Any) -> Any:
+        pushing.set()
+        await release.wait()
+        return await push(self, *args)
+
+    async def dies(*_: object) -> None:
+        raise RuntimeError("the worker died before its re-check")
+
+    monkeypatch.setattr(Feed, "push", held_push)
+    monkeypatch.setattr(RepostDelivery, "_undo_lost_reasons", dies)
+    async with (
+        PartitionWriter(storage, TIMELINES, linger_s=0) as delivering_writer,
+        PartitionWriter(storage, TIMELINES, linger_s=0) as writer,
+    ):
+        delivering = asyncio.create_task(FanoutProcessor.on(storage, delivering_writer).handle(x))
+        await pushing.wait()  # it read X live, the original live, the followers
+        deleting = FanoutProcessor.on(storage, writer, follower_page_size=1)
+        outcome: Outcome = await deleting.handle(PostDeleted(author=author, post_id=post_id))
+        while isinstance(outcome, Continue):
+            step = outcome.message
+            assert isinstance(step, PostDeleted)
+            if step.confirm:
+                break
+            if another_lands and step.reposts is not None and step.reposts.followers:
+                another_lands = False
+                await repos.reposts.note_index(author, post_id, reposter, a_id)
+                await repos.reposts.create(
+                    reposter, author, post_id, a_id, not_after=arrival_deadline(ticks_a, WINDOW)
+                )
+            outcome = await deleting.handle(step)
+        assert isinstance(outcome, Continue)  # the second pass, due a sweep delay later
+        release.set()  # X's copies land now, inside their write deadline
+        with pytest.raises(RuntimeError):
+            await delivering
+        await run_every_pass(deleting, outcome.message)
+    for reader in readers:
+        assert await _shown(repos, reader) == [], reader
