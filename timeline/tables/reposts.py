@@ -4,9 +4,9 @@
   original's author, ``repost_id``: this repost, whose id orders its copies): the truth, one
   row per reposter and post, so a second repost of the same post is the same repost. The
   worker claims a repost whose write never arrived as ``void`` (as it does a post).
-- Its index row ``~rpof-{post_id}-{reposter}`` in the *original author's* partition is
-  written before the truth (and before the message): a delete of the original reads them all
-  to remove every repost's copies.
+- Its index row ``~rpof-{post_id}-{reposter}-{repost_id}`` in the *original author's*
+  partition is written before the truth (and before the message): a delete of the original
+  reads them all to remove every repost's copies. A request whose write is refused drops it.
 - A reply's index row ``~re-{post_id}-{reply row key}`` in the *replied-to author's*
   partition (``author``, ``post``: the reply) lists a post's replies newest first; it is
   written before the reply, so the listing checks each reply is live.
@@ -21,7 +21,7 @@ from typing import Any
 from azure.core.exceptions import ResourceModifiedError, ResourceNotFoundError
 from azure.data.tables import TableEntity, UpdateMode
 
-from timeline.errors import StorageUnavailableError, contention
+from timeline.errors import ArrivalWindowPassedError, StorageUnavailableError, contention
 from timeline.model.entities import Page, Post
 from timeline.model.keys import post_row_key
 from timeline.retry import ETAG_ATTEMPTS
@@ -92,7 +92,8 @@ class RepostsRepository:
     ) -> None:
         """Write the truth row: a new one, or over a void one (a claimed earlier attempt,
         if unchanged since read); past ``not_after`` nothing is sent (the worker may have
-        claimed this very repost by then). A lost race is a 503: try again."""
+        claimed this very repost by then). A lost race is a 503: try again. Either way this
+        repost can never be stored, so it has no entries: its index row goes."""
         row: dict[str, Any] = {
             "PartitionKey": reposter,
             "RowKey": f"{REPOST}{post_id}",
@@ -100,7 +101,11 @@ class RepostsRepository:
             "repost_id": repost_id,
         }
         current = await self.truth(reposter, post_id)
-        refuse_if_late(not_after)
+        try:
+            refuse_if_late(not_after)
+        except ArrivalWindowPassedError:
+            await self.drop_index(author, post_id, reposter, repost_id)
+            raise
         if current is None:
             if await create_entity(self._storage, POSTS, row):
                 return
@@ -114,6 +119,7 @@ class RepostsRepository:
                         **if_unchanged(current),
                     )
                 return
+        await self.drop_index(author, post_id, reposter, repost_id)
         raise StorageUnavailableError("the repost changed meanwhile; try again", retry_after=1)
 
     async def void(self, reposter: str, post_id: str, repost_id: str) -> bool:

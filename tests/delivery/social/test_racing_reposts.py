@@ -10,19 +10,20 @@ import pytest
 
 from tests.conftest import unique
 from tests.delivery.helpers import add_follow, add_posts, add_users, run_every_pass
+from tests.delivery.social.helpers import posts_keys
 from timeline.delivery.context import TICKS_PER_SECOND
 from timeline.delivery.feed import Feed
 from timeline.delivery.outcomes import DONE, Continue, Defer, Outcome
 from timeline.delivery.processor import FanoutProcessor
 from timeline.delivery.repost import RepostDelivery
-from timeline.errors import StorageUnavailableError
+from timeline.errors import ArrivalWindowPassedError, StorageUnavailableError
 from timeline.model.keys import arrival_deadline, new_post_id, now_ticks
 from timeline.model.messages import PostDeleted, Reposted, Unreposted
 from timeline.storage.accounts import Storage
 from timeline.storage.names import TIMELINES
 from timeline.storage.writer import PartitionWriter
 from timeline.tables.repositories import Repositories
-from timeline.tables.reposts import RepostsRepository
+from timeline.tables.reposts import REPOSTS_OF, RepostsRepository
 
 WINDOW = 30.0
 """The arrival window of the processors here (``Timing``'s default) and of the writes."""
@@ -276,3 +277,29 @@ async def test_a_late_copy_of_a_repost_goes_in_the_deletes_second_pass(
         await run_every_pass(deleting, outcome.message)
     for reader in readers:
         assert await _shown(repos, reader) == [], reader
+
+
+async def test_a_refused_repost_requests_index_row_goes(
+    storage: Storage, repos: Repositories
+) -> None:
+    """A request refused past its window, and one that lost a race, can never be stored, so
+    they have no entries: their index rows go, and a redo and undo of the repost leave none
+    (an index row per repost would otherwise pile up until the original's delete)."""
+    author, reposter, _, post_id = await _setup(repos)
+    late = new_post_id(now_ticks())
+    await repos.reposts.note_index(author, post_id, reposter, late)
+    with pytest.raises(ArrivalWindowPassedError):
+        await repos.reposts.create(reposter, author, post_id, late, not_after=0.0)
+    lost = new_post_id(now_ticks())
+    await repos.reposts.note_index(author, post_id, reposter, lost)
+    won = await _stored(repos, reposter, author, post_id)
+    with pytest.raises(StorageUnavailableError):
+        await repos.reposts.create(
+            reposter, author, post_id, lost, not_after=arrival_deadline(now_ticks(), WINDOW)
+        )
+    assert len(await posts_keys(storage, author, REPOSTS_OF)) == 1  # the winner's
+    await repos.reposts.remove(reposter, post_id, won.repost_id)
+    undo = Unreposted(reposter=reposter, author=author, post_id=post_id, repost_id=won.repost_id)
+    async with PartitionWriter(storage, TIMELINES, linger_s=0) as writer:
+        await run_every_pass(FanoutProcessor.on(storage, writer), undo)
+    assert await posts_keys(storage, author, REPOSTS_OF) == []
