@@ -92,8 +92,10 @@ class RepostsRepository:
     ) -> None:
         """Write the truth row: a new one, or over a void one (a claimed earlier attempt,
         if unchanged since read); past ``not_after`` nothing is sent (the worker may have
-        claimed this very repost by then). A lost race is a 503: try again. Either way this
-        repost can never be stored, so it has no entries: its index row goes."""
+        claimed this very repost by then). A lost race is a 503: try again. When nothing was
+        sent, this repost can never be stored, so it has no entries: its index row goes. A
+        write refused as it went out may be a retry's resend meeting its own first try, so
+        the row is read again, and the index row stays unless this repost is seen stored."""
         row: dict[str, Any] = {
             "PartitionKey": reposter,
             "RowKey": f"{REPOST}{post_id}",
@@ -119,7 +121,11 @@ class RepostsRepository:
                         **if_unchanged(current),
                     )
                 return
-        await self.drop_index(author, post_id, reposter, repost_id)
+        else:  # live, or this repost claimed: nothing was sent
+            await self.drop_index(author, post_id, reposter, repost_id)
+            raise StorageUnavailableError("the repost changed meanwhile; try again", retry_after=1)
+        if live_repost_id(await self.truth(reposter, post_id)) == repost_id:
+            return  # a resend met the row its first try stored (that answer was lost)
         raise StorageUnavailableError("the repost changed meanwhile; try again", retry_after=1)
 
     async def void(self, reposter: str, post_id: str, repost_id: str) -> bool:
