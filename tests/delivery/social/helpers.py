@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+from tests.conftest import unique
+from tests.delivery.helpers import add_follow, add_posts, add_users
+from timeline.model.keys import arrival_deadline, new_post_id, now_ticks
+from timeline.model.messages import Reposted
 from timeline.storage.accounts import Storage
 from timeline.storage.calls import query_page
 from timeline.storage.names import POSTS
+from timeline.tables.repositories import Repositories
+
+WINDOW = 30.0
+"""The arrival window of the processors in these tests (``Timing``'s default) and of the
+writes they make."""
 
 
 async def posts_keys(storage: Storage, partition: str, prefix: str) -> list[str]:
@@ -19,3 +28,35 @@ async def posts_keys(storage: Storage, partition: str, prefix: str) -> list[str]
         continuation=None,
     )
     return [str(row["RowKey"]) for row in page.items]
+
+
+async def shown(repos: Repositories, owner: str) -> list[tuple[str, str | None]]:
+    """``(post shown, reposted_by)`` of each entry of the timeline, newest first."""
+    page = await repos.timelines.page(owner, 1000, None)
+    return [(post.original or post.post_id, post.reposted_by) for post in page.items]
+
+
+async def reposter_with_readers(
+    repos: Repositories, followers: int
+) -> tuple[str, str, list[str], str]:
+    """An author's post, and a reposter with ``followers`` readers."""
+    author, reposter = unique("author"), unique("reposter")
+    readers = [unique("reader") for _ in range(followers)]
+    await add_users(repos, author, reposter, *readers)
+    for reader in readers:
+        await add_follow(repos, reader, reposter)
+    [post] = await add_posts(repos, author, 1)
+    return author, reposter, readers, post.post_id
+
+
+async def stored_repost(repos: Repositories, reposter: str, author: str, post_id: str) -> Reposted:
+    """A repost request that files its index row and writes its row (its message queued)."""
+    ticks = now_ticks()
+    message = Reposted(
+        reposter=reposter, author=author, post_id=post_id, repost_id=new_post_id(ticks)
+    )
+    await repos.reposts.note_index(author, post_id, reposter, message.repost_id)
+    await repos.reposts.create(
+        reposter, author, post_id, message.repost_id, not_after=arrival_deadline(ticks, WINDOW)
+    )
+    return message

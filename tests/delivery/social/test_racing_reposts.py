@@ -8,9 +8,14 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import unique
-from tests.delivery.helpers import add_follow, add_posts, add_users, run_every_pass
-from tests.delivery.social.helpers import posts_keys
+from tests.delivery.helpers import run_every_pass
+from tests.delivery.social.helpers import (
+    WINDOW,
+    posts_keys,
+    reposter_with_readers,
+    shown,
+    stored_repost,
+)
 from timeline.delivery.context import TICKS_PER_SECOND
 from timeline.delivery.feed import Feed
 from timeline.delivery.outcomes import DONE, Continue, Defer, Outcome
@@ -25,42 +30,10 @@ from timeline.storage.writer import PartitionWriter
 from timeline.tables.repositories import Repositories
 from timeline.tables.reposts import REPOSTS_OF, RepostsRepository
 
-WINDOW = 30.0
-"""The arrival window of the processors here (``Timing``'s default) and of the writes."""
-
-
-async def _shown(repos: Repositories, owner: str) -> list[tuple[str, str | None]]:
-    page = await repos.timelines.page(owner, 1000, None)
-    return [(post.original or post.post_id, post.reposted_by) for post in page.items]
-
 
 async def _setup(repos: Repositories) -> tuple[str, str, str, str]:
-    author, reposter, [reader], post_id = await _setup_many(repos, 1)
+    author, reposter, [reader], post_id = await reposter_with_readers(repos, 1)
     return author, reposter, reader, post_id
-
-
-async def _setup_many(repos: Repositories, followers: int) -> tuple[str, str, list[str], str]:
-    """An author's post, and a reposter with ``followers`` readers."""
-    author, reposter = unique("author"), unique("reposter")
-    readers = [unique("reader") for _ in range(followers)]
-    await add_users(repos, author, reposter, *readers)
-    for reader in readers:
-        await add_follow(repos, reader, reposter)
-    [post] = await add_posts(repos, author, 1)
-    return author, reposter, readers, post.post_id
-
-
-async def _stored(repos: Repositories, reposter: str, author: str, post_id: str) -> Reposted:
-    """A repost request that files its index row and writes its row (its message queued)."""
-    ticks = now_ticks()
-    message = Reposted(
-        reposter=reposter, author=author, post_id=post_id, repost_id=new_post_id(ticks)
-    )
-    await repos.reposts.note_index(author, post_id, reposter, message.repost_id)
-    await repos.reposts.create(
-        reposter, author, post_id, message.repost_id, not_after=arrival_deadline(ticks, WINDOW)
-    )
-    return message
 
 
 async def test_a_repost_that_met_another_live_one_is_delivered_once_that_one_is_undone(
@@ -91,7 +64,7 @@ async def test_a_repost_that_met_another_live_one_is_delivered_once_that_one_is_
         if isinstance(outcome, Defer):  # it waited: the redelivery sees A
             outcome = await worker.handle(a)
         assert outcome == DONE
-    assert await _shown(repos, reader) == [(post_id, reposter)]
+    assert await shown(repos, reader) == [(post_id, reposter)]
 
 
 async def test_a_deleted_originals_repost_goes_when_the_index_names_the_losing_request(
@@ -117,11 +90,11 @@ async def test_a_deleted_originals_repost_goes_when_the_index_names_the_losing_r
     async with PartitionWriter(storage, TIMELINES, linger_s=0) as writer:
         worker = FanoutProcessor.on(storage, writer)
         assert await worker.handle(x) == DONE
-        assert await _shown(repos, reader) == [(post_id, reposter)]
+        assert await shown(repos, reader) == [(post_id, reposter)]
         await run_every_pass(worker, PostDeleted(author=author, post_id=post_id))
     assert await repos.posts.get(author, post_id) is None
     assert await repos.reposts.live_id(reposter, post_id) is None
-    assert await _shown(repos, reader) == []
+    assert await shown(repos, reader) == []
 
 
 async def test_a_repost_that_lands_while_its_delivery_reads_at_its_windows_end_is_delivered(
@@ -135,7 +108,7 @@ async def test_a_repost_that_lands_while_its_delivery_reads_at_its_windows_end_i
     ticks_a = now_ticks()
     a = Reposted(reposter=reposter, author=author, post_id=post_id, repost_id=new_post_id(ticks_a))
     await repos.reposts.note_index(author, post_id, reposter, a.repost_id)
-    x = await _stored(repos, reposter, author, post_id)
+    x = await stored_repost(repos, reposter, author, post_id)
     read_row = RepostsRepository.truth
     interleaved = False
 
@@ -163,7 +136,7 @@ async def test_a_repost_that_lands_while_its_delivery_reads_at_its_windows_end_i
         if isinstance(outcome, Defer):
             outcome = await worker.handle(a)
         assert outcome == DONE
-    assert await _shown(repos, reader) == [(post_id, reposter)]
+    assert await shown(repos, reader) == [(post_id, reposter)]
 
 
 async def test_a_resumed_purge_step_finishes_the_repost_it_stopped_inside(
@@ -173,10 +146,10 @@ async def test_a_resumed_purge_step_finishes_the_repost_it_stopped_inside(
     no live repost before X was stored then files its index row and lands over void X. The
     resumed step must still remove X from the followers past its cursor (when the index had
     one row per reposter, it found A's there and dropped X's cursor), and A goes too."""
-    author, reposter, readers, post_id = await _setup_many(repos, 3)
+    author, reposter, readers, post_id = await reposter_with_readers(repos, 3)
     ticks_a = now_ticks()
     a_id = new_post_id(ticks_a)  # request A read no live repost, then stalled
-    x = await _stored(repos, reposter, author, post_id)
+    x = await stored_repost(repos, reposter, author, post_id)
     async with PartitionWriter(storage, TIMELINES, linger_s=0) as writer:
         assert await FanoutProcessor.on(storage, writer).handle(x) == DONE
         deleting = FanoutProcessor.on(storage, writer, follower_page_size=1)
@@ -196,7 +169,7 @@ async def test_a_resumed_purge_step_finishes_the_repost_it_stopped_inside(
         a = Reposted(reposter=reposter, author=author, post_id=post_id, repost_id=a_id)
         await run_every_pass(FanoutProcessor.on(storage, writer), a)
     for reader in readers:
-        assert await _shown(repos, reader) == [], reader
+        assert await shown(repos, reader) == [], reader
 
 
 async def test_a_repost_is_not_held_back_by_an_undone_repost_of_the_same_reposter(
@@ -209,7 +182,7 @@ async def test_a_repost_is_not_held_back_by_an_undone_repost_of_the_same_reposte
     ticks_a = now_ticks()
     a = Reposted(reposter=reposter, author=author, post_id=post_id, repost_id=new_post_id(ticks_a))
     await repos.reposts.note_index(author, post_id, reposter, a.repost_id)
-    x = await _stored(repos, reposter, author, post_id)
+    x = await stored_repost(repos, reposter, author, post_id)
     async with PartitionWriter(storage, TIMELINES, linger_s=0) as writer:
         worker = FanoutProcessor.on(storage, writer)
         assert await worker.handle(x) == DONE
@@ -222,7 +195,7 @@ async def test_a_repost_is_not_held_back_by_an_undone_repost_of_the_same_reposte
         assert await worker.handle(a) == DONE
         await run_every_pass(worker, undo)
     assert await repos.reposts.live_id(reposter, post_id) == a.repost_id
-    assert await _shown(repos, reader) == [(post_id, reposter)]
+    assert await shown(repos, reader) == [(post_id, reposter)]
 
 
 @pytest.mark.parametrize("another_lands", [False, True])
@@ -233,10 +206,10 @@ async def test_a_late_copy_of_a_repost_goes_in_the_deletes_second_pass(
     the delete's first pass, and its worker dies before its re-check. The second pass must
     remove that copy, also when a racing request A landed over void X during the first pass
     (with one index row per reposter, A's replaced X's and the second pass never saw X)."""
-    author, reposter, readers, post_id = await _setup_many(repos, 2)
+    author, reposter, readers, post_id = await reposter_with_readers(repos, 2)
     ticks_a = now_ticks()
     a_id = new_post_id(ticks_a)  # request A read no live repost, then stalled
-    x = await _stored(repos, reposter, author, post_id)
+    x = await stored_repost(repos, reposter, author, post_id)
     release, pushing = asyncio.Event(), asyncio.Event()
     push = Feed.push
 
@@ -276,7 +249,7 @@ async def test_a_late_copy_of_a_repost_goes_in_the_deletes_second_pass(
             await delivering
         await run_every_pass(deleting, outcome.message)
     for reader in readers:
-        assert await _shown(repos, reader) == [], reader
+        assert await shown(repos, reader) == [], reader
 
 
 async def test_a_refused_repost_requests_index_row_goes(
@@ -292,7 +265,7 @@ async def test_a_refused_repost_requests_index_row_goes(
         await repos.reposts.create(reposter, author, post_id, late, not_after=0.0)
     lost = new_post_id(now_ticks())
     await repos.reposts.note_index(author, post_id, reposter, lost)
-    won = await _stored(repos, reposter, author, post_id)
+    won = await stored_repost(repos, reposter, author, post_id)
     with pytest.raises(StorageUnavailableError):
         await repos.reposts.create(
             reposter, author, post_id, lost, not_after=arrival_deadline(now_ticks(), WINDOW)

@@ -11,7 +11,7 @@ import pytest
 from azure.core.pipeline.transport import AioHttpTransport
 
 from tests.delivery.helpers import run_every_pass
-from tests.delivery.social.test_racing_reposts import WINDOW, _setup, _shown, _stored
+from tests.delivery.social.helpers import WINDOW, reposter_with_readers, shown, stored_repost
 from timeline.delivery.processor import FanoutProcessor
 from timeline.model.keys import arrival_deadline, new_post_id, now_ticks
 from timeline.model.messages import PostDeleted, Reposted, Unreposted
@@ -45,9 +45,9 @@ def _first_answer_lost(monkeypatch: pytest.MonkeyPatch, method: str) -> list[int
 async def test_a_repost_write_whose_answer_was_lost_is_stored_and_deleted_with_its_original(
     storage: Storage, repos: Repositories, monkeypatch: pytest.MonkeyPatch, method: str
 ) -> None:
-    author, reposter, reader, post_id = await _setup(repos)
+    author, reposter, [reader], post_id = await reposter_with_readers(repos, 1)
     if method == "PUT":  # over an undone repost's void row: an If-Match replace
-        old = await _stored(repos, reposter, author, post_id)
+        old = await stored_repost(repos, reposter, author, post_id)
         await repos.reposts.remove(reposter, post_id, old.repost_id)
         undo = Unreposted(
             reposter=reposter, author=author, post_id=post_id, repost_id=old.repost_id
@@ -69,7 +69,7 @@ async def test_a_repost_write_whose_answer_was_lost_is_stored_and_deleted_with_i
     async with PartitionWriter(storage, TIMELINES, linger_s=0) as writer:
         worker = FanoutProcessor.on(storage, writer)
         await run_every_pass(worker, message)
-        assert await _shown(repos, reader) == [(post_id, reposter)]
+        assert await shown(repos, reader) == [(post_id, reposter)]
         await run_every_pass(worker, PostDeleted(author=author, post_id=post_id))
     assert await repos.reposts.live_id(reposter, post_id) is None
-    assert await _shown(repos, reader) == []
+    assert await shown(repos, reader) == []

@@ -16,6 +16,7 @@ from tests.delivery.helpers import (
     run_every_pass,
     unlimited_service,
 )
+from tests.delivery.social.helpers import shown
 from timeline.delivery.outcomes import DONE, Continue, Defer
 from timeline.delivery.processor import FanoutProcessor
 from timeline.delivery.repost import repost_copy
@@ -26,12 +27,6 @@ from timeline.storage.names import TIMELINES
 from timeline.storage.writer import PartitionWriter
 from timeline.tables.repositories import Repositories
 from timeline.tables.reposts import RepostsRepository
-
-
-async def _shown(repos: Repositories, owner: str) -> list[tuple[str, str | None]]:
-    """``(post shown, reposted_by)`` of each entry, newest first."""
-    page = await repos.timelines.page(owner, 1000, None)
-    return [(post.original or post.post_id, post.reposted_by) for post in page.items]
 
 
 async def _repost(storage: Storage, reposter: str, author: str, post_id: str) -> Reposted:
@@ -77,7 +72,7 @@ async def test_a_repost_reaches_the_reposters_followers(
     async with PartitionWriter(storage, TIMELINES, linger_s=0) as writer:
         assert await FanoutProcessor.on(storage, writer).handle(message) == DONE
         assert await FanoutProcessor.on(storage, writer).handle(message) == DONE  # redelivered
-    assert await _shown(repos, reader) == [(post.post_id, reposter)]
+    assert await shown(repos, reader) == [(post.post_id, reposter)]
     [row] = (await repos.timelines.page(reader, 10, None)).items
     assert row.to_json()["reposted_by"] == reposter
     assert row.to_json()["author"] == author
@@ -123,7 +118,7 @@ async def test_a_repost_stored_between_the_deliverys_reads_is_still_delivered(
         if isinstance(outcome, Defer):  # waited for the write: the redelivery delivers
             outcome = await worker.handle(message)
         assert outcome == DONE
-    assert await _shown(repos, reader) == [(post.post_id, reposter)]
+    assert await shown(repos, reader) == [(post.post_id, reposter)]
 
 
 async def test_two_reposts_reach_a_common_follower_once(
@@ -137,7 +132,7 @@ async def test_two_reposts_reach_a_common_follower_once(
         worker = FanoutProcessor.on(storage, writer)
         await worker.handle(await _repost(storage, first, author, post.post_id))
         await worker.handle(await _repost(storage, second, author, post.post_id))
-    assert await _shown(repos, reader) == [(post.post_id, first)]
+    assert await shown(repos, reader) == [(post.post_id, first)]
 
 
 async def test_a_reader_who_has_the_original_gets_no_repost(
@@ -151,7 +146,7 @@ async def test_a_reader_who_has_the_original_gets_no_repost(
         worker = FanoutProcessor.on(storage, writer)
         await worker.handle(PostCreated(author=author, post_id=post.post_id))
         await worker.handle(await _repost(storage, reposter, author, post.post_id))
-    assert await _shown(repos, reader) == [(post.post_id, None)]
+    assert await shown(repos, reader) == [(post.post_id, None)]
 
 
 async def test_reposts_false_hides_that_accounts_reposts(
@@ -165,11 +160,11 @@ async def test_reposts_false_hides_that_accounts_reposts(
     async with PartitionWriter(storage, TIMELINES, linger_s=0) as writer:
         worker = FanoutProcessor.on(storage, writer)
         await worker.handle(await _repost(storage, reposter, author, post.post_id))
-        assert await _shown(repos, hider) == []
-        assert await _shown(repos, shower) == [(post.post_id, reposter)]
+        assert await shown(repos, hider) == []
+        assert await shown(repos, shower) == [(post.post_id, reposter)]
         await service.follows.follow(hider, hider, reposter, reposts=True)  # shown again
         await worker.handle(await _repost(storage, reposter, author, later.post_id))
-    assert await _shown(repos, hider) == [(later.post_id, reposter)]
+    assert await shown(repos, hider) == [(later.post_id, reposter)]
 
 
 async def test_an_unrepost_removes_its_copies_and_repeats_harmlessly(
@@ -192,7 +187,7 @@ async def test_an_unrepost_removes_its_copies_and_repeats_harmlessly(
         await run_every_pass(worker, undo)  # redone: nothing changes
         late = await worker.handle(message)  # a late redelivery copies nothing: it ends, or
         assert late == DONE or isinstance(late, Defer)  # waits (the void row went, still young)
-    assert await _shown(repos, reader) == []
+    assert await shown(repos, reader) == []
     assert await repos.reposts.live_id(reposter, post.post_id) is None
 
 
@@ -215,7 +210,7 @@ async def test_an_unrepost_beats_an_in_flight_delivery(
             FanoutProcessor.on(storage, held).handle(message),
             FanoutProcessor.on(storage, prompt).handle(undo),  # its first pass only
         )
-    assert await _shown(repos, reader) == []
+    assert await shown(repos, reader) == []
 
 
 async def test_a_repost_racing_the_originals_delete_leaves_no_copy(
@@ -241,7 +236,7 @@ async def test_a_repost_racing_the_originals_delete_leaves_no_copy(
     assert isinstance(deleted, Continue)
     assert isinstance(deleted.message, PostDeleted)
     assert deleted.message.confirm
-    assert await _shown(repos, reader) == []
+    assert await shown(repos, reader) == []
     assert await repos.reposts.live_id(reposter, post.post_id) is None
 
 
@@ -260,9 +255,9 @@ async def test_the_deletes_second_pass_removes_a_late_repost_copy(
         assert isinstance(first, Continue)
         late = repost_copy(post, message)  # what the dead delivery wrote, late
         await repos.timelines.put_many(reader, [late])
-        assert await _shown(repos, reader) == [(post.post_id, reposter)]
+        assert await shown(repos, reader) == [(post.post_id, reposter)]
         await run_every_pass(worker, first.message)
-    assert await _shown(repos, reader) == []
+    assert await shown(repos, reader) == []
     assert await repos.reposts.reposts_of(author, post.post_id) == []  # the index went last
 
 
@@ -276,10 +271,10 @@ async def test_unfollowing_a_reposter_purges_its_reposts_not_the_originals_autho
         worker = FanoutProcessor.on(storage, writer)
         await worker.handle(await _repost(storage, reposter, author, post.post_id))
         await worker.purge(reader, author)  # the original's author is not followed: no purge
-        assert await _shown(repos, reader) == [(post.post_id, reposter)]
+        assert await shown(repos, reader) == [(post.post_id, reposter)]
         await add_follow(repos, reader, author)
         await worker.purge(reader, author)  # followed: reconciles, and keeps others' reposts
-        assert await _shown(repos, reader) == [(post.post_id, reposter)]
+        assert await shown(repos, reader) == [(post.post_id, reposter)]
         await repos.follows.remove(reader, reposter)
         await worker.purge(reader, reposter)
-    assert await _shown(repos, reader) == []
+    assert await shown(repos, reader) == []
