@@ -95,7 +95,7 @@ class RepostsRepository:
         claimed this very repost by then). A lost race is a 503: try again. When nothing was
         sent, this repost can never be stored, so it has no entries: its index row goes. A
         write refused as it went out may be a retry's resend meeting its own first try, so
-        the row is read again, and the index row stays unless this repost is seen stored."""
+        the row is read again (this repost seen stored is success); its index row stays."""
         row: dict[str, Any] = {
             "PartitionKey": reposter,
             "RowKey": f"{REPOST}{post_id}",
