@@ -44,8 +44,9 @@ async def test_bench_quick_prints_every_key() -> None:
     done = await asyncio.to_thread(
         subprocess.run,
         [sys.executable, "-m", "loadtest.bench", "--quick"],
-        capture_output=True, text=True, timeout=1200, check=True,
+        capture_output=True, text=True, timeout=1200, check=False,
     )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert set(result) >= KEYS | POSITIVE
     assert all(result[key] > 0 for key in POSITIVE), {key: result[key] for key in POSITIVE}

@@ -29,8 +29,11 @@ CONTENTS = {
     "xml_specials": "<a href=\"x\">&amp; 'q' & < > ]]> </a>",
     "unicode": "héllo wörld 😀 𝄞 \u2028 \u00a0 中文",
     "whitespace": "  leading and trailing\ttabs\nand lines  ",
-    "large": "é" * 30_000,
+    "large": "x" * 64_000,
 }
+"""ASCII at the largest size: Azurite decodes each TCP segment of a request body apart, so a
+multi-byte character split by a segment boundary comes back as U+FFFD whichever path sent it
+(Azure/Azurite#2670; real Azure is unaffected). Unicode is tested in a body of one segment."""
 FIELDS = ("id", "content", "dequeue_count", "pop_receipt", "inserted_on", "expires_on")
 
 
