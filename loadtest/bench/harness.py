@@ -14,6 +14,7 @@ import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Iterable, Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -106,14 +107,16 @@ class WorkerProcess:
                     a.connection_string for a in azurites
                 ),
                 "TIMELINE_WORKER_METRICS_PORT": str(self.port),
-                "TIMELINE_DATA_DIR": tempfile.mkdtemp(prefix="bench-"),
+                "TIMELINE_DATA_DIR": (data_dir := tempfile.mkdtemp(prefix="bench-")),
             }
             | BENCH_IDLE
             | settings
         )
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "fanout_worker"], env=env, stderr=subprocess.DEVNULL
-        )
+        self.log = Path(data_dir) / "worker.log"
+        with self.log.open("wb") as log:  # kept for a failed phase's diagnosis
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "fanout_worker"], env=env, stderr=log
+            )
         self.pid = self.process.pid
         self.session = aiohttp.ClientSession()
 

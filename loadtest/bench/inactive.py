@@ -238,24 +238,31 @@ async def _return(
     once its marker is gone, reads its rebuilt timeline; every page is checked complete."""
     dormant_ms: list[float] = []
     requests: list[float] = []
-    returned_at: dict[str, float] = {}
+    returned: dict[str, tuple[str, float]] = {}
     for user in graph.returning:
-        if not (await repo.head(user)).dormant:
+        head = await repo.head(user)
+        if not head.dormant:
             raise RuntimeError(f"{user} is not dormant before its return")
-        returned_at[user] = time.monotonic()
+        returned[user] = head.generation, time.monotonic()
         for _ in range(sizes.inactive_tries):
             ids, ms, used = await reader.page(user)
             _check(user, ids, graph.newest, "while dormant")
             if (await repo.head(user)).dormant:  # the page was served merged
                 dormant_ms.append(ms)
                 requests.append(used)
-    wakes = await asyncio.gather(*(_woken(repo, u, returned_at[u]) for u in graph.returning))
-    rebuilt_ms: list[float] = []
-    for user in graph.returning:
-        for _ in range(sizes.inactive_tries):
-            ids, ms, _used = await reader.page(user)
-            _check(user, ids, graph.newest, "after the wake")
-            rebuilt_ms.append(ms)
+    # back for good: they go on reading (the wake outlasts the quick run's period)
+    keeping = asyncio.create_task(reader.keep_active(graph.returning, sizes.inactive_period_s / 3))
+    try:
+        wakes = await asyncio.gather(*(_woken(repo, u, *returned[u]) for u in graph.returning))
+        rebuilt_ms: list[float] = []
+        for user in graph.returning:
+            for _ in range(sizes.inactive_tries):
+                ids, ms, _used = await reader.page(user)
+                _check(user, ids, graph.newest, "after the wake")
+                rebuilt_ms.append(ms)
+    finally:
+        keeping.cancel()
+        await asyncio.gather(keeping, return_exceptions=True)
     return {
         "inactive_return_first_page_ms": statistics.median(dormant_ms),
         "inactive_return_first_page_storage_requests": statistics.median(requests),
@@ -264,9 +271,10 @@ async def _return(
     }
 
 
-async def _woken(repo: ActivityRepository, user: str, since: float) -> float:
-    """Seconds from ``since`` until the user's marker is gone (the wake's end)."""
-    while (await repo.head(user)).dormant:
+async def _woken(repo: ActivityRepository, user: str, generation: str, since: float) -> float:
+    """Seconds from ``since`` until the marker of the dormancy ``generation`` is gone (the
+    wake's end); a marker of another generation means a new dormancy began after it."""
+    while (head := await repo.head(user)).dormant and head.generation == generation:
         if time.monotonic() - since > TIMEOUT_S:
             raise TimeoutError(f"{user}'s wake did not end")
         await asyncio.sleep(0.1)
