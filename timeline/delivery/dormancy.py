@@ -1,10 +1,13 @@
 """Readers who are gone get no copies: dormancy starts in the expiry sweep and ends in a wake.
 
 Start (``Dormancy.check``, the sweep of a reader's due dormancy check): if the stamp moved
-on, file the next check; else write the marker (conditional on the stamp as read, so a read
-that stamped meanwhile wins), then mark each followed author's follow row ``inactive`` for
-posts made from the marker's ``since``. Each row is read before the marker is read as
-``dormant`` and marked only if unchanged since, so a mark cannot land after a wake's unmark.
+on, file the next check; if a wake is under way, file one a stamp period on (the wake files
+its check before it deletes the marker: a sweep in between must not drop the reader's only
+check, or the reader would never be judged again); else write the marker (conditional on
+the stamp as read, so a read that stamped meanwhile wins), then mark each followed
+author's follow row ``inactive`` for posts made from the marker's ``since``. Each row is
+read before the marker is read as ``dormant`` and marked only if unchanged since, so a
+mark cannot land after a wake's unmark.
 
 End (``Waking.wake``, queued by the first read that finds the marker): move the marker to
 ``waking`` (from then on no sweep marks anything), unmark every follow row (a write each
@@ -52,16 +55,17 @@ class Dormancy:
             return True  # never stamped (or gone): nothing to judge
         due = self._inactivity.due(head.stamp)
         if not self._inactivity.enabled or due > now:
-            if self._inactivity.enabled and not head.dormant:
+            if self._inactivity.enabled:  # waking too: the wake's own check may be this one
                 await self._activity.file_check(reader, due)
-            return True  # active (a wake files the check itself when it ends)
+            return True  # active
         if head.marker is None:
             if not await self._activity.start_dormancy(reader, head):
                 return False  # stamped meanwhile: judge again next round
             head = await self._activity.head(reader)
-        if head.marker is None or head.marker.get(STATE) != DORMANT:
-            return True  # waking: the reader is back
-        return await self._flag_all(reader, head.generation)
+        if head.marker is not None and head.marker.get(STATE) != DORMANT:
+            await self._activity.file_check(reader, now + self._inactivity.granularity_s)
+            return True  # waking: judged again a stamp period on, once the wake has ended
+        return head.marker is None or await self._flag_all(reader, head.generation)
 
     async def _flag_all(self, reader: str, generation: str) -> bool:
         """Mark every followed author's follow row: each row read before the marker is read
