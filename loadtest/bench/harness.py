@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -112,8 +113,9 @@ class WorkerProcess:
             | BENCH_IDLE
             | settings
         )
-        self.log = Path(data_dir) / "worker.log"
-        with self.log.open("wb") as log:  # kept for a failed phase's diagnosis
+        self.data_dir = Path(data_dir)
+        self.log = self.data_dir / "worker.log"
+        with self.log.open("wb") as log:  # its tail is shown if the phase fails
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "fanout_worker"], env=env, stderr=log
             )
@@ -139,10 +141,15 @@ class WorkerProcess:
     def cpu_s(self) -> float:
         return cpu_seconds(self.pid)
 
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
     async def stop(self) -> None:
+        """SIGTERM, then remove its data folder (and log)."""
         await self.session.close()
         self.process.send_signal(signal.SIGTERM)
         await asyncio.to_thread(self.process.wait, 30)
+        shutil.rmtree(self.data_dir, ignore_errors=True)
 
 
 @contextlib.asynccontextmanager
@@ -154,6 +161,10 @@ async def workers(
     try:
         await asyncio.gather(*(p.ready() for p in processes))
         yield processes
+    except BaseException:
+        for process in processes:
+            print(f"worker {process.pid}'s log ends:\n{process.log_tail()}", file=sys.stderr)
+        raise
     finally:
         await asyncio.gather(*(p.stop() for p in processes))
 

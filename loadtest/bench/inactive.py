@@ -11,6 +11,7 @@ pages after it are measured, each checked to be the newest 250 posts of those au
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import statistics
 import time
 from collections.abc import Sequence
@@ -151,7 +152,7 @@ async def _feature_on(graph: Graph, sizes: Sizes) -> dict[str, Any]:
                 await asyncio.gather(keeping, return_exceptions=True)
             if flagged != graph.flagged_pairs():
                 raise RuntimeError(f"{flagged} follow rows marked, {graph.flagged_pairs()} meant")
-            returned = await _return(reader, repo, graph, sizes)
+            returned = await _return(reader, repo, graph, sizes, inactivity)
     return returned | {
         "deliveries": posted["deliveries"],
         "inactive_worker_cpu_ms_per_post": posted["cpu_ms_per_post"],
@@ -232,10 +233,11 @@ class Reader:
 
 
 async def _return(
-    reader: Reader, repo: ActivityRepository, graph: Graph, sizes: Sizes
+    reader: Reader, repo: ActivityRepository, graph: Graph, sizes: Sizes, inactivity: Inactivity
 ) -> dict[str, float]:
     """Each returning reader reads while dormant (the first read queues the wake), then,
-    once its marker is gone, reads its rebuilt timeline; every page is checked complete."""
+    once that dormancy's marker is gone, reads its rebuilt timeline; every page is checked
+    complete, and each after the wake served from the partition (no marker)."""
     dormant_ms: list[float] = []
     requests: list[float] = []
     returned: dict[str, tuple[str, float]] = {}
@@ -250,8 +252,7 @@ async def _return(
             if (await repo.head(user)).dormant:  # the page was served merged
                 dormant_ms.append(ms)
                 requests.append(used)
-    # back for good: they go on reading (the wake outlasts the quick run's period)
-    keeping = asyncio.create_task(reader.keep_active(graph.returning, sizes.inactive_period_s / 3))
+    keeping = asyncio.create_task(_keep_stamped(repo, graph.returning, inactivity))
     try:
         wakes = await asyncio.gather(*(_woken(repo, u, *returned[u]) for u in graph.returning))
         rebuilt_ms: list[float] = []
@@ -259,16 +260,36 @@ async def _return(
             for _ in range(sizes.inactive_tries):
                 ids, ms, _used = await reader.page(user)
                 _check(user, ids, graph.newest, "after the wake")
+                if (await repo.head(user)).dormant:
+                    raise RuntimeError(f"{user} went dormant again: a merged page, not rebuilt")
                 rebuilt_ms.append(ms)
     finally:
         keeping.cancel()
-        await asyncio.gather(keeping, return_exceptions=True)
+        with contextlib.suppress(asyncio.CancelledError):
+            await keeping  # raises what stopped it early
     return {
         "inactive_return_first_page_ms": statistics.median(dormant_ms),
         "inactive_return_first_page_storage_requests": statistics.median(requests),
         "inactive_rebuilt_first_page_ms": statistics.median(rebuilt_ms),
         "inactive_wake_s": statistics.median(wakes),
     }
+
+
+async def _keep_stamped(
+    repo: ActivityRepository, users: Sequence[str], inactivity: Inactivity
+) -> None:
+    """Keep returning readers active as their reads would (a stamp each stamp period), but
+    without reads: the phase's period is shorter than a wake, so a reader who stopped would
+    go dormant again, and reads through the API would resend the wake (it outlasts twice
+    the phase's sweep delay) and time the wake under their load."""
+    while True:
+        current = inactivity.stamp()
+        for user in users:
+            head = await repo.head(user)
+            if head.stamp is None or head.stamp < current:
+                first = head.stamp is None
+                await repo.stamp(user, current, inactivity, first=first, read=head.stamp_row)
+        await asyncio.sleep(inactivity.granularity_s / 2)
 
 
 async def _woken(repo: ActivityRepository, user: str, generation: str, since: float) -> float:
