@@ -105,7 +105,9 @@ class Sweeper:
         and group)."""
         moment = time.time() if now is None else now
         report = SweepReport()
-        lifetimes = {CREATED: self._claim_lifetime_s, DUE: 0.0, ACTIVITY: 0.0}
+        lifetimes = {CREATED: self._claim_lifetime_s, DUE: 0.0}
+        if self._dormancy is not None and self._dormancy.enabled:
+            lifetimes[ACTIVITY] = 0.0  # with it off, checks wait untouched for it to be on
         for group, lifetime in lifetimes.items():
             grace = 0.0 if group == ACTIVITY else GRACE_S  # a check names no write in flight
             before = moment - lifetime - grace

@@ -11,12 +11,19 @@ import pytest
 
 from fanout_worker.sweeper import Sweeper
 from tests.conftest import unique
+from tests.delivery.helpers import add_users, run_every_pass
 from timeline.delivery.dormancy import Dormancy
+from timeline.delivery.processor import FanoutProcessor
+from timeline.model.messages import Wake
 from timeline.storage.accounts import Storage
+from timeline.storage.names import TIMELINES
+from timeline.storage.writer import PartitionWriter
 from timeline.tables.activity import ActivityRepository, Inactivity
+from timeline.tables.repositories import Repositories
 
 INACTIVITY = Inactivity(8.0)
 """An inactive period of 8 s: stamps of 0.57 s."""
+OFF = Inactivity(0)
 
 
 @pytest.mark.parametrize("between", ["nothing", "a sweep", "a read and a sweep"])
@@ -45,3 +52,41 @@ async def test_a_reader_woken_goes_dormant_again_once_gone(storage: Storage, bet
     assert await repo.end_dormancy(reader, head.generation)
     await sweeper.sweep(now=now + 3600)
     assert (await repo.head(reader)).dormant, "no dormancy check left: never dormant again"
+
+
+async def test_checks_wait_while_the_feature_is_off(own: Storage) -> None:
+    """A sweep with the feature off (``TIMELINE_INACTIVE_DAYS=0``, or one worker of a
+    rolling change) leaves checks untouched: once it is on again, a reader who had stamped
+    goes dormant (the sweep dropped the check, and stamps after the first file none)."""
+    repo = ActivityRepository(own)
+    on = Sweeper(own, claim_lifetime_s=3600, dormancy=Dormancy(own, INACTIVITY, flag_window_s=1))
+    off = Sweeper(own, claim_lifetime_s=3600, dormancy=Dormancy(own, OFF, flag_window_s=1))
+    reader = unique("gone")
+    now = time.time()
+    await repo.stamp(reader, INACTIVITY.stamp(now), INACTIVITY, first=True)
+    await off.sweep(now=now + 60)
+    assert not (await repo.head(reader)).dormant
+    await on.sweep(now=now + 3600)
+    assert (await repo.head(reader)).dormant, "the check was lost while the feature was off"
+
+
+async def test_a_wake_run_with_the_feature_off_files_a_check(own: Storage) -> None:
+    """A wake run by a worker with the feature off still files the reader's next check (it
+    filed none): once the feature is on again, the reader who stopped goes dormant again."""
+    async with PartitionWriter(own, TIMELINES, linger_s=0) as writer:
+        repos = Repositories.on(own)
+        reader = unique("back")
+        await add_users(repos, reader)
+        now = time.time()
+        await repos.activity.stamp(reader, INACTIVITY.stamp(now), INACTIVITY, first=True)
+        dormancy = Dormancy(own, INACTIVITY, flag_window_s=60)
+        on = Sweeper(own, claim_lifetime_s=3600, dormancy=dormancy)
+        await on.sweep(now=now + 60)
+        head = await repos.activity.head(reader)
+        assert head.marker is not None
+        assert await repos.activity.mark_waking(reader, head.marker)
+        processor = FanoutProcessor(repos, writer, inactivity=OFF)
+        await run_every_pass(processor, Wake(reader=reader, generation=head.generation))
+        assert not (await repos.activity.head(reader)).dormant
+        await on.sweep(now=now + 3600)
+        assert (await repos.activity.head(reader)).dormant, "no check left after the wake"

@@ -1,7 +1,7 @@
 """Readers who are gone get no copies: dormancy starts in the expiry sweep and ends in a wake.
 
 Start (``Dormancy.check``, the sweep of a reader's due dormancy check): if the stamp moved
-on, file the next check; if a wake is under way, file one a stamp period on (the wake files
+on, file the next check; if a wake is under way, file one at the next stamp period (the wake files
 its check before it deletes the marker: a sweep in between must not drop the reader's only
 check, or the reader would never be judged again); else write the marker (conditional on
 the stamp as read, so a read that stamped meanwhile wins), then mark each followed
@@ -53,19 +53,29 @@ class Dormancy:
         head = await self._activity.head(reader)
         if head.stamp is None:
             return True  # never stamped (or gone): nothing to judge
+        if not self._inactivity.enabled:
+            return False  # kept for when it is turned on again (the sweep skips checks then)
         due = self._inactivity.due(head.stamp)
-        if not self._inactivity.enabled or due > now:
-            if self._inactivity.enabled:  # waking too: the wake's own check may be this one
-                await self._activity.file_check(reader, due)
+        if due > now:  # waking too: the wake's own check may be this one
+            await self._activity.file_check(reader, due)
             return True  # active
         if head.marker is None:
             if not await self._activity.start_dormancy(reader, head):
                 return False  # stamped meanwhile: judge again next round
             head = await self._activity.head(reader)
         if head.marker is not None and head.marker.get(STATE) != DORMANT:
-            await self._activity.file_check(reader, now + self._inactivity.granularity_s)
+            await self._activity.file_check(reader, self._next_period(now))
             return True  # waking: judged again a stamp period on, once the wake has ended
         return head.marker is None or await self._flag_all(reader, head.generation)
+
+    @property
+    def enabled(self) -> bool:
+        return self._inactivity.enabled
+
+    def _next_period(self, now: float) -> float:
+        """The next stamp period's start: sweeps that re-file one check file it once."""
+        granularity = self._inactivity.granularity_s
+        return (now // granularity + 1) * granularity
 
     async def _flag_all(self, reader: str, generation: str) -> bool:
         """Mark every followed author's follow row: each row read before the marker is read
@@ -120,9 +130,11 @@ class Waking:
         if not message.confirm:
             again = message.model_copy(update={"confirm": True})
             return Continue(again, delay_s=self._ctx.timing.sweep_delay_s)
-        stamp = head.stamp if head.stamp is not None else self._inactivity.stamp()
         if self._inactivity.enabled:
+            stamp = head.stamp if head.stamp is not None else self._inactivity.stamp()
             await self._activity.file_check(message.reader, self._inactivity.due(stamp))
+        else:  # kept for when it is turned on again (sweeps with it off skip checks)
+            await self._activity.file_check(message.reader, time.time())
         await self._activity.end_dormancy(message.reader, message.generation)
         return DONE
 
