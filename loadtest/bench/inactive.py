@@ -283,12 +283,8 @@ async def _keep_stamped(
     go dormant again, and reads through the API would resend the wake (it outlasts twice
     the phase's sweep delay) and time the wake under their load."""
     while True:
-        current = inactivity.stamp()
         for user in users:
-            head = await repo.head(user)
-            if head.stamp is None or head.stamp < current:
-                first = head.stamp is None
-                await repo.stamp(user, current, inactivity, first=first, read=head.stamp_row)
+            await repo.stamp_if_old(user, await repo.head(user), inactivity)
         await asyncio.sleep(inactivity.granularity_s / 2)
 
 

@@ -1,13 +1,13 @@
 """Readers who are gone get no copies: dormancy starts in the expiry sweep and ends in a wake.
 
 Start (``Dormancy.check``, the sweep of a reader's due dormancy check): if the stamp moved
-on, file the next check; if a wake is under way, file one at the next stamp period (the wake files
-its check before it deletes the marker: a sweep in between must not drop the reader's only
-check, or the reader would never be judged again); else write the marker (conditional on
-the stamp as read, so a read that stamped meanwhile wins), then mark each followed
-author's follow row ``inactive`` for posts made from the marker's ``since``. Each row is
-read before the marker is read as ``dormant`` and marked only if unchanged since, so a
-mark cannot land after a wake's unmark.
+on, file the next check; if a wake is under way, file one at the next stamp period (the
+wake files its check before it deletes the marker: a sweep in between must not drop the
+reader's only check, or the reader would never be judged again); else write the marker
+(conditional on the stamp as read, so a read that stamped meanwhile wins), then mark each
+followed author's follow row ``inactive`` for posts made from the marker's ``since``.
+Each row is read before the marker is read as ``dormant`` and marked only if unchanged
+since, so a mark cannot land after a wake's unmark.
 
 End (``Waking.wake``, queued by the first read that finds the marker): move the marker to
 ``waking`` (from then on no sweep marks anything), unmark every follow row (a write each

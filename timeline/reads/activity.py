@@ -77,19 +77,11 @@ class Attendance:
         """Stamp if the stored stamp is old, and wake a dormant reader; a failure is logged
         (the read it follows succeeded; the next read tries again)."""
         try:
-            await self._stamp(reader, head)
+            if self._inactivity.enabled:
+                await self._activity.stamp_if_old(reader, head, self._inactivity)
             await self._wake(reader, head)
         except (StorageUnavailableError, HttpResponseError) as error:
             log.warning("recording %s's activity failed: %s", reader, error)
-
-    async def _stamp(self, reader: str, head: Head) -> None:
-        if not self._inactivity.enabled:
-            return
-        current = self._inactivity.stamp()
-        if head.stamp is None or head.stamp < current:
-            await self._activity.stamp(
-                reader, current, self._inactivity, first=head.stamp is None, read=head.stamp_row
-            )
 
     async def _wake(self, reader: str, head: Head) -> None:
         """Queue the wake (before the marker changes, like every API write), then mark the

@@ -194,6 +194,13 @@ class ActivityRepository:
                 return False
         return True
 
+    async def stamp_if_old(self, reader: str, head: Head, inactivity: Inactivity) -> None:
+        """What a read records: the current period's stamp, if ``head``'s is older."""
+        current = inactivity.stamp()
+        if head.stamp is None or head.stamp < current:
+            first = head.stamp is None
+            await self.stamp(reader, current, inactivity, first=first, read=head.stamp_row)
+
     async def file_check(self, reader: str, at: float) -> None:
         await self._expiries.note(DORMANCY, TIMELINES, reader, STAMP_ROW, at=at)
 
