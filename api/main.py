@@ -30,8 +30,9 @@ def main() -> None:
     app = create_app(settings, settings.connection_string())
     app.on_startup.append(freeze_startup_heap)  # after the storage context has opened
     # ``serve`` binds with SO_REUSEPORT only when several API processes share the port
-    # (``make run`` checks it is free first): alone, a port already taken must fail to bind.
+    # (``make run`` checks it is free first): alone, a port already taken fails to bind,
+    # before storage opens.
     try:
         asyncio.run(serve(app, settings))
-    except ConfigurationError as error:  # e.g. an account list the placement refuses
+    except ConfigurationError as error:  # a taken port, an account list the placement refuses
         sys.exit(f"timeline-api: {error.message}")

@@ -21,6 +21,7 @@ many connections a process holds, nor how long a shutdown takes. Here:
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import signal
 from typing import Any
@@ -31,6 +32,7 @@ from aiohttp.web_protocol import RequestHandler
 from prometheus_client import Counter
 
 from timeline.config import Settings
+from timeline.startup import api_port_taken
 
 log = logging.getLogger(__name__)
 
@@ -137,10 +139,12 @@ class Refusal(asyncio.Protocol):
 
 class ConnectionFactory:
     """What the listening socket calls per connection: a ``GuardedHandler`` registered with
-    the app's server, or a ``Refusal`` when the process already holds ``max_connections``."""
+    the app's server, or a ``Refusal`` when the process already holds ``max_connections``.
+    The socket is bound before the runner is set up, so the server is read per connection
+    (the socket accepts none before then)."""
 
-    def __init__(self, server: web.Server, settings: Settings) -> None:
-        self._server = server
+    def __init__(self, runner: web.AppRunner, settings: Settings) -> None:
+        self._runner = runner
         self._max = settings.max_connections
         self._options: dict[str, Any] = {
             "header_timeout_s": settings.header_timeout_s,
@@ -151,10 +155,12 @@ class ConnectionFactory:
             self._options["access_log"] = None  # aiohttp then builds no access logger
 
     def __call__(self) -> asyncio.Protocol:
-        if len(self._server.connections) >= self._max:
+        server = self._runner.server
+        assert server is not None  # set up before the socket starts accepting
+        if len(server.connections) >= self._max:
             return Refusal()
         loop = asyncio.get_running_loop()
-        return GuardedHandler(self._server, loop=loop, **self._options)
+        return GuardedHandler(server, loop=loop, **self._options)
 
 
 async def serve(app: web.Application, settings: Settings) -> None:
@@ -163,27 +169,41 @@ async def serve(app: web.Application, settings: Settings) -> None:
     # Each connection gets a quarter of the grace period to finish, then another to end once
     # cancelled (aiohttp's two waits), leaving half for the app's own cleanup.
     runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=grace / 4)
-    await runner.setup()
+    listener = await _bind(ConnectionFactory(runner, settings), settings)
+    try:
+        await runner.setup()
+    except BaseException:
+        listener.close()
+        raise
     server = runner.server
     assert server is not None
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
-    try:
-        listener = await loop.create_server(
-            ConnectionFactory(server, settings),
-            host=settings.host,
-            port=settings.port,
-            reuse_port=settings.api_processes > 1,
-        )
-    except BaseException:
-        await runner.cleanup()
-        raise
+    await listener.start_serving()
     log.info("serving on %s:%s", settings.host, settings.port)
     await stop.wait()
     listener.close()
     await _stop_within(runner, server, grace)
+
+
+async def _bind(factory: ConnectionFactory, settings: Settings) -> asyncio.Server:
+    """The API's socket, bound but not yet listening (a client is refused until the app has
+    opened storage), so a port another program holds stops the API before anything starts,
+    with one line (``ConfigurationError``) rather than a traceback."""
+    try:
+        return await asyncio.get_running_loop().create_server(
+            factory,
+            host=settings.host,
+            port=settings.port,
+            reuse_port=settings.api_processes > 1,  # processes of one stack share the port
+            start_serving=False,
+        )
+    except OSError as error:
+        if error.errno != errno.EADDRINUSE:
+            raise
+        raise api_port_taken(settings.host, settings.port) from error
 
 
 async def _stop_within(runner: web.AppRunner, server: web.Server, grace: float) -> None:

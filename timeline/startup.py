@@ -58,6 +58,14 @@ def derived_problems(settings: Settings) -> list[str]:
     return problems
 
 
+def api_port_taken(host: str, port: int) -> ConfigurationError:
+    """The API's port is held by another program: what ``timeline run`` and the API say."""
+    return ConfigurationError(
+        f"the API's port {host}:{port} is already in use by another program: stop it, "
+        "or pick another port with TIMELINE_PORT"
+    )
+
+
 def load_settings(program: str) -> Settings:
     """``Settings()``, or exit 2 with one line per bad setting on standard error."""
     try:

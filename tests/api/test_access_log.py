@@ -24,10 +24,9 @@ async def _access_lines(settings: Settings, caplog: pytest.LogCaptureFixture) ->
     app.router.add_get("/ping", _pong)
     runner = web.AppRunner(app)
     await runner.setup()
-    assert runner.server is not None
     loop = asyncio.get_running_loop()
     listener = await loop.create_server(
-        ConnectionFactory(runner.server, settings), host="127.0.0.1", port=0
+        ConnectionFactory(runner, settings), host="127.0.0.1", port=0
     )
     port = listener.sockets[0].getsockname()[1]
     try:

@@ -28,6 +28,7 @@ from types import FrameType
 
 from timeline.config import CONNECTION_FILE, Settings
 from timeline.errors import ConfigurationError
+from timeline.startup import api_port_taken
 from timeline.storage.accounts import Storage
 from timeline.storage.azurite import HOST, Azurite, fill_ports, free_ports, remembered_ports
 from timeline.tools.lock import StackLock
@@ -167,10 +168,7 @@ class Stack:
                 )
             self._metrics_ports = [first + index for index in range(settings.workers)]
         if port_taken(settings.host, settings.port):
-            raise ConfigurationError(
-                f"the API's port {settings.host}:{settings.port} is already in use by another "
-                "program: stop it, or pick another port with TIMELINE_PORT"
-            )
+            raise api_port_taken(settings.host, settings.port)
         for index, port in enumerate(self._metrics_ports):
             if port_taken(settings.host, port):
                 raise ConfigurationError(
