@@ -6,8 +6,10 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+from pathlib import Path
 
-from tests.conftest import program_env
+from tests.conftest import api_client, make_settings, program_env
+from tests.helpers import Api
 from timeline.model.entities import PROFILE_ROW_KEY
 from timeline.model.keys import new_post_id, now_ticks, post_row_key
 from timeline.storage.accounts import Storage
@@ -127,3 +129,20 @@ async def test_stats_separates_people_from_internal_rows_and_ready_from_delayed_
     )
     assert "queue fanout-0-poison (account 0): 0" in lines
     assert any("'delayed or leased' is second passes" in line for line in lines)
+
+
+async def test_stats_counts_live_follows_in_both_follow_tables(
+    own: Storage, private_azurite: Azurite, tmp_path: Path
+) -> None:
+    async with api_client(make_settings(private_azurite.connection_string, tmp_path)) as client:
+        api = Api(client)
+        tokens = {user: await api.register(user) for user in ("alice", "bob", "carol", "dave")}
+        await api.follow("alice", tokens["alice"], "bob")
+        await api.follow("carol", tokens["carol"], "dave")
+
+    done = await run_cli(private_azurite, "stats")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    # each partition changed once: one counter row, and per subject the follow's claim row
+    assert "table subjectFollowers: 2 follows, 4 internal row(s) (6 rows by account)" in lines
+    assert "table subjectFollowing: 2 follows, 2 internal row(s) (4 rows by account)" in lines

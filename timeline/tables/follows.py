@@ -356,6 +356,13 @@ def _skips(follow: TableEntity, posted_at: float) -> bool:
     return bool(follow.get(INACTIVE)) and since is not None and posted_at >= float(since)
 
 
+def is_follow_row(row_key: str) -> bool:
+    """Whether a ``subjectFollowers`` row is a follow (they are all live: an unfollow deletes
+    it): keyed by the follower, where metadata (counters, claims, the audience's mode and
+    copy rows) starts with ``~``."""
+    return not row_key.startswith(META)
+
+
 def request_id(follower: str, requested_ticks: int) -> str:
     """Names one follow or unfollow request: its follower and when the API sent it."""
     return f"{follower}-{requested_ticks}"

@@ -17,6 +17,7 @@ from timeline.storage.names import (
     USERS,
 )
 from timeline.storage.queue import FanoutQueues, Lane, PoisonedMessage
+from timeline.tables.follows import is_follow_row
 
 _POST_ROW = re.compile(r"\d{19}_[0-9a-f]{26}\Z")
 _PEEK = 32
@@ -42,7 +43,9 @@ def is_content(table: str, row: dict[str, object]) -> bool:
         return key == PROFILE_ROW_KEY
     if table in (POSTS, TIMELINES):
         return bool(_POST_ROW.match(key)) and not row.get("void")
-    if table in (SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING):
+    if table == SUBJECT_FOLLOWERS:
+        return is_follow_row(key)
+    if table == SUBJECT_FOLLOWING:  # the index keeps an ended follow, not active
         return bool(row.get("active"))
     return False
 
