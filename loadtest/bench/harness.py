@@ -210,15 +210,18 @@ async def wait_for(
 async def bounded(
     tasks: Iterable[Awaitable[Any]], limit: int, bar: tqdm[Any] | None = None
 ) -> None:
-    semaphore = asyncio.Semaphore(limit)
+    """Await ``tasks`` (a generator), ``limit`` at a time. Each is taken from the generator
+    only when it is its turn and awaited at once: taking them all first left those still
+    waiting for a turn created and never awaited when the run was cancelled."""
+    pending = iter(tasks)
 
-    async def run(task: Awaitable[Any]) -> None:
-        async with semaphore:
+    async def take_turns() -> None:
+        for task in pending:
             await task
-        if bar is not None:
-            bar.update()
+            if bar is not None:
+                bar.update()
 
-    await asyncio.gather(*(run(task) for task in tasks))
+    await asyncio.gather(*(take_turns() for _ in range(limit)))
 
 
 async def write_rows(
