@@ -1,4 +1,5 @@
-"""The documents hold together: links land, code paths exist, every setting is documented once.
+"""The documents hold together: links land, code paths exist, every setting is documented once,
+and architecture.md's code layout names every module of the service.
 
 Scanned: README.md, docs/**/*.md and loadtest/README.md. A setting counts as *documented*
 where it is the first cell of a Markdown table row, in backticks and alone
@@ -196,4 +197,59 @@ def test_every_setting_is_documented_exactly_once() -> None:
     assert not problems, (
         "every TIMELINE_* setting needs exactly one table row whose first cell is its name "
         "in backticks:\n" + "\n".join(problems)
+    )
+
+
+ARCHITECTURE = DOCS / "architecture.md"
+LAYOUT_HEADING = "Code layout"
+LAYOUT_PACKAGES = ("timeline", "api", "fanout_worker")
+"""The packages architecture.md's code layout names module by module (loadtest/ has its own
+layout, in loadtest/README.md)."""
+MODULE_NAME = re.compile(r"^[\w/]*\w\.py$")
+
+
+def section(path: Path, heading: str) -> str:
+    """The prose of a ``## heading`` section (its subsections included), fences blanked."""
+    text = prose(path)
+    start = re.search(rf"^## {re.escape(heading)}\s*$", text, re.MULTILINE)
+    assert start, f"{name(path)} has no section '## {heading}'"
+    end = re.search(r"^## ", text[start.end() :], re.MULTILINE)
+    return text[start.end() : start.end() + end.start() if end else len(text)]
+
+
+def layout_modules() -> list[str]:
+    """The module paths the code layout names, in order: a full path (``api/app.py``) as it
+    is, a bare name (``keys.py``) in the folder the layout named last (``timeline/model/``, in
+    a heading or a list item); a bare name before any folder is kept bare, so it is missing."""
+    named: list[str] = []
+    folder = ""
+    for span in INLINE_CODE.findall(section(ARCHITECTURE, LAYOUT_HEADING)):
+        if span.endswith("/") and CODE_PATH.match(span):
+            folder = span
+        elif MODULE_NAME.match(span):
+            named.append(span if CODE_PATH.match(span) else folder + span)
+    return named
+
+
+def only_a_docstring(module: Path) -> bool:
+    body = ast.parse(module.read_text(encoding="utf-8")).body
+    return len(body) == 1 and ast.get_docstring(ast.Module(body=body, type_ignores=[])) is not None
+
+
+def test_the_code_layout_names_every_module_and_only_modules_that_exist() -> None:
+    named = layout_modules()
+    modules = sorted(
+        name(module)
+        for package in LAYOUT_PACKAGES
+        for module in (ROOT / package).rglob("*.py")
+        if not (module.name == "__init__.py" and only_a_docstring(module))
+    )
+    unnamed = [module for module in modules if module not in named]
+    missing = sorted({module for module in named if not (ROOT / module).is_file()})
+    problems = [f"{module}: not in the code layout" for module in unnamed]
+    problems += [f"{module}: in the code layout, but no such module" for module in missing]
+    assert not problems, (
+        f"{name(ARCHITECTURE)}'s '{LAYOUT_HEADING}' must name every module of "
+        f"{', '.join(p + '/' for p in LAYOUT_PACKAGES)} (an __init__.py that holds only its "
+        "docstring excepted), and nothing else:\n" + "\n".join(problems)
     )
