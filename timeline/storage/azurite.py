@@ -1,4 +1,7 @@
-"""The embedded storage: the pinned Azurite from ``node_modules``, on loopback, free ports.
+"""The embedded storage: the pinned Azurite from ``node_modules``, on loopback.
+
+An Azurite started without ports asks the OS for free ones (port 0) and reads the ports it
+got from its start-up lines, so no other program can take them between a pick and the bind.
 
 A durable Azurite keeps the ports it was first given (``PORTS_FILE`` in its folder): storage
 names an account by its endpoint in the stored placement, so on other ports the same data
@@ -9,10 +12,11 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
-import time
+import threading
 from pathlib import Path
 
 from timeline.errors import ConfigurationError
@@ -25,6 +29,9 @@ ACCOUNT_KEY = (
 )
 """Azurite's fixed, public development key."""
 HOST = "127.0.0.1"
+LISTENING = re.compile(r"Azurite (Blob|Queue|Table) service is successfully listening at \S+:(\d+)")
+"""Azurite's start-up line for each service, with the port it bound."""
+SERVICES = ("Blob", "Queue", "Table")
 PORTS_FILE = "timeline-ports"
 """``blob,queue,table``: the ports a durable Azurite served its data on, reused at restart."""
 
@@ -49,17 +56,6 @@ def free_ports(count: int) -> tuple[int, ...]:
     finally:
         for sock in sockets:
             sock.close()
-
-
-def fill_ports(
-    wanted: list[tuple[int, int, int] | None],
-) -> list[tuple[int, int, int]]:
-    """``wanted`` with each None replaced by three free ports. All are picked at once, so
-    Azurites started together never get the same ports, nor ones another of them wants."""
-    fixed = {port for ports in wanted if ports for port in ports}
-    needed = 3 * wanted.count(None)
-    spare = iter([port for port in free_ports(needed + len(fixed)) if port not in fixed])
-    return [ports or (next(spare), next(spare), next(spare)) for ports in wanted]
 
 
 def find_node_modules(start: Path | None = None, package: str = "azurite") -> Path:
@@ -116,9 +112,16 @@ class Azurite:
                 "names the old endpoints",
                 location, remembered, ports,
             )  # fmt: skip
-        self.ports = ports or remembered or _three(free_ports(3))
+        self._ports = ports or remembered
         self._start_timeout_s = start_timeout_s
         self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def ports(self) -> tuple[int, int, int]:
+        """``blob, queue, table``: fixed at construction, or bound by the first start."""
+        if self._ports is None:
+            raise RuntimeError("this Azurite picks its ports when it first starts")
+        return self._ports
 
     @property
     def pid(self) -> int | None:
@@ -144,7 +147,7 @@ class Azurite:
         modules = find_node_modules()
         local_node = modules / ".bin" / "node"
         node = str(local_node) if local_node.exists() else "node"
-        blob, queue, table = self.ports
+        blob, queue, table = self._ports or (0, 0, 0)
         storage = ["--location", str(self.location)] if self.location else ["--inMemoryPersistence"]
         if self.tls:
             storage += ["--cert", str(self.tls[0]), "--key", str(self.tls[1])]
@@ -164,9 +167,9 @@ class Azurite:
         ]  # fmt: skip
 
     def start(self) -> str:
-        """Start Azurite and wait until its queue and table ports answer; return its
-        connection string."""
-        taken = [port for port in self.ports if _accepts(port)]
+        """Start Azurite and wait until it listens; return its connection string. Without
+        ports it binds free ones; a restart reuses the ports of the first start."""
+        taken = [port for port in self._ports or () if _accepts(port)]
         if taken:  # else the wait below would take that other server for this Azurite
             raise ConfigurationError(
                 f"Azurite for {self.location or 'memory'} cannot start: {HOST} port(s) "
@@ -174,25 +177,25 @@ class Azurite:
             )
         if self.location is not None:
             self.location.mkdir(parents=True, exist_ok=True)
-            (self.location / PORTS_FILE).write_text(",".join(map(str, self.ports)))
         self._process = subprocess.Popen(  # noqa: S603 - a fixed command line
             self.command(),
             stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
             start_new_session=True,
             pass_fds=self.pass_fds,
         )
-        deadline = time.monotonic() + self._start_timeout_s
-        while not all(_accepts(port) for port in self.ports[1:]):
-            if self._process.poll() is not None:
-                raise ConfigurationError(
-                    f"Azurite exited at start (code {self._process.returncode})"
-                )
-            if time.monotonic() > deadline:
-                self.stop()
-                raise ConfigurationError("Azurite did not start listening in time")
-            time.sleep(0.05)
-        log.info("Azurite listening on %s (blob, queue, table)", self.ports)
+        bound = _read_ports_in_background(self._process)
+        if not bound.wait(self._start_timeout_s):
+            self.stop()
+            raise ConfigurationError("Azurite did not start listening in time")
+        if bound.ports is None:
+            code = self._process.wait()
+            self._process = None
+            raise ConfigurationError(f"Azurite exited at start (code {code})")
+        self._ports = bound.ports
+        if self.location is not None:
+            (self.location / PORTS_FILE).write_text(",".join(map(str, self._ports)))
+        log.info("Azurite listening on %s (blob, queue, table)", self._ports)
         return self.connection_string
 
     def stop(self, timeout_s: float = 15.0) -> None:
@@ -224,8 +227,33 @@ class Azurite:
         return self._process is not None and self._process.poll() is None
 
 
-def _three(ports: tuple[int, ...]) -> tuple[int, int, int]:
-    return ports[0], ports[1], ports[2]
+class _BoundPorts(threading.Event):
+    """Set once Azurite has said where each service listens (``ports``), or has exited
+    without saying it (``ports`` None)."""
+
+    ports: tuple[int, int, int] | None = None
+
+
+def _read_ports_in_background(process: subprocess.Popen[bytes]) -> _BoundPorts:
+    """Read Azurite's standard output on a thread to its end (so the pipe never fills), and
+    set the event once every service has reported its port."""
+    bound = _BoundPorts()
+
+    def read() -> None:
+        found: dict[str, int] = {}
+        assert process.stdout is not None
+        for raw in process.stdout:
+            match = LISTENING.search(raw.decode(errors="replace"))
+            if match and not bound.is_set():
+                found[match.group(1)] = int(match.group(2))
+                if len(found) == len(SERVICES):
+                    blob, queue, table = (found[service] for service in SERVICES)
+                    bound.ports = (blob, queue, table)
+                    bound.set()
+        bound.set()
+
+    threading.Thread(target=read, name=f"azurite-{process.pid}-stdout", daemon=True).start()
+    return bound
 
 
 def _accepts(port: int) -> bool:

@@ -30,7 +30,7 @@ from timeline.config import CONNECTION_FILE, Settings
 from timeline.errors import ConfigurationError
 from timeline.startup import api_port_taken
 from timeline.storage.accounts import Storage
-from timeline.storage.azurite import HOST, Azurite, fill_ports, free_ports, remembered_ports
+from timeline.storage.azurite import HOST, Azurite, free_ports, remembered_ports
 from timeline.tools.lock import StackLock
 
 log = logging.getLogger(__name__)
@@ -181,13 +181,14 @@ class Stack:
 
     def _plan_azurites(self) -> None:
         """The Azurites' folders and ports; each keeps the ports it served its data on
-        before, so a taken one is an error here rather than a different account later."""
+        before, so a taken one is an error here rather than a different account later. A new
+        one binds free ports when it starts."""
         settings = self._settings
         locations = [azurite_location(settings, i) for i in range(settings.embedded_accounts)]
         wanted = [remembered_ports(location) for location in locations]
         wanted[0] = settings.azurite_ports or wanted[0]
-        for location, ports in zip(locations, fill_ports(wanted), strict=True):
-            taken = [port for port in ports if port_taken(HOST, port)]
+        for location, ports in zip(locations, wanted, strict=True):
+            taken = [port for port in ports or () if port_taken(HOST, port)]
             if taken:
                 fix = "TIMELINE_AZURITE_PORTS" if location == locations[0] else "TIMELINE_DATA_DIR"
                 raise ConfigurationError(
