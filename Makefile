@@ -3,9 +3,11 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run runtime test e2e browser lint fmt setup bench loadtest chaos clean check-deploy image smoke-image
+.PHONY: run runtime test test-long e2e browser lint fmt setup bench loadtest chaos clean check-deploy image smoke-image
 
 SEEDS ?= 5
+# pytest-xdist workers for the quick tier: on two cores two take it from 11 to 7 minutes.
+QUICK_WORKERS ?= 2
 CHAOS_DURATION_S ?= 20
 
 # Runtime dependencies only (no test, lint or load tools): the first run installs them, later
@@ -13,8 +15,15 @@ CHAOS_DURATION_S ?= 20
 run: runtime
 	$(BIN)/timeline run
 
+# The quick tier: every behaviour at the smallest size that proves it (tests not marked `long`).
 test: setup lint
-	$(BIN)/pytest
+	$(BIN)/pytest -m "not long" -n $(QUICK_WORKERS)
+
+# The long tier: what needs size or minutes (chaos variants, the bench and load-test smoke
+# runs, full-size fuzzing, large loops, kills under load), one at a time: each loads the
+# machine on its own.
+test-long: setup
+	$(BIN)/pytest -m long
 
 # The web client in headless Chromium against the whole stack (tests/e2e; not in `make test`).
 e2e: setup $(VENV)/.e2e-installed browser

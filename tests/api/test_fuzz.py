@@ -2,8 +2,8 @@
 
 Every generated request (valid and invalid, per the documented schemas) must get a
 documented status (never a 5xx), the documented content type and a body matching the
-documented schema. The examples are bounded and derandomized so ``make test`` stays quick
-and repeatable.
+documented schema. The examples are bounded and derandomized, so a run is repeatable:
+``make test`` sends a few per operation, ``make test-long`` the full size.
 """
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -26,6 +27,8 @@ from tests.helpers import bearer
 from timeline.storage.azurite import Azurite, free_ports
 
 EXAMPLES_PER_OPERATION = 40
+"""At full size (``make test-long``); the quick twins take ``QUICK_EXAMPLES``."""
+QUICK_EXAMPLES = 4
 PAGE_SIZE = 250
 MAX_POST_CHARS = 280
 
@@ -35,7 +38,8 @@ class LiveApi:
     base_url: str
     user_id: str
     token: str
-    requests_sent: int = 0
+    requests_sent: Counter[int] = field(default_factory=Counter)
+    """Requests sent, by the examples per operation of the test that sent them."""
 
 
 def _wait_ready(base_url: str, timeout_s: float = 30.0) -> None:
@@ -77,9 +81,10 @@ def live_api(azurite: Azurite, tmp_path_factory: pytest.TempPathFactory) -> Iter
         assert served == DOCUMENT, "the fuzzed document is the one the API serves"
         live = LiveApi(base_url, user_id, registered.json()["token"])
         yield live
-        print(f"fuzzing sent {live.requests_sent} requests")
+        print(f"fuzzing sent {dict(live.requests_sent)} requests (by examples per operation)")
         operations = sum(len(methods) for methods in DOCUMENT["paths"].values())
-        assert live.requests_sent >= 2 * operations * 10, "fuzzing ran too few examples"
+        for examples, sent in live.requests_sent.items():  # two tests of each size
+            assert sent >= 2 * operations * examples / 4, "fuzzing ran too few examples"
     finally:
         api.terminate()
         assert api.wait(timeout=30) == 0
@@ -87,17 +92,25 @@ def live_api(azurite: Azurite, tmp_path_factory: pytest.TempPathFactory) -> Iter
 
 DOCUMENT = openapi_document(PAGE_SIZE, MAX_POST_CHARS)
 schema = schemathesis.openapi.from_dict(DOCUMENT)
-bounded = settings(
-    max_examples=EXAMPLES_PER_OPERATION,
-    derandomize=True,
-    database=None,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-)
+
+
+def bounded(examples: int) -> settings:
+    return settings(
+        max_examples=examples,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+    )
 
 
 def _call_and_validate(
-    case: schemathesis.Case[Any], live_api: LiveApi, *, modified: bool = False, **options: Any
+    case: schemathesis.Case[Any],
+    live_api: LiveApi,
+    examples: int,
+    *,
+    modified: bool = False,
+    **options: Any,
 ) -> None:
     """Run every check, except those that cannot hold here. A generated continuation,
     ``since`` or read marker ``position`` need not be accepted: it is signed, so only one the
@@ -117,28 +130,57 @@ def _call_and_validate(
         excluded.append(schemathesis.checks.positive_data_acceptance)
     if modified:
         excluded.append(schemathesis.checks.negative_data_rejection)
-    live_api.requests_sent += 1
+    live_api.requests_sent[examples] += 1
     case.call_and_validate(base_url=live_api.base_url, excluded_checks=excluded, **options)
 
 
+def _anonymous(case: schemathesis.Case[Any], live_api: LiveApi, examples: int) -> None:
+    """Random ids, bodies and parameters, without credentials."""
+    _call_and_validate(case, live_api, examples)
+
+
+def _authenticated(case: schemathesis.Case[Any], live_api: LiveApi, examples: int) -> None:
+    """The same with a valid token acting as the user in the path: reaches the handlers."""
+    if case.path_parameters and "user_id" in case.path_parameters:
+        case.path_parameters["user_id"] = live_api.user_id
+    _call_and_validate(case, live_api, examples, modified=True, headers=bearer(live_api.token))
+
+
+AUTHENTICATED = schema.exclude(
+    operation_id=["timeline_stream", "revoke_token", "revoke_all_tokens"]
+)
+"""Not the live stream, whose answer never ends (``tests/reads/test_since_and_stream.py``
+covers it), nor the two sign-outs, which would revoke the token every later case needs
+(``tests/api/test_revocation_and_rotation.py`` covers them)."""
+
+
 @schema.parametrize()
-@bounded
+@bounded(QUICK_EXAMPLES)
 def test_anonymous_requests_get_documented_answers(
     case: schemathesis.Case[Any], live_api: LiveApi
 ) -> None:
-    """Random ids, bodies and parameters, without credentials."""
-    _call_and_validate(case, live_api)
+    _anonymous(case, live_api, QUICK_EXAMPLES)
 
 
-@schema.exclude(operation_id=["timeline_stream", "revoke_token", "revoke_all_tokens"]).parametrize()
-@bounded
+@AUTHENTICATED.parametrize()
+@bounded(QUICK_EXAMPLES)
 def test_authenticated_requests_get_documented_answers(
     case: schemathesis.Case[Any], live_api: LiveApi
 ) -> None:
-    """The same with a valid token acting as the user in the path: reaches the handlers.
-    Not the live stream, whose answer never ends (``tests/reads/test_since_and_stream.py``
-    covers it), nor the two sign-outs, which would revoke the token every later case
-    needs (``tests/api/test_revocation_and_rotation.py`` covers them)."""
-    if case.path_parameters and "user_id" in case.path_parameters:
-        case.path_parameters["user_id"] = live_api.user_id
-    _call_and_validate(case, live_api, modified=True, headers=bearer(live_api.token))
+    _authenticated(case, live_api, QUICK_EXAMPLES)
+
+
+@pytest.mark.long
+@schema.parametrize()
+@bounded(EXAMPLES_PER_OPERATION)
+def test_anonymous_requests_at_full_size(case: schemathesis.Case[Any], live_api: LiveApi) -> None:
+    _anonymous(case, live_api, EXAMPLES_PER_OPERATION)
+
+
+@pytest.mark.long
+@AUTHENTICATED.parametrize()
+@bounded(EXAMPLES_PER_OPERATION)
+def test_authenticated_requests_at_full_size(
+    case: schemathesis.Case[Any], live_api: LiveApi
+) -> None:
+    _authenticated(case, live_api, EXAMPLES_PER_OPERATION)

@@ -1,4 +1,7 @@
-"""The benchmark runs end to end at tiny sizes and prints its JSON line (no speed asserted)."""
+"""The benchmark runs end to end at tiny sizes and prints its JSON line (no speed asserted).
+
+Every phase is long (five minutes here); the quick twin runs the storage ceilings and one
+short phase, which proves the entry point, the harness and the JSON line."""
 
 from __future__ import annotations
 
@@ -6,6 +9,9 @@ import asyncio
 import json
 import subprocess
 import sys
+from typing import Any
+
+import pytest
 
 KEYS = {
     "ceiling_single_eps", "ceiling_egt_eps", "live_eps", "live_requests_per_delivery",
@@ -40,14 +46,31 @@ POSITIVE = {
 """Keys of the several-accounts, CPU and API-cost measurements: present, and positive."""
 
 
-async def test_bench_quick_prints_every_key() -> None:
+async def bench(*options: str) -> dict[str, Any]:
+    """``python -m loadtest.bench --quick`` with ``options``: its JSON line."""
     done = await asyncio.to_thread(
         subprocess.run,
-        [sys.executable, "-m", "loadtest.bench", "--quick"],
+        [sys.executable, "-m", "loadtest.bench", "--quick", *options],
         capture_output=True, text=True, timeout=1200, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-4000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+async def test_one_phase_prints_the_ceilings_and_its_keys() -> None:
+    result = await bench("--phases", "mutes")
+    assert result["ceiling_single_eps"] > 0
+    assert result["ceiling_egt_eps"] > 0
+    mutes = {"mute_read_p50_ms", "unmuted_read_p50_ms", "mute_read_p50_ratio"}
+    assert all(result[key] > 0 for key in mutes), {key: result.get(key) for key in mutes}
+    assert set(result["phase_seconds"]) == {"ceilings", "mutes", "total"}
+
+
+@pytest.mark.long
+@pytest.mark.timeout(1500)
+async def test_bench_quick_prints_every_key() -> None:
+    result = await bench()
     assert set(result) >= KEYS | POSITIVE
     assert all(result[key] > 0 for key in POSITIVE), {key: result[key] for key in POSITIVE}
     assert result["accounts_balance_max_over_mean"] <= 1.1

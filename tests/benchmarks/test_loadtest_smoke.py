@@ -1,4 +1,7 @@
-"""``make loadtest`` runs end to end at tiny sizes: seeding, Locust, the JSON line, the plot."""
+"""``make loadtest`` runs end to end at tiny sizes: seeding, Locust, the JSON line, the plot.
+
+The quick twin runs it smaller and shorter: too few reads for every percentile, enough to
+prove each step runs, fails nothing and writes its plot."""
 
 from __future__ import annotations
 
@@ -7,6 +10,9 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 KEYS = {
     "users", "duration_s", "rps", "failures", "read_p50_ms", "read_p95_ms", "read_p99_ms",
@@ -27,14 +33,33 @@ FULL_PAGE_KEYS = (
 """Full pages (250 posts) read through the API and raw, at idle and beside Locust."""
 
 
-async def test_loadtest_quick_run_has_no_failures() -> None:
+async def loadtest(users: int, seconds: int, full_reads: int) -> dict[str, Any]:
+    """``python -m loadtest.run`` on 200 seeded users: its JSON line."""
     done = await asyncio.to_thread(
         subprocess.run,
-        [sys.executable, "-m", "loadtest.run", "--users", "5", "--seconds", "15",
-         "--seed-users", "200", "--large-threshold", "100", "--idle-full-reads", "40"],
+        [sys.executable, "-m", "loadtest.run", "--users", str(users), "--seconds", str(seconds),
+         "--seed-users", "200", "--large-threshold", "100",
+         "--idle-full-reads", str(full_reads)],
         capture_output=True, text=True, timeout=600, check=True,
     )  # fmt: skip
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+async def test_a_short_loadtest_has_no_failures_and_plots() -> None:
+    result = await loadtest(users=3, seconds=5, full_reads=10)
+    assert set(result) >= KEYS
+    assert result["failures"] == 0
+    assert result["rps"] > 0
+    assert result["large_authors"] > 0
+    assert result["probe_reads"]["api_full_idle"] == 10
+    assert result["probe_reads"]["api_failed_full_idle"] == 0
+    assert await asyncio.to_thread(lambda: Path("loadtest/results/latency.png").stat().st_size)
+
+
+@pytest.mark.long
+async def test_loadtest_quick_run_has_no_failures() -> None:
+    result = await loadtest(users=5, seconds=15, full_reads=40)
     assert set(result) >= KEYS
     assert result["failures"] == 0
     assert result["rps"] > 0

@@ -1,7 +1,8 @@
 """The chaos test: random workload, random SIGKILLs or storage freezes, exact end state.
 
-``make test`` runs one seed of each variant, briefly; ``make chaos SEEDS=N`` runs N seeds of
-each, longer (``CHAOS_DURATION_S``), printing one JSON line per run.
+``make test`` runs one seed of ``kill`` for 12 s; ``make test-long`` one seed of each variant;
+``make chaos SEEDS=N`` runs N seeds of each, longer (``CHAOS_DURATION_S``), printing one JSON
+line per run.
 """
 
 from __future__ import annotations
@@ -22,7 +23,15 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("seed", range(first, first + seeds))
 
 
-@pytest.mark.parametrize("variant", ["kill", "pause", "rebalance", "crashloop"])
+LONG = pytest.mark.long
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize(
+    "variant",
+    ["kill", pytest.param("pause", marks=LONG), pytest.param("rebalance", marks=LONG),
+     pytest.param("crashloop", marks=LONG)],
+)  # fmt: skip
 async def test_chaos(seed: int, variant: str, tmp_path: Path) -> None:
     duration = float(os.environ.get("CHAOS_DURATION_S", "12"))
     report = await chaos.run(seed, variant, duration, tmp_path)

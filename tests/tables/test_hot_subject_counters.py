@@ -29,7 +29,8 @@ from timeline.tables.repositories import Repositories
 
 Client = TestClient[Any, Any]
 CLIENTS = 64
-FOLLOWS = 1500
+FOLLOWS = [pytest.param(1500, marks=pytest.mark.long), 200]
+"""Followers in a storm: ``make test-long`` takes the size the bench's follow storm has."""
 
 
 @contextlib.asynccontextmanager
@@ -60,21 +61,22 @@ async def storm(client: Client, method: str, star: str, followers: list[str]) ->
     return statuses
 
 
+@pytest.mark.parametrize("follows", FOLLOWS)
 async def test_follow_and_unfollow_storm_on_one_user(
-    private_azurite: Azurite, tmp_path: Path
+    private_azurite: Azurite, tmp_path: Path, follows: int
 ) -> None:
     async with hot_stack(private_azurite, tmp_path) as (client, storage):
         api, star = Api(client), unique("star")
         await api.register(star)
-        followers = [f"fan-{i:05d}" for i in range(FOLLOWS)]
+        followers = [f"fan-{i:05d}" for i in range(follows)]
         statuses = await storm(client, "PUT", star, followers)
         assert sorted(set(statuses)) == [204], {s: statuses.count(s) for s in set(statuses)}
-        assert (await api.profile(star))["followers"] == FOLLOWS
+        assert (await api.profile(star))["followers"] == follows
         assert await count_of(storage, SUBJECT_FOLLOWING, followers[0]) == 1
-        unfollowed = followers[: FOLLOWS // 2]
+        unfollowed = followers[: follows // 2]
         statuses = await storm(client, "DELETE", star, unfollowed)
         assert sorted(set(statuses)) == [204], {s: statuses.count(s) for s in set(statuses)}
-        assert (await api.profile(star))["followers"] == FOLLOWS - len(unfollowed)
+        assert (await api.profile(star))["followers"] == follows - len(unfollowed)
         assert await count_of(storage, SUBJECT_FOLLOWING, followers[0]) == 0
         assert await count_of(storage, SUBJECT_FOLLOWING, followers[-1]) == 1
 

@@ -5,7 +5,6 @@ matter, judged from storage; live rows stay."""
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
@@ -13,7 +12,7 @@ from datetime import UTC, datetime
 import pytest
 
 from fanout_worker.sweeper import GRACE_S, Sweeper
-from tests.conftest import storage_on, unique
+from tests.conftest import AzuritePool, azurites, storage_on, unique
 from timeline.model.entities import Post, User
 from timeline.model.idempotency import IdempotencyKeys
 from timeline.model.keys import new_post_id, now_ticks, post_row_key
@@ -33,21 +32,19 @@ from timeline.tables.ratelimits import RateLimits, TableWindowStorage, partition
 from timeline.tables.repositories import Repositories
 from timeline.tables.rows import get_entity
 
-FOLLOWERS = int(os.environ.get("LIFETIME_TEST_FOLLOWERS", "50"))
-PAIRS_EACH = int(os.environ.get("LIFETIME_TEST_PAIRS", "100"))
-"""50 followers toggling 100 times each, half then following again: 10,025 requests."""
+TOGGLES = [pytest.param(50, 100, marks=pytest.mark.long), (10, 20)]
+"""Followers toggling so many times each, half then following again: 10,025 requests in
+``make test-long``, 405 in ``make test``."""
 LIFETIME_S = 3600.0
 LATER = LIFETIME_S + GRACE_S + 120
 """A sweep this far in the future finds every row filed now due."""
 
 
 @pytest.fixture(scope="module")
-def own_azurite() -> Iterator[Azurite]:
+def own_azurite(azurite_pool: AzuritePool) -> Iterator[Azurite]:
     """This module's own account: its sweeps (run as if hours later) touch only its rows."""
-    server = Azurite(location=None)
-    server.start()
-    yield server
-    server.stop()
+    with azurites(azurite_pool, 1) as (server,):
+        yield server
 
 
 @pytest.fixture(scope="module")
@@ -94,22 +91,24 @@ async def _register(repos: Repositories, *names: str) -> None:
         await repos.users.create(User(name, name, datetime.now(UTC)))
 
 
-async def test_ten_thousand_follow_requests_leave_only_live_rows_after_a_sweep(
-    own: Storage,
+@pytest.mark.parametrize(("followers_count", "pairs_each"), TOGGLES)
+async def test_many_follow_requests_leave_only_live_rows_after_a_sweep(
+    own: Storage, followers_count: int, pairs_each: int
 ) -> None:
     """50 followers toggle one subject 100 times each, half then follow once more (10,025
-    requests' writes, each as the API makes it: the claim filed, then the follow change
-    with its claim in one transaction): before the sweep the subject's partition holds a
-    claim per request; after it, exactly the live follows and counters, and no claim or
-    index row is left. (The service's own reads and queue sends are left out to keep this
-    within minutes on two cores; ``test_requests_through_the_service_end_the_same``
-    drives the same through ``TimelineService``.)"""
+    requests' writes; 405 in the quick twin), each write as the API makes it (the claim
+    filed, then the follow change with its claim in one transaction): before the sweep the
+    subject's partition holds a claim per request; after it, exactly the live follows and
+    counters, and no claim or index row is left. (The service's own reads and queue sends
+    are left out to keep this within minutes on two cores;
+    ``test_requests_through_the_service_end_the_same`` drives the same through
+    ``TimelineService``.)"""
     repos = Repositories.on(own)
     follows = repos.follows
-    subject, followers = unique("s"), [unique("f") for _ in range(FOLLOWERS)]
+    subject, followers = unique("s"), [unique("f") for _ in range(followers_count)]
 
     async def toggle(follower: str, index: int) -> None:
-        for _ in range(PAIRS_EACH):
+        for _ in range(pairs_each):
             now = datetime.now(UTC)
             assert await follows.add(follower, subject, now, request_id(follower, now_ticks()))
             assert await follows.remove(follower, subject, request_id(follower, now_ticks()))
@@ -120,7 +119,7 @@ async def test_ten_thousand_follow_requests_leave_only_live_rows_after_a_sweep(
     await asyncio.gather(*(toggle(f, i) for i, f in enumerate(followers)))
     requests_s = time.monotonic() - started
     claims = [k for k in await _rows(own, SUBJECT_FOLLOWERS, subject) if k.startswith("~req-")]
-    assert len(claims) == 2 * FOLLOWERS * PAIRS_EACH + (FOLLOWERS + 1) // 2
+    assert len(claims) == 2 * followers_count * pairs_each + (followers_count + 1) // 2
 
     started = time.monotonic()
     report = await _sweeper(own).sweep(now=time.time() + LATER)

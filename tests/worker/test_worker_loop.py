@@ -9,6 +9,7 @@ import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import pytest
 from prometheus_client import Counter
 
 from fanout_worker.worker import Worker
@@ -181,8 +182,9 @@ async def test_huge_fan_out_is_split_into_continuation_messages(
         assert (await queue.depth())[1] == 0
 
 
+@pytest.mark.parametrize("followers", [pytest.param(3000, marks=pytest.mark.long), 300])
 async def test_worker_survives_storage_outage_and_stops_in_bounded_time(
-    tmp_path: Path,
+    tmp_path: Path, followers: int
 ) -> None:
     azurite = Azurite(location=tmp_path / "azurite")
     azurite.start()
@@ -198,7 +200,7 @@ async def test_worker_survives_storage_outage_and_stops_in_bounded_time(
     try:
         async with opened(settings) as storage:
             repos, queue = Repositories.on(storage), FanoutQueue(storage)
-            author, post = await author_with_followers(storage, repos, 3000)
+            author, post = await author_with_followers(storage, repos, followers)
             await asyncio.to_thread(azurite.stop)  # SIGTERM: Azurite writes the seed to disk
             await asyncio.to_thread(azurite.start)
             worker = Worker(settings, settings.connection_string())
@@ -216,13 +218,13 @@ async def test_worker_survives_storage_outage_and_stops_in_bounded_time(
             await asyncio.to_thread(azurite.start)
 
             async def everyone_has_it() -> bool:
-                for i in range(0, 3000, 97):
+                for i in range(0, followers, 97):
                     if await timeline_ids(repos, f"f{i:05d}") != [post.post_id]:
                         return False
                 return (await queue.depth())[0] == 0
 
             await eventually(everyone_has_it, timeout_s=90, what="recovery after the outage")
-            for i in range(3000):
+            for i in range(followers):
                 assert await timeline_ids(repos, f"f{i:05d}") == [post.post_id]
 
             await asyncio.to_thread(azurite.stop)
@@ -259,8 +261,9 @@ async def test_stop_is_bounded_while_storage_is_down(
     await asyncio.wait_for(running, 30)
 
 
+@pytest.mark.parametrize("count", [pytest.param(2500, marks=pytest.mark.long), 600])
 async def test_worker_killed_mid_fan_out_is_taken_over(
-    private_azurite: Azurite, tmp_path: Path
+    private_azurite: Azurite, tmp_path: Path, count: int
 ) -> None:
     """SIGKILL a worker process mid fan-out; once its lease runs out another worker takes
     the message over and every follower ends with the post exactly once."""
@@ -269,8 +272,8 @@ async def test_worker_killed_mid_fan_out_is_taken_over(
     )
     async with opened(settings) as storage:
         repos, queue = Repositories.on(storage), FanoutQueue(storage)
-        author, post = await author_with_followers(storage, repos, 2500)
-        followers = [f"f{i:05d}" for i in range(2500)]
+        author, post = await author_with_followers(storage, repos, count)
+        followers = [f"f{i:05d}" for i in range(count)]
         env = program_env(
             storage_connection_string=private_azurite.connection_string,
             data_dir=tmp_path,
