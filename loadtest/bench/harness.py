@@ -71,17 +71,6 @@ def scrubbed_env(**settings: str) -> dict[str, str]:
 # --- Azurites and workers --------------------------------------------------------------------
 
 
-def azurite_pid(azurite: Azurite) -> int:
-    """The pid of the node process serving ``azurite`` (a child of this process)."""
-    table_port = str(azurite.ports[2])
-    for child in psutil.Process().children(recursive=True):
-        with contextlib.suppress(psutil.Error):
-            command = child.cmdline()
-            if table_port in command and any("azurite" in part for part in command):
-                return child.pid
-    raise RuntimeError(f"no Azurite process serves table port {table_port}")
-
-
 @contextlib.asynccontextmanager
 async def fresh_storage(accounts: int = 1) -> AsyncIterator[tuple[list[Azurite], Storage]]:
     """``accounts`` fresh in-memory Azurites, tables, placement and queue shards created."""

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from loadtest.bench.burst import Graph, enqueue_backlog
-from loadtest.bench.harness import DELIVERIES, azurite_pid, fresh_storage, total, wait_for, workers
+from loadtest.bench.harness import DELIVERIES, fresh_storage, total, wait_for, workers
 from loadtest.bench.measure import CpuMeter, profiled
 from loadtest.bench.sizes import Sizes
 from timeline.storage.accounts import Storage
@@ -61,7 +61,7 @@ async def one_run(
         meter = CpuMeter(
             {
                 "worker": pids,
-                "azurite": [azurite_pid(a) for a in accounts.azurites],
+                "azurite": [_pid(a) for a in accounts.azurites],
                 "bench": [os.getpid()],
             }
         )
@@ -125,3 +125,10 @@ async def scaling(sizes: Sizes, profile: Path | None = None) -> dict[str, Any]:
         result[f"azurite_cpu_share_{name}"] = azurite / max(azurite + worker, 1e-9)
     result["fanout_scaling"] = {name: summary(done) for name, done in runs.items()}
     return result
+
+
+def _pid(azurite: Azurite) -> int:
+    """The node process serving ``azurite`` (started by this process)."""
+    if azurite.pid is None:
+        raise RuntimeError("the Azurite is not running")
+    return azurite.pid
