@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import inspect
 import os
 import secrets
 import signal
@@ -28,7 +30,7 @@ from api.app import create_app
 from fanout_worker.metrics import MESSAGES
 from fanout_worker.worker import Worker
 from timeline.config import Settings
-from timeline.errors import ConfigurationError
+from timeline.errors import ConfigurationError, StorageUnavailableError
 from timeline.storage.accounts import Storage, StorageOptions
 from timeline.storage.azurite import Azurite
 from timeline.storage.queue import FanoutQueue
@@ -75,12 +77,20 @@ def unique(prefix: str = "u") -> str:
 async def eventually(
     check: Callable[[], Awaitable[bool]], *, timeout_s: float = 30.0, what: str = "condition"
 ) -> None:
-    """Poll ``check`` until it holds: fan-out is asynchronous by contract."""
+    """Poll ``check`` until it holds: fan-out is asynchronous by contract. A check that finds
+    storage unavailable (a call past its timeout on a loaded machine) is asked again."""
     deadline = time.monotonic() + timeout_s
-    while not await check():
+    while not await _holds(check):
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
         await asyncio.sleep(0.05)
+
+
+async def _holds(check: Callable[[], Awaitable[bool]]) -> bool:
+    try:
+        return await check()
+    except StorageUnavailableError:
+        return False
 
 
 def messages_done(kind: str) -> float:
@@ -100,22 +110,37 @@ class AzuritePool:
     """In-memory Azurites lent to one test at a time and emptied (every table and queue
     deleted) before each loan: an emptying takes about 0.06 s where a start takes 1.5 to 3 s.
     A test may stop, kill or freeze what it borrowed: the next loan thaws it (SIGCONT) or
-    starts it again."""
+    starts it again. What a failed test borrowed is stopped instead, since what that test left
+    running may still use it."""
 
     def __init__(self) -> None:
         self._idle: list[Azurite] = []
         self._lent: list[Azurite] = []
-        self.starts = 0
 
     def lend(self, count: int) -> list[Azurite]:
-        servers = [self._ready(self._idle.pop() if self._idle else None) for _ in range(count)]
+        servers: list[Azurite] = []
+        for _ in range(count):
+            server = self._idle.pop() if self._idle else None
+            try:
+                servers.append(self._ready(server))
+            except BaseException:  # none of them is lent: stop them all, as close() would
+                for taken in [*servers, *([server] if server else [])]:
+                    taken.signal(signal.SIGCONT)
+                    taken.stop()
+                raise
         self._lent += servers
         return servers
 
-    def give_back(self, servers: list[Azurite]) -> None:
+    def give_back(self, servers: list[Azurite], *, reusable: bool) -> None:
+        """Keep ``servers`` for later loans, or (after a failed test, whose tasks or processes
+        may still be writing to them) stop them for good."""
         for server in servers:
             self._lent.remove(server)
-            self._idle.append(server)
+            if reusable:
+                self._idle.append(server)
+            else:
+                server.signal(signal.SIGCONT)
+                server.stop()
 
     def close(self) -> None:
         for server in self._idle + self._lent:
@@ -130,7 +155,6 @@ class AzuritePool:
                 return server
         fresh = Azurite(location=None)
         fresh.start()
-        self.starts += 1
         return fresh
 
     def _restarted(self, server: Azurite) -> bool:
@@ -140,7 +164,6 @@ class AzuritePool:
             server.start()
         except ConfigurationError:
             return False
-        self.starts += 1
         return True
 
 
@@ -162,14 +185,50 @@ def azurite_pool() -> Iterator[AzuritePool]:
     pool.close()
 
 
+FAILED: list[str] = []
+"""The tests of this process that have failed so far (``pytest_runtest_makereport``)."""
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    if report.failed:
+        FAILED.append(item.nodeid)
+    return report
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """An async test's body is cancelled at 0.8 of its pytest-timeout (which counts set-up
+    and teardown too): the timeout's signal alone fails the test but leaves its coroutine
+    running in the session's event loop, beside the tests after it, until the session ends."""
+    for item in items:
+        if isinstance(item, pytest.Function) and inspect.iscoroutinefunction(item.obj):
+            marker = item.get_closest_marker("timeout")
+            limit = float(marker.args[0] if marker else item.config.getini("timeout"))
+            item.obj = _cancelled_after(item.obj, 0.8 * limit)
+
+
+def _cancelled_after(
+    test: Callable[..., Awaitable[Any]], seconds: float
+) -> Callable[..., Awaitable[Any]]:
+    @functools.wraps(test)
+    async def bounded(*args: Any, **kwargs: Any) -> Any:
+        async with asyncio.timeout(seconds):
+            return await test(*args, **kwargs)
+
+    return bounded
+
+
 @contextlib.contextmanager
 def azurites(pool: AzuritePool, count: int) -> Iterator[list[Azurite]]:
-    """``count`` empty in-memory Azurites of a test's own: one storage account each."""
+    """``count`` empty in-memory Azurites of a test's own: one storage account each. After a
+    failure they are not lent again."""
+    failed_before = len(FAILED)
     servers = pool.lend(count)
     try:
         yield servers
     finally:
-        pool.give_back(servers)
+        pool.give_back(servers, reusable=len(FAILED) == failed_before)
 
 
 @pytest.fixture

@@ -253,12 +253,14 @@ async def test_stop_is_bounded_while_storage_is_down(
     worker = Worker(settings, settings.connection_string())
     written = DELIVERIES._value.get()
     running = asyncio.create_task(worker.async_run())
-    await eventually(  # the first writes landed: thousands more wait behind 2 request slots
-        lambda: _counter_above(DELIVERIES, written), what="the fan-out writing"
-    )
-    await asyncio.to_thread(private_azurite.kill)
-    worker.stop()
-    await asyncio.wait_for(running, 30)
+    try:
+        await eventually(  # the first writes landed: thousands more wait behind 2 request slots
+            lambda: _counter_above(DELIVERIES, written), what="the fan-out writing"
+        )
+        await asyncio.to_thread(private_azurite.kill)
+    finally:
+        worker.stop()
+        await asyncio.wait_for(running, 30)
 
 
 @pytest.mark.parametrize("count", [pytest.param(2500, marks=pytest.mark.long), 600])
@@ -285,14 +287,16 @@ async def test_worker_killed_mid_fan_out_is_taken_over(
         victim = subprocess.Popen(  # noqa: ASYNC220 - the worker under test
             [sys.executable, "-m", "fanout_worker"], env=env, stderr=subprocess.DEVNULL
         )
-        await queue.send(PostCreated(author=author, post_id=post.post_id))
+        try:
+            await queue.send(PostCreated(author=author, post_id=post.post_id))
 
-        async def started() -> bool:
-            return bool(await timeline_ids(repos, followers[0]))
+            async def started() -> bool:
+                return bool(await timeline_ids(repos, followers[0]))
 
-        await eventually(started, timeout_s=30, what="the first deliveries")
-        victim.kill()
-        await asyncio.to_thread(victim.wait)
+            await eventually(started, timeout_s=30, what="the first deliveries")
+        finally:
+            victim.kill()
+            await asyncio.to_thread(victim.wait)
         delivered = [f for f in followers[::50] if await timeline_ids(repos, f)]
         assert len(delivered) < len(followers[::50]), "killed too late to prove a takeover"
 
