@@ -31,10 +31,13 @@ FULL_PAGE_KEYS = (
     "api_over_raw_read_p50_idle", "api_over_raw_read_p50_load",
 )  # fmt: skip
 """Full pages (250 posts) read through the API and raw, at idle and beside Locust."""
+PLOT = Path("loadtest/results/latency.png")
 
 
 async def loadtest(users: int, seconds: int, full_reads: int) -> dict[str, Any]:
-    """``python -m loadtest.run`` on 200 seeded users: its JSON line."""
+    """``python -m loadtest.run`` on 200 seeded users: its JSON line. The plot of an
+    earlier run is removed first."""
+    await asyncio.to_thread(PLOT.unlink, missing_ok=True)
     done = await asyncio.to_thread(
         subprocess.run,
         [sys.executable, "-m", "loadtest.run", "--users", str(users), "--seconds", str(seconds),
@@ -54,7 +57,7 @@ async def test_a_short_loadtest_has_no_failures_and_plots() -> None:
     assert result["large_authors"] > 0
     assert result["probe_reads"]["api_full_idle"] == 10
     assert result["probe_reads"]["api_failed_full_idle"] == 0
-    assert await asyncio.to_thread(lambda: Path("loadtest/results/latency.png").stat().st_size)
+    assert await asyncio.to_thread(lambda: PLOT.stat().st_size)
 
 
 @pytest.mark.long
@@ -74,4 +77,4 @@ async def test_loadtest_quick_run_has_no_failures() -> None:
         assert result[key] > 0, (key, result[key])
     assert result["probe_reads"]["api_full_idle"] == 40
     assert result["probe_reads"]["api_failed_full_idle"] == 0
-    assert await asyncio.to_thread(lambda: Path("loadtest/results/latency.png").stat().st_size)
+    assert await asyncio.to_thread(lambda: PLOT.stat().st_size)

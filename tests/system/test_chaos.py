@@ -26,7 +26,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 LONG = pytest.mark.long
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(600 + 6 * float(os.environ.get("CHAOS_DURATION_S", "12")))
 @pytest.mark.parametrize(
     "variant",
     ["kill", pytest.param("pause", marks=LONG), pytest.param("rebalance", marks=LONG),

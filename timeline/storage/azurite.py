@@ -117,6 +117,11 @@ class Azurite:
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
+    def has_ports(self) -> bool:
+        """Whether the ports are known: fixed at construction, or bound by a start."""
+        return self._ports is not None
+
+    @property
     def ports(self) -> tuple[int, int, int]:
         """``blob, queue, table``: fixed at construction, or bound by the first start."""
         if self._ports is None:
@@ -242,14 +247,15 @@ def _read_ports_in_background(process: subprocess.Popen[bytes]) -> _BoundPorts:
     def read() -> None:
         found: dict[str, int] = {}
         assert process.stdout is not None
-        for raw in process.stdout:
-            match = LISTENING.search(raw.decode(errors="replace"))
-            if match and not bound.is_set():
-                found[match.group(1)] = int(match.group(2))
-                if len(found) == len(SERVICES):
-                    blob, queue, table = (found[service] for service in SERVICES)
-                    bound.ports = (blob, queue, table)
-                    bound.set()
+        with process.stdout:
+            for raw in process.stdout:
+                match = LISTENING.search(raw.decode(errors="replace"))
+                if match and not bound.is_set():
+                    found[match.group(1)] = int(match.group(2))
+                    if len(found) == len(SERVICES):
+                        blob, queue, table = (found[service] for service in SERVICES)
+                        bound.ports = (blob, queue, table)
+                        bound.set()
         bound.set()
 
     threading.Thread(target=read, name=f"azurite-{process.pid}-stdout", daemon=True).start()

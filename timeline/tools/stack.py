@@ -202,8 +202,12 @@ class Stack:
     def _start_azurites(self) -> str:
         """Start the Azurites together; return their connection strings, one per line, in
         placement order."""
-        with ThreadPoolExecutor(len(self._azurites)) as pool:  # node starts slowly
-            list(pool.map(Azurite.start, self._azurites))  # raises the first failure
+        fixed = [azurite for azurite in self._azurites if azurite.has_ports]
+        free = [azurite for azurite in self._azurites if not azurite.has_ports]
+        for together in (fixed, free):  # a new one's free ports are never a fixed one's
+            if together:
+                with ThreadPoolExecutor(len(together)) as pool:  # node starts slowly
+                    list(pool.map(Azurite.start, together))  # raises the first failure
         return "\n".join(azurite.connection_string for azurite in self._azurites)
 
     def _start_services(self, env: dict[str, str]) -> None:
