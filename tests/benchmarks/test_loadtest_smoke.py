@@ -61,6 +61,7 @@ async def test_a_short_loadtest_has_no_failures_and_plots() -> None:
 
 
 @pytest.mark.long
+@pytest.mark.timeout(600)
 async def test_loadtest_quick_run_has_no_failures() -> None:
     result = await loadtest(users=5, seconds=15, full_reads=40)
     assert set(result) >= KEYS

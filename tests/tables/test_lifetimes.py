@@ -32,7 +32,7 @@ from timeline.tables.ratelimits import RateLimits, TableWindowStorage, partition
 from timeline.tables.repositories import Repositories
 from timeline.tables.rows import get_entity
 
-TOGGLES = [pytest.param(50, 100, marks=pytest.mark.long), (10, 20)]
+TOGGLES = [pytest.param(50, 100, marks=[pytest.mark.long, pytest.mark.timeout(600)]), (10, 20)]
 """Followers toggling so many times each, half then following again: 10,025 requests in
 ``make test-long``, 405 in ``make test``."""
 LIFETIME_S = 3600.0
