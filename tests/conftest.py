@@ -110,12 +110,14 @@ class AzuritePool:
     """In-memory Azurites lent to one test at a time and emptied (every table and queue
     deleted) before each loan: an emptying takes about 0.06 s where a start takes 1.5 to 3 s.
     A test may stop, kill or freeze what it borrowed: the next loan thaws it (SIGCONT) or
-    starts it again. What a failed test borrowed is stopped instead, since what that test left
-    running may still use it."""
+    starts it again. What a failed test borrowed is never lent again (``settle``)."""
 
     def __init__(self) -> None:
         self._idle: list[Azurite] = []
         self._lent: list[Azurite] = []
+        self._returned: list[tuple[Azurite, int]] = []
+        self._quarantined: list[Azurite] = []
+        POOLS.append(self)
 
     def lend(self, count: int) -> list[Azurite]:
         servers: list[Azurite] = []
@@ -131,19 +133,28 @@ class AzuritePool:
         self._lent += servers
         return servers
 
-    def give_back(self, servers: list[Azurite], *, reusable: bool) -> None:
-        """Keep ``servers`` for later loans, or (after a failed test, whose tasks or processes
-        may still be writing to them) stop them for good."""
+    def give_back(self, servers: list[Azurite], failures_at_loan: int) -> None:
+        """Take ``servers`` back; ``settle`` decides, once the test's teardown is reported,
+        whether they are lent again."""
         for server in servers:
             self._lent.remove(server)
-            if reusable:
+            self._returned.append((server, failures_at_loan))
+
+    def settle(self) -> None:
+        """Keep what came back for later loans, unless a test failed since it was lent (in
+        its call, set-up or teardown): what that test left running may still write to it, so
+        it is frozen until the session ends, its ports held, and never lent again."""
+        for server, failures_at_loan in self._returned:
+            if len(FAILED) == failures_at_loan:
                 self._idle.append(server)
             else:
-                server.signal(signal.SIGCONT)
-                server.stop()
+                server.signal(signal.SIGSTOP)
+                self._quarantined.append(server)
+        self._returned.clear()
 
     def close(self) -> None:
-        for server in self._idle + self._lent:
+        returned = [server for server, _ in self._returned]
+        for server in self._idle + self._lent + returned + self._quarantined:
             server.signal(signal.SIGCONT)
             server.stop()
 
@@ -186,7 +197,8 @@ def azurite_pool() -> Iterator[AzuritePool]:
 
 
 FAILED: list[str] = []
-"""The tests of this process that have failed so far (``pytest_runtest_makereport``)."""
+"""The tests of this process that have failed so far, in any phase."""
+POOLS: list[AzuritePool] = []
 
 
 @pytest.hookimpl(wrapper=True)
@@ -197,15 +209,37 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     return report
 
 
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when == "teardown":  # every fixture of the test is finalized and judged
+        for pool in POOLS:
+            pool.settle()
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """An async test's body is cancelled at 0.8 of its pytest-timeout (which counts set-up
-    and teardown too): the timeout's signal alone fails the test but leaves its coroutine
-    running in the session's event loop, beside the tests after it, until the session ends."""
+    """An async test's body is cancelled at 0.8 of its pytest-timeout (which, with
+    ``timeout_func_only``, times the body alone): the timeout's signal alone fails the test
+    but leaves its coroutine running in the session's event loop, beside the tests after it,
+    until the session ends."""
     for item in items:
         if isinstance(item, pytest.Function) and inspect.iscoroutinefunction(item.obj):
-            marker = item.get_closest_marker("timeout")
-            limit = float(marker.args[0] if marker else item.config.getini("timeout"))
-            item.obj = _cancelled_after(item.obj, 0.8 * limit)
+            limit = timeout_of(item)
+            if limit > 0:
+                item.obj = _cancelled_after(item.obj, 0.8 * limit)
+
+
+def timeout_of(item: pytest.Item) -> float:
+    """The item's pytest-timeout limit as pytest-timeout resolves it (0: none): the marker,
+    else ``--timeout``, else ``PYTEST_TIMEOUT``, else the ini's ``timeout``."""
+    marker = item.get_closest_marker("timeout")
+    if marker is not None and (marker.args or "timeout" in marker.kwargs):
+        value = marker.args[0] if marker.args else marker.kwargs["timeout"]
+    else:
+        value = (
+            item.config.getoption("timeout", None)
+            or os.environ.get("PYTEST_TIMEOUT")
+            or item.config.getini("timeout")
+        )
+    return float(value or 0)
 
 
 def _cancelled_after(
@@ -223,12 +257,12 @@ def _cancelled_after(
 def azurites(pool: AzuritePool, count: int) -> Iterator[list[Azurite]]:
     """``count`` empty in-memory Azurites of a test's own: one storage account each. After a
     failure they are not lent again."""
-    failed_before = len(FAILED)
+    failures_at_loan = len(FAILED)
     servers = pool.lend(count)
     try:
         yield servers
     finally:
-        pool.give_back(servers, reusable=len(FAILED) == failed_before)
+        pool.give_back(servers, failures_at_loan)
 
 
 @pytest.fixture

@@ -76,6 +76,32 @@ async def test_b_gets_an_empty_account(private_azurite):
     result.assert_outcomes(passed=1, failed=1)
 
 
+def test_what_a_test_failing_in_teardown_borrowed_is_never_lent_again(
+    inner: pytest.Pytester,
+) -> None:
+    inner.makepyfile(
+        HEADER
+        + """
+@pytest.fixture
+async def writer_left_running(private_azurite):
+    yield asyncio.get_running_loop().create_task(write_for_a_while(private_azurite))
+    raise RuntimeError("a teardown that fails before it cancels the writer")
+
+
+async def test_a_passes(writer_left_running):
+    while not TICKS:
+        await asyncio.sleep(0.01)
+
+
+async def test_b_gets_an_empty_account(private_azurite):
+    await asyncio.sleep(0.5)  # ten of the writer's writes, were it writing here
+    assert await tables(private_azurite) == [], "the failed test's writer wrote here"
+"""
+    )
+    result = inner.runpytest_subprocess(*INNER_OPTIONS, "-p", "no:schemathesis")
+    result.assert_outcomes(passed=2, errors=1)
+
+
 def test_a_timed_out_async_test_stops_running(inner: pytest.Pytester) -> None:
     inner.makepyfile(
         HEADER
