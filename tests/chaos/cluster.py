@@ -196,8 +196,9 @@ async def break_things(
     thawed = -STALL_S
     while loop.time() < until - 1:
         await asyncio.sleep(rng.uniform(*interval))
-        if variant == "pause" and rng.random() < 0.5:
-            await asyncio.sleep(max(0.0, thawed + STALL_S - loop.time()))
+        now = loop.time()
+        spaced = now >= thawed + STALL_S  # else this freeze could add to the last one
+        if variant == "pause" and spaced and now < until - 1 and rng.random() < 0.5:
             report.pauses += 1
             await cluster.pause_storage(rng.uniform(1.0, LONGEST_FREEZE_S))
             thawed = loop.time()

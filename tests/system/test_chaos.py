@@ -37,6 +37,7 @@ async def test_chaos(seed: int, variant: str, tmp_path: Path) -> None:
     report = await chaos.run(seed, variant, duration, tmp_path)
     print(orjson.dumps(report.line()).decode())
     assert report.kills + report.pauses > 0, "nothing was broken: the run proves nothing"
+    assert report.pauses > 0 or variant != "pause", "storage was never frozen"
     assert report.live_posts > 0
     assert report.timeline_rows > report.live_posts, "no fan-out happened"
     assert report.rebalanced == (variant == "rebalance")
