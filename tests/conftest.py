@@ -127,8 +127,7 @@ class AzuritePool:
                 servers.append(self._ready(server))
             except BaseException:  # none of them is lent: stop them all, as close() would
                 for taken in [*servers, *([server] if server else [])]:
-                    taken.signal(signal.SIGCONT)
-                    taken.stop()
+                    _thaw_and_stop(taken)
                 raise
         self._lent += servers
         return servers
@@ -155,8 +154,7 @@ class AzuritePool:
     def close(self) -> None:
         returned = [server for server, _ in self._returned]
         for server in self._idle + self._lent + returned + self._quarantined:
-            server.signal(signal.SIGCONT)
-            server.stop()
+            _thaw_and_stop(server)
 
     def _ready(self, server: Azurite | None) -> Azurite:
         if server is not None:
@@ -176,6 +174,12 @@ class AzuritePool:
         except ConfigurationError:
             return False
         return True
+
+
+def _thaw_and_stop(server: Azurite) -> None:
+    """Stop ``server`` even if a test froze it (SIGTERM waits for a SIGCONT)."""
+    server.signal(signal.SIGCONT)
+    server.stop()
 
 
 def empty(server: Azurite) -> None:
