@@ -16,6 +16,7 @@ INNER_OPTIONS = (
     "-o", "asyncio_default_fixture_loop_scope=session",
     "-o", "asyncio_default_test_loop_scope=session",
     "-o", "timeout=120",
+    "-o", "timeout_func_only=true",  # as pyproject.toml: a slow set-up must not fire it first
 )  # fmt: skip
 HEADER = '''
 import asyncio
