@@ -9,19 +9,23 @@ ARG BASE=docker.io/library/python:3.12-slim-bookworm
 # checkov:skip=CKV_DOCKER_7: both stages use BASE, whose tag is pinned above
 
 FROM ${BASE} AS build
-ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
-RUN python3 -m venv /opt/timeline
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    UV_NO_CACHE=1 UV_PYTHON_DOWNLOADS=never UV_PROJECT_ENVIRONMENT=/opt/timeline
+RUN python3 -m venv --without-pip /opt/timeline
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY requirements-uv.txt pyproject.toml uv.lock README.md ./
 COPY timeline ./timeline
 COPY api ./api
 COPY fanout_worker ./fanout_worker
-# The runtime dependencies only (no [dev] or [load] extras), as a regular install. Behind a
+# The runtime dependencies only (no extras) at the versions in uv.lock, and the project as a
+# regular install, by uv (from requirements-uv.txt, in this stage only). Behind a
 # TLS-inspecting proxy, pass its CA bundle: --secret id=pip_cert,src=/path/to/ca.pem
 RUN --mount=type=secret,id=pip_cert \
-    if [ -s /run/secrets/pip_cert ]; then export PIP_CERT=/run/secrets/pip_cert; fi \
-    && /opt/timeline/bin/pip install . \
-    && /opt/timeline/bin/pip uninstall --yes pip \
+    if [ -s /run/secrets/pip_cert ]; then \
+        export PIP_CERT=/run/secrets/pip_cert SSL_CERT_FILE=/run/secrets/pip_cert; fi \
+    && python3 -m venv /opt/uv \
+    && /opt/uv/bin/pip install -r requirements-uv.txt \
+    && /opt/uv/bin/uv sync --locked --no-editable \
     && find /opt/timeline -name __pycache__ -prune -exec rm -rf {} +
 
 FROM ${BASE} AS runtime

@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run runtime test test-long e2e browser lint fmt setup bench loadtest chaos clean check-deploy image smoke-image
+.PHONY: run runtime test test-long e2e browser lint fmt setup lock bench loadtest chaos clean check-deploy image smoke-image
 
 SEEDS ?= 5
 # pytest-xdist workers for the quick tier: on two cores two take it from 11 to 7 minutes.
@@ -11,7 +11,8 @@ QUICK_WORKERS ?= 2
 CHAOS_DURATION_S ?= 20
 
 # Runtime dependencies only (no test, lint or load tools): the first run installs them, later
-# runs start at once (the stamp files are newer than pyproject.toml and package-lock.json).
+# runs start at once (the stamp files are newer than pyproject.toml, uv.lock and
+# package-lock.json).
 run: runtime
 	$(BIN)/timeline run
 
@@ -29,8 +30,8 @@ test-long: setup
 e2e: setup $(VENV)/.e2e-installed browser
 	$(BIN)/pytest tests/e2e
 
-$(VENV)/.e2e-installed: pyproject.toml $(VENV)/.installed
-	$(BIN)/pip install --quiet -e '.[dev,load,e2e]'
+$(VENV)/.e2e-installed: pyproject.toml uv.lock $(VENV)/.installed
+	$(UV_SYNC) --extra dev --extra load --extra e2e
 	touch $@
 
 # Debian's Chromium and its chromedriver, unless both are there (apt-get as root, else sudo).
@@ -87,19 +88,38 @@ runtime: $(VENV)/.runtime-installed node_modules/.installed
 
 setup: $(VENV)/.installed node_modules/.installed
 
-$(VENV)/.runtime-installed: pyproject.toml
+# The Python packages come at the exact versions in uv.lock, installed by uv (its own venv,
+# UV_DIR; its version and hashes in requirements-uv.txt), the project itself editable.
+# --locked stops when uv.lock no longer matches pyproject.toml (then `make lock`); --inexact
+# keeps what another target added (an extra, pip).
+UV_DIR := .uv
+UV := $(UV_DIR)/bin/uv
+UV_SYNC := UV_PROJECT_ENVIRONMENT=$(VENV) $(UV) sync --quiet --locked --inexact --no-python-downloads
+
+$(VENV)/.runtime-installed: pyproject.toml uv.lock $(UV_DIR)/.installed
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -e .
+	$(UV_SYNC)
 	touch $@
 
 # The development extras: tests, lint, types, benchmarks and the load test.
-$(VENV)/.installed: pyproject.toml $(VENV)/.runtime-installed
-	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev,load]'
+$(VENV)/.installed: pyproject.toml uv.lock $(VENV)/.runtime-installed
+	$(UV_SYNC) --extra dev --extra load
 	touch $@
+
+$(UV_DIR)/.installed: requirements-uv.txt
+	$(PYTHON) -m venv $(UV_DIR)
+	$(UV_DIR)/bin/pip install --quiet --disable-pip-version-check -r requirements-uv.txt
+	touch $@
+
+# Re-resolves uv.lock after a change to pyproject.toml, keeping every locked version that
+# still fits; UPGRADE=NAME (or several names) takes those packages' newest allowed versions,
+# UPGRADE=all every package's. Then run the tests (docs/development.md#dependencies).
+lock: $(UV_DIR)/.installed
+	$(UV) lock --no-python-downloads $(if $(filter all,$(UPGRADE)),--upgrade,$(addprefix --upgrade-package ,$(UPGRADE)))
 
 node_modules/.installed: package.json package-lock.json
 	npm ci --omit=dev --no-audit --no-fund --loglevel=error
 	touch $@
 
 clean:
-	rm -rf $(VENV) node_modules .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) $(UV_DIR) node_modules .mypy_cache .ruff_cache .pytest_cache
