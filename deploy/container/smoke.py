@@ -119,12 +119,16 @@ def descendants(pid: int) -> list[int]:
 
 
 def programs(pid: int, program: str) -> list[int]:
-    """The processes under ``pid`` that run ``program`` itself (not buildah's helpers)."""
+    """The processes under ``pid`` that run ``program`` itself (not buildah's helpers): an
+    interpreter, ``python`` (as uv's entry-point scripts name it) or ``python3``."""
     matches = []
     for child in descendants(pid):
         with suppress(OSError):
             argv = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
-            if argv[0].endswith(b"python3") and any(arg.endswith(program.encode()) for arg in argv):
+            interpreter = argv[0].rsplit(b"/", 1)[-1]
+            if interpreter in (b"python", b"python3") and any(
+                arg.endswith(program.encode()) for arg in argv
+            ):
                 matches.append(child)
     return matches
 
