@@ -12,19 +12,16 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
 import orjson
 from azure.core import MatchConditions
-from azure.data.tables import UpdateMode, _serialize
+from azure.data.tables import UpdateMode
 
-_add_entity_properties: Callable[[Mapping[str, Any]], dict[str, Any]]
-_add_entity_properties = _serialize._add_entity_properties  # the SDK's typing, for rare types
-_get_match_condition: Callable[[str | None, MatchConditions], MatchConditions]
-_get_match_condition = _serialize._get_match_condition
+from timeline.storage.sdk_internals import add_entity_properties, get_match_condition
 
 _INT32 = 2**31
 _CRLF = b"\r\n"
@@ -51,7 +48,7 @@ def entity_json(entity: Mapping[str, Any]) -> bytes:
         if kind is str or kind is bool or (kind is int and -_INT32 <= value < _INT32):
             properties[name] = value
         elif value is not None:
-            properties.update(_add_entity_properties({name: value}))
+            properties.update(add_entity_properties({name: value}))  # the SDK's typing
     body = orjson.dumps(properties)
     if body.isascii():
         return body
@@ -80,7 +77,7 @@ def _if_match(entity: Mapping[str, Any], options: Mapping[str, Any]) -> str:
     if condition and not etag:
         metadata = getattr(entity, "metadata", None)
         etag = metadata.get("etag") if metadata else None
-    condition = _get_match_condition(etag, condition or MatchConditions.Unconditionally)
+    condition = get_match_condition(etag, condition or MatchConditions.Unconditionally)
     if condition != MatchConditions.IfNotModified or etag is None:
         return "*"
     if etag.startswith(("W/", '"', "'")):

@@ -15,7 +15,6 @@ types, status codes, error codes and transaction indexes. Why and what it saves:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime
 from typing import Any, cast
 from urllib.parse import quote
 
@@ -25,34 +24,32 @@ from azure.core.rest import AsyncHttpResponse, HttpRequest
 from azure.data.tables import (
     EdmType,
     EntityProperty,
+    RequestTooLargeError,
     TableEntity,
     TableTransactionError,
-    _deserialize,
-    _error,
-    _serialize,
 )
-from azure.data.tables._error import RequestTooLargeError
 from azure.data.tables.aio import TableClient
 
 from timeline.model.entities import Page
 from timeline.storage.egt import Part, build_batch, entity_json, parse_batch, row_keys
 from timeline.storage.pipeline import LeanSender, table_sender
+from timeline.storage.sdk_internals import (
+    ENTITY_CONVERSIONS,
+    decode_error,
+    from_entity_datetime,
+    parameter_filter_substitution,
+    process_table_error,
+    query_str,
+    set_metadata,
+    table_host,
+    validate_tablename_error,
+)
 
 _INT32 = 2**31
-# The SDK's own conversions and error decoding, so both paths type and fail alike.
+# The SDK's own conversions and error decoding, so the lean path types and fails as it does.
 _CONVERSIONS: dict[str, Callable[[Any], Any]] = {
-    edm.value: cast(Callable[[Any], Any], convert)
-    for edm, convert in _deserialize._ENTITY_TO_PYTHON_CONVERSIONS.items()
+    edm.value: convert for edm, convert in ENTITY_CONVERSIONS.items()
 }
-_from_entity_datetime: Callable[[str], datetime] = _deserialize._from_entity_datetime
-_decode_error: Callable[..., HttpResponseError] = _error._decode_error
-_process_table_error: Callable[..., None] = _error._process_table_error
-_validate_tablename_error: Callable[[HttpResponseError, str], None] = (
-    _error._validate_tablename_error
-)
-_parameter_filter_substitution: Callable[[dict[str, Any], str], str] = (
-    _serialize._parameter_filter_substitution
-)
 _QUERY_ACCEPT = "application/json;odata=minimalmetadata"
 
 
@@ -113,7 +110,7 @@ async def query_response(
     """The query's 200 response, read whole (its body is the page's JSON), or the SDK's error."""
     params = {
         "$top": str(limit),
-        "$filter": _parameter_filter_substitution(parameters, query_filter),
+        "$filter": parameter_filter_substitution(parameters, query_filter),
     }
     if select:
         params["$select"] = ",".join(select)
@@ -124,7 +121,7 @@ async def query_response(
             params["NextRowKey"] = continuation["RowKey"]
     request = HttpRequest(
         "GET",
-        f"{_endpoint(client)}/{quote(client.table_name, safe='')}(){client._query_str}",
+        f"{_endpoint(client)}/{quote(client.table_name, safe='')}(){query_str(client)}",
         params={name: quote(value, safe="") for name, value in params.items()},  # as the SDK
         headers={
             "x-ms-version": client.api_version,
@@ -134,7 +131,7 @@ async def query_response(
     )
     response = await _send(client, request)
     if response.status_code != 200:
-        _process_table_error(HttpResponseError(response=response))
+        process_table_error(HttpResponseError(response=response))
     return response
 
 
@@ -181,9 +178,9 @@ def to_entity(row: dict[str, Any]) -> TableEntity:
     if timestamp:
         if not etag:
             etag = "W/\"datetime'" + quote(timestamp) + "'\""
-        timestamp = _from_entity_datetime(timestamp)
+        timestamp = from_entity_datetime(timestamp)
     odata.update({"etag": etag, "timestamp": timestamp})
-    entity._metadata = odata  # type: ignore[assignment]
+    set_metadata(entity, odata)
     return entity
 
 
@@ -222,7 +219,7 @@ async def upsert_entity(client: TableClient, entity: Mapping[str, Any]) -> None:
     table = quote(client.table_name, safe="")
     request = HttpRequest(
         "PUT",
-        f"{_endpoint(client)}/{table}({row_keys(entity)}){client._query_str}",
+        f"{_endpoint(client)}/{table}({row_keys(entity)}){query_str(client)}",
         headers={
             "x-ms-version": client.api_version,
             "DataServiceVersion": "3.0",
@@ -233,11 +230,11 @@ async def upsert_entity(client: TableClient, entity: Mapping[str, Any]) -> None:
     )
     response = await _send(client, request)
     if response.status_code != 204:
-        _process_table_error(HttpResponseError(response=response), table_name=client.table_name)
+        process_table_error(HttpResponseError(response=response), table_name=client.table_name)
 
 
 def _endpoint(client: TableClient) -> str:
-    return f"{client.scheme}://{client._primary_hostname}"
+    return f"{client.scheme}://{table_host(client)}"
 
 
 async def _send(client: TableClient, request: HttpRequest) -> AsyncHttpResponse:
@@ -254,8 +251,8 @@ def _raise_for_batch(response: AsyncHttpResponse, table: str) -> None:
     if response.status_code == 413:
         raise _too_large(response)
     if response.status_code != 202:
-        decoded = _decode_error(response)
-        _validate_tablename_error(decoded, table)
+        decoded = decode_error(response)
+        validate_tablename_error(decoded, table)
         raise decoded
     failed = [
         p
@@ -265,13 +262,13 @@ def _raise_for_batch(response: AsyncHttpResponse, table: str) -> None:
     if failed:
         if failed[0].status_code == 413:
             raise _too_large(response)
-        decoded = _decode_error(response=_PartResponse(failed[0]), error_type=TableTransactionError)
-        _validate_tablename_error(decoded, table)
+        decoded = decode_error(response=_PartResponse(failed[0]), error_type=TableTransactionError)
+        validate_tablename_error(decoded, table)
         raise decoded
 
 
 def _too_large(response: AsyncHttpResponse) -> HttpResponseError:
-    return _decode_error(
+    return decode_error(
         response,
         error_message="The transaction request was too large",
         error_type=RequestTooLargeError,

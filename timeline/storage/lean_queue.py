@@ -16,7 +16,7 @@ from __future__ import annotations
 import email.utils
 import functools
 from datetime import UTC, datetime
-from typing import Any, NoReturn, cast
+from typing import Any, NoReturn
 from urllib.parse import quote
 from xml.etree.ElementTree import Element, fromstring
 from xml.sax.saxutils import escape
@@ -31,12 +31,17 @@ from azure.core.exceptions import (
 )
 from azure.core.rest import AsyncHttpResponse, HttpRequest
 from azure.storage.queue import QueueMessage
-from azure.storage.queue._generated import models as _models
-from azure.storage.queue._generated._utils.model_base import _failsafe_deserialize_xml
-from azure.storage.queue._shared.response_handlers import process_storage_error
 from azure.storage.queue.aio import QueueClient
 
 from timeline.storage.pipeline import LeanSender, queue_sender
+from timeline.storage.sdk_internals import (
+    QueueErrorModel,
+    failsafe_deserialize_xml,
+    process_storage_error,
+    query_str,
+    queue_decoder,
+    queue_encode,
+)
 
 _ERROR_MAP: dict[int, type[HttpResponseError]] = {
     401: ClientAuthenticationError,
@@ -75,7 +80,7 @@ async def receive_messages(
     response = await _send(client, request)
     if response.status_code != 200:
         _raise(response)
-    decode = client._message_decode_policy.decode
+    decode = queue_decoder(client)
     answer: Any = response  # the decoder only keeps it on its DecodeError
     return [
         _message(fields, decode(fields.get("MessageText") or "", answer))
@@ -167,17 +172,17 @@ async def delete_message(client: QueueClient, message: QueueMessage) -> None:
 
 def _messages_url(client: QueueClient) -> str:
     name = quote(client.queue_name, safe="")
-    return f"{client.scheme}://{client.primary_hostname}/{name}/messages{client._query_str}"
+    return f"{client.scheme}://{client.primary_hostname}/{name}/messages{query_str(client)}"
 
 
 def _message_url(client: QueueClient, message_id: str) -> str:
     name, key = quote(client.queue_name, safe=""), quote(message_id, safe="")
-    return f"{client.scheme}://{client.primary_hostname}/{name}/messages/{key}{client._query_str}"
+    return f"{client.scheme}://{client.primary_hostname}/{name}/messages/{key}{query_str(client)}"
 
 
 def _body(client: QueueClient, content: str) -> bytes:
     """The XML the SDK sends (``ET.tostring`` of its model): the text escaped, UTF-8."""
-    encoded = client._message_encode_policy(content)
+    encoded = queue_encode(client, content)
     return (
         b"<?xml version='1.0' encoding='utf-8'?>\n<QueueMessage><MessageText>"
         + escape(encoded).encode()
@@ -239,7 +244,7 @@ def _raise(response: AsyncHttpResponse) -> NoReturn:
     the SDK's ``process_storage_error`` as every queue call's error is."""
     try:
         map_error(status_code=response.status_code, response=response, error_map=_ERROR_MAP)
-        error = _failsafe_deserialize_xml(_models.Error, cast(Any, response))
+        error = failsafe_deserialize_xml(QueueErrorModel, response)
         raise HttpResponseError(response=response, model=error)
     except HttpResponseError as error:
         process_storage_error(error)

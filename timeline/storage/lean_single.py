@@ -13,8 +13,7 @@ layer and the pipeline policies that only cost CPU (``docs/lean-storage.md``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from datetime import datetime
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
@@ -28,20 +27,22 @@ from azure.core.exceptions import (
     ResourceNotModifiedError,
 )
 from azure.core.rest import AsyncHttpResponse, HttpRequest
-from azure.data.tables import TableEntity, UpdateMode, _error
-from azure.data.tables._generated._serialization import Deserializer
-from azure.data.tables._generated._vendor import prep_if_match
+from azure.data.tables import TableEntity, UpdateMode
 from azure.data.tables.aio import TableClient
 
-from timeline.storage.egt import _get_match_condition as get_match_condition
 from timeline.storage.egt import entity_json, key_segment
-from timeline.storage.lean import _decode_error, _endpoint, _process_table_error, _send, to_entity
-
-_validate_key_values: Callable[[HttpResponseError, Any, Any], None] = _error._validate_key_values
-_validate_tablename_error: Callable[[HttpResponseError, str], None] = (
-    _error._validate_tablename_error
+from timeline.storage.lean import _endpoint, _send, to_entity
+from timeline.storage.sdk_internals import (
+    decode_error,
+    deserialize_rfc,
+    get_match_condition,
+    prep_if_match,
+    process_table_error,
+    query_str,
+    validate_key_values,
+    validate_tablename_error,
 )
-_deserialize_rfc: Callable[[str], datetime] = Deserializer.deserialize_rfc
+
 _MINIMAL = "application/json;odata=minimalmetadata"
 _CREATE_ERRORS: dict[int, type[HttpResponseError]] = {
     401: ClientAuthenticationError,
@@ -65,7 +66,7 @@ async def get_entity(
     )
     response = await _send(client, request)
     if response.status_code != 200:
-        _process_table_error(HttpResponseError(response=response), table_name=client.table_name)
+        process_table_error(HttpResponseError(response=response), table_name=client.table_name)
     row: dict[str, Any] = orjson.loads(response.content)
     return to_entity(row)
 
@@ -75,7 +76,7 @@ async def create_entity(client: TableClient, entity: Mapping[str, Any]) -> dict[
     body = entity_json(entity)
     request = HttpRequest(
         "POST",
-        f"{_endpoint(client)}/{quote(client.table_name, safe='')}{client._query_str}",
+        f"{_endpoint(client)}/{quote(client.table_name, safe='')}{query_str(client)}",
         headers=_headers(
             client, Accept=_MINIMAL, **{"Content-Type": "application/json;odata=nometadata"}
         ),
@@ -86,9 +87,9 @@ async def create_entity(client: TableClient, entity: Mapping[str, Any]) -> dict[
         # The SDK raises the generated client's error, once its decoded form has been checked
         # for missing keys and a bad table name (which raise ``ValueError`` instead).
         error = _CREATE_ERRORS.get(response.status_code, HttpResponseError)(response=response)
-        decoded = _decode_error(response, error.message)
-        _validate_key_values(decoded, entity.get("PartitionKey"), entity.get("RowKey"))
-        _validate_tablename_error(decoded, client.table_name)
+        decoded = decode_error(response, error.message)
+        validate_key_values(decoded, entity.get("PartitionKey"), entity.get("RowKey"))
+        validate_tablename_error(decoded, client.table_name)
         raise error
     return _metadata(response, content=response.status_code == 201)
 
@@ -119,7 +120,7 @@ async def update_entity(
     request = HttpRequest(method, url, headers=headers, content=body)
     response = await _send(client, request)
     if response.status_code != 204:
-        _process_table_error(HttpResponseError(response=response), table_name=client.table_name)
+        process_table_error(HttpResponseError(response=response), table_name=client.table_name)
     return _metadata(response)
 
 
@@ -139,14 +140,14 @@ async def delete_entity(
     request = HttpRequest("DELETE", _row_url(client, partition_key, row_key), headers=headers)
     response = await _send(client, request)
     if response.status_code not in (204, 404):
-        _process_table_error(HttpResponseError(response=response), table_name=client.table_name)
+        process_table_error(HttpResponseError(response=response), table_name=client.table_name)
 
 
 def _row_url(client: TableClient, partition_key: str, row_key: str) -> str:
     """The row's URL, its keys quoted as the SDK quotes them (``'`` doubled, then encoded)."""
     keys = f"PartitionKey='{key_segment(partition_key)}',RowKey='{key_segment(row_key)}'"
     table = quote(client.table_name, safe="")
-    return f"{_endpoint(client)}/{table}({keys}){client._query_str}"
+    return f"{_endpoint(client)}/{table}({keys}){query_str(client)}"
 
 
 def _headers(client: TableClient, **extra: str) -> dict[str, str]:
@@ -158,7 +159,7 @@ def _metadata(response: AsyncHttpResponse, *, content: bool = False) -> dict[str
     headers = response.headers
     date = headers.get("Date")
     result: dict[str, Any] = {
-        "date": _deserialize_rfc(date) if date else None,
+        "date": deserialize_rfc(date) if date else None,
         "etag": headers.get("ETag"),
         "version": headers.get("x-ms-version"),
     }

@@ -43,9 +43,18 @@ from azure.core.pipeline.policies import (
 )
 from azure.core.pipeline.transport import AsyncHttpTransport
 from azure.core.rest import AsyncHttpResponse, HttpRequest
-from azure.data.tables._policies import StorageHosts
 from azure.data.tables.aio import TableClient
 from azure.storage.queue.aio import QueueClient
+
+from timeline.storage.sdk_internals import (
+    StorageHosts,
+    queue_credential_policy,
+    queue_proxy_policy,
+    queue_retry_policy,
+    queue_transport,
+    table_policies,
+    table_transport,
+)
 
 _DROPPED = (
     UserAgentPolicy,
@@ -79,10 +88,8 @@ class LeanSender:
 
 def table_sender(client: TableClient) -> LeanSender:
     """``client``'s own policies less the dropped ones, its request id made cheaply."""
-    generated: Any = client._client
-    transport: AsyncHttpTransport[Any, Any] = generated._client._pipeline._transport
-    policies = [_own(policy) for policy in client._policies if _kept(policy)]
-    return LeanSender(policies, transport)
+    policies = [_own(policy) for policy in table_policies(client) if _kept(policy)]
+    return LeanSender(policies, table_transport(client))
 
 
 def queue_sender(client: QueueClient) -> LeanSender:
@@ -92,17 +99,16 @@ def queue_sender(client: QueueClient) -> LeanSender:
     try). Left out as for tables, and its content-validation and response hooks (no lean
     call asks for a checksum or passes a hook) and range and message-id rewriting (lean
     URLs are whole)."""
-    config: Any = client._config
-    own: Any = client._pipeline
-    transport: AsyncHttpTransport[Any, Any] = own._transport
     policies = [
-        config.proxy_policy,
-        copy.copy(config.retry_policy),
+        queue_proxy_policy(client),
+        copy.copy(queue_retry_policy(client)),
         StorageDate(),
         CheapRequestId(),
-        _own(client._credential_policy),
+        _own(queue_credential_policy(client)),
     ]
-    return LeanSender([policy for policy in policies if policy is not None], transport)
+    return LeanSender(
+        [policy for policy in policies if policy is not None], queue_transport(client)
+    )
 
 
 class CheapRequestId(SansIOHTTPPolicy[Any, Any]):
