@@ -62,15 +62,10 @@ def ratios(result: dict[str, Any]) -> dict[str, float]:
         "merged_read_vs_plain": get("merged_read_p50_ms_5") / get("plain_read_p50_ms"),
         "timeline_rows_capped_vs_uncapped": get("timeline_rows_capped")
         / get("timeline_rows_uncapped"),
-        "lean_vs_sdk_worker_cpu_burst": get("worker_cpu_ms_per_delivery_burst")
-        / get("worker_cpu_ms_per_delivery_burst_sdk"),
-        "lean_vs_sdk_worker_cpu_live": get("worker_cpu_ms_per_delivery_live")
-        / get("worker_cpu_ms_per_delivery_live_sdk"),
-        "lean_vs_sdk_burst_eps": get("burst_eps") / get("burst_eps_sdk"),
-        "lean_vs_sdk_live_eps": get("live_eps") / get("live_eps_sdk"),
-        "lean_vs_sdk_api_cpu_per_read": get("api_cpu_ms_per_read") / get("api_cpu_ms_per_read_sdk"),
-        "lean_vs_sdk_api_cpu_per_post": get("api_cpu_ms_per_post") / get("api_cpu_ms_per_post_sdk"),
         "api_read_vs_floor": get("api_cpu_ms_per_read") / get("read_floor_cpu_ms"),
+        "lean_vs_sdk_query_page": get("read_query_cpu_ms") / get("read_query_cpu_ms_sdk"),
+        "lean_vs_sdk_batch_call": get("batch_call_cpu_ms") / get("batch_call_cpu_ms_sdk"),
+        "lean_vs_sdk_upsert_call": get("upsert_call_cpu_ms") / get("upsert_call_cpu_ms_sdk"),
         "lean_vs_sdk_single_call": get("single_call_cpu_ms") / get("single_call_cpu_ms_sdk"),
         "lean_vs_sdk_queue_receive": get("queue_receive_cpu_ms") / get("queue_receive_cpu_ms_sdk"),
         "inactive_worker_cpu_on_vs_off": get("inactive_worker_cpu_ms_per_post")

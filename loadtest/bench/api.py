@@ -12,7 +12,6 @@ import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -21,8 +20,6 @@ import aiohttp
 from tqdm import tqdm
 
 from loadtest.bench.harness import (
-    BENCH_OPTIONS,
-    SDK_PATH,
     bounded,
     fresh_storage,
     scrubbed_env,
@@ -34,9 +31,9 @@ from loadtest.bench.queue_calls import queue_call_costs
 from loadtest.bench.read_steps import read_steps
 from loadtest.bench.single_calls import single_calls
 from loadtest.bench.sizes import Sizes
+from loadtest.bench.write_calls import write_calls
 from timeline.model.keys import now_ticks
 from timeline.model.tokens import TokenSigner
-from timeline.storage.accounts import Storage
 from timeline.storage.azurite import Azurite, free_ports
 from timeline.storage.names import TIMELINES
 
@@ -138,21 +135,14 @@ async def api(sizes: Sizes, profile: Path | None = None) -> dict[str, float]:
             await cost(server, reads[: len(reads) // 10], "api: warming up")
             read_ms, read_requests = await cost(server, reads, "api: timeline reads", profile)
             post_ms, post_requests = await cost(server, posts, "api: posts", profile)
-        async with api_process(azurites, **SDK_PATH) as server:
-            await cost(server, reads[: len(reads) // 10], "api (sdk): warming up")
-            sdk_read_ms, _ = await cost(server, reads, "api (sdk): timeline reads")
-            sdk_post_ms, _ = await cost(server, posts, "api (sdk): posts")
-        strings = [a.connection_string for a in azurites]
-        async with Storage(strings, replace(BENCH_OPTIONS, lean=False)) as sdk_storage:
-            bearer = tokens[owners[0]]["Authorization"].removeprefix("Bearer ")
-            steps = await read_steps(storage, sdk_storage, owners[0], bearer, signer)
-            steps |= await single_calls(storage, sdk_storage)
-            steps |= await queue_call_costs(strings[0])
+        bearer = tokens[owners[0]]["Authorization"].removeprefix("Bearer ")
+        steps = await read_steps(storage, owners[0], bearer, signer)
+        steps |= await single_calls(storage)
+        steps |= await write_calls(storage)
+        steps |= await queue_call_costs(azurites[0].connection_string)
     return steps | {
         "api_cpu_ms_per_read": read_ms,
-        "api_cpu_ms_per_read_sdk": sdk_read_ms,
         "api_storage_requests_per_read": read_requests,
         "api_cpu_ms_per_post": post_ms,
-        "api_cpu_ms_per_post_sdk": sdk_post_ms,
         "api_storage_requests_per_post": post_requests,
     }

@@ -16,13 +16,11 @@ from tqdm import tqdm
 from loadtest.bench.ceiling import adjacent_ceiling
 from loadtest.bench.harness import (
     DELIVERIES,
-    SDK_PATH,
     TEXT,
     bounded,
     follower_rows,
     fresh_storage,
     publish,
-    suffixed,
     wait_for,
     worker,
     write_rows,
@@ -82,21 +80,13 @@ async def enqueue_backlog(
 
 
 async def burst(sizes: Sizes) -> dict[str, float]:
-    """The burst with the lean storage path, then the same on the plain SDK calls (keys
-    ending ``_sdk``), one after the other in the same run."""
-    lean = await one_burst(sizes, "burst")
-    sdk = await one_burst(sizes, "burst (sdk)", **SDK_PATH)
-    return lean | suffixed(sdk, "_sdk", keep=("burst_posts",))
-
-
-async def one_burst(sizes: Sizes, label: str, **settings: str) -> dict[str, float]:
-    """A backlog of posts by authors over a shared graph, all visible at the same moment;
-    ``settings``: the worker's extra ``TIMELINE_*`` variables."""
+    """A backlog of posts by authors over a shared graph, all visible at the same moment."""
+    label = "burst"
     graph = Graph(sizes.burst_users, sizes.burst_authors, 100)
     async with fresh_storage() as (azurites, storage):
         followers = await graph.seed_into(storage, f"{label}: seeding graph")
         probes = [await adjacent_ceiling(storage, sizes, f"{label}: probe before")]
-        async with worker(azurites, **settings) as process:
+        async with worker(azurites) as process:
             lead_s = 6 + sizes.burst_posts / 400
             _, expected = await enqueue_backlog(
                 storage, followers, sizes.burst_posts, lead_s, f"{label}: building backlog"

@@ -46,9 +46,6 @@ BENCH_IDLE = {"TIMELINE_WORKER_IDLE_SLEEP_S": "0.05", "TIMELINE_WORKER_IDLE_MAX_
 """The bench's workers poll every 0.05 s, without back-off (every receiver polls), as before
 idle back-off: the phases stay comparable from run to run; the idle phase overrides it."""
 
-SDK_PATH = {"TIMELINE_STORAGE_LEAN": "false"}
-"""Settings of a process on the plain SDK calls, to compare with the lean storage path."""
-
 
 def suffixed(result: dict[str, float], suffix: str, keep: tuple[str, ...] = ()) -> dict[str, float]:
     """``result`` with ``suffix`` appended to every key but ``keep``."""

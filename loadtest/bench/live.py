@@ -11,12 +11,10 @@ from loadtest.bench.ceiling import adjacent_ceiling
 from loadtest.bench.floor import live_floor
 from loadtest.bench.harness import (
     DELIVERIES,
-    SDK_PATH,
     WorkerProcess,
     follower_rows,
     fresh_storage,
     steady_posts,
-    suffixed,
     wait_for,
     worker,
     write_rows,
@@ -28,25 +26,10 @@ from timeline.storage.names import SUBJECT_FOLLOWERS
 
 
 async def live(sizes: Sizes, ceiling: float, profile: Path | None = None) -> dict[str, float]:
-    """Live fan-out with the lean storage path (then the lag phase on the same worker), and
-    the same posting on the plain SDK calls (keys ending ``_sdk``, no lag phase); with
-    ``profile``, the worker is sampled by py-spy while posts arrive."""
-    lean = await one_live(sizes, ceiling, "live", profile, with_lag=True)
-    sdk = await one_live(sizes, ceiling, "live (sdk)", profile, with_lag=False, **SDK_PATH)
-    return lean | suffixed(sdk, "_sdk")
-
-
-async def one_live(
-    sizes: Sizes,
-    ceiling: float,
-    label: str,
-    profile: Path | None,
-    *,
-    with_lag: bool,
-    **settings: str,
-) -> dict[str, float]:
     """Authors with disjoint followers, posting round-robin at 1.2 times the single ceiling:
-    consecutive posts never share a follower. ``settings``: the worker's extra variables."""
+    consecutive posts never share a follower; then the lag phase on the same worker and the
+    floor. With ``profile``, the worker is sampled by py-spy while posts arrive."""
+    label = "live"
     async with fresh_storage() as (azurites, storage):
         authors = [f"author{a:04d}" for a in range(sizes.live_authors)]
         rows = [
@@ -59,11 +42,11 @@ async def one_live(
         await write_rows(storage, SUBJECT_FOLLOWERS, rows, f"{label}: seeding followers")
         per_post = sizes.live_followers + 1  # the author's own timeline too
         probes = [await adjacent_ceiling(storage, sizes, f"{label}: probe before")]
-        async with worker(azurites, **settings) as process:
+        async with worker(azurites) as process:
             idle = await idle_cores(process)
             before, cpu_before = await process.metrics(), process.cpu_s()
             started = time.monotonic()
-            with profiled([process.pid], profile, label.replace(" (", "-").rstrip(")")):
+            with profiled([process.pid], profile, label):
                 posted = await steady_posts(
                     storage,
                     authors,
@@ -90,12 +73,10 @@ async def one_live(
             }
             target = before.get(DELIVERIES, 0) + posted * per_post
             await wait_for(process, DELIVERIES, target, f"{label}: draining")
-            if with_lag:
-                eps = result["live_eps"]
-                result |= await lag(storage, process, authors, per_post, eps, sizes)
+            eps = result["live_eps"]
+            result |= await lag(storage, process, authors, per_post, eps, sizes)
         probes.append(await adjacent_ceiling(storage, sizes, f"{label}: probe after"))
-        if with_lag:  # once per run: the floor does not depend on the worker's path
-            result |= await live_floor(storage, sizes.ceiling_entities // 2)
+        result |= await live_floor(storage, sizes.ceiling_entities // 2)
         return result | {"live_adjacent_single_eps": statistics.mean(probes)}
 
 

@@ -1,7 +1,8 @@
 """What a queue call costs the calling process (a post's send; a worker's receive, lease
-renewal and delete; an idle worker's empty receive), on the lean path and the queue SDK's,
-timed with ``time.process_time`` (Azurite is another process). 16 calls in flight, as a
-worker keeps them; receives of 32 messages, the most one request leases.
+renewal and delete; an idle worker's empty receive), through ``timeline.storage.queue_calls``
+(the lean path) and through the queue SDK's own calls, timed with ``time.process_time``
+(Azurite is another process). 16 calls in flight, as a worker keeps them; receives of 32
+messages, the most one request leases.
 
 ``python -m loadtest.bench.queue_calls`` runs it alone on a fresh in-memory Azurite and
 prints one JSON line; ``make bench`` takes the same keys from its API phase."""
@@ -13,7 +14,8 @@ import json
 import secrets
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
+from dataclasses import dataclass
+from typing import Any
 
 from azure.storage.queue import QueueMessage
 from azure.storage.queue.aio import QueueClient
@@ -33,6 +35,45 @@ CONTENT = (
 """About the size of a post's fan-out message; unicode, as the project's messages may be."""
 
 
+@dataclass(frozen=True)
+class QueueCalls:
+    """A receive, send, update and delete, with ``timeline.storage.queue_calls``' signatures."""
+
+    receive_messages: Callable[[QueueClient, int, int], Awaitable[list[QueueMessage]]]
+    send_message: Callable[..., Awaitable[QueueMessage]]
+    update_message: Callable[..., Awaitable[QueueMessage]]
+    delete_message: Callable[[QueueClient, QueueMessage], Awaitable[None]]
+
+
+async def _sdk_receive(client: QueueClient, count: int, visibility_timeout: int) -> list[Any]:
+    pager = client.receive_messages(
+        messages_per_page=count, max_messages=count, visibility_timeout=visibility_timeout
+    )
+    return [message async for message in pager]
+
+
+async def _sdk_send(client: QueueClient, content: str, **options: Any) -> QueueMessage:
+    return await client.send_message(content, **options)
+
+
+async def _sdk_update(client: QueueClient, message: QueueMessage, **options: Any) -> QueueMessage:
+    return await client.update_message(message, **options)
+
+
+async def _sdk_delete(client: QueueClient, message: QueueMessage) -> None:
+    await client.delete_message(message)
+
+
+LEAN = QueueCalls(
+    queue_calls.receive_messages,
+    queue_calls.send_message,
+    queue_calls.update_message,
+    queue_calls.delete_message,
+)
+SDK = QueueCalls(_sdk_receive, _sdk_send, _sdk_update, _sdk_delete)
+"""The queue SDK's own calls, which the lean ones are measured against."""
+
+
 async def _cpu_ms(calls: list[Callable[[], Awaitable[object]]], limit: int = IN_FLIGHT) -> float:
     """This process's CPU per call, ``limit`` in flight."""
     started = time.process_time()
@@ -40,23 +81,24 @@ async def _cpu_ms(calls: list[Callable[[], Awaitable[object]]], limit: int = IN_
     return 1000 * (time.process_time() - started) / len(calls)
 
 
-async def cpu_ms_per_call(queue: QueueClient) -> dict[str, float]:
-    """One round on a fresh queue: sends, receives of 32, renewals, deletes, empty receives."""
+async def cpu_ms_per_call(queue: QueueClient, calls: QueueCalls) -> dict[str, float]:
+    """One round on a fresh queue through ``calls``: sends, receives of 32, renewals,
+    deletes, empty receives."""
     await queue.create_queue()
     leased: list[QueueMessage] = []
 
     async def receive() -> None:
-        leased.extend(await queue_calls.receive_messages(queue, 32, 60))
+        leased.extend(await calls.receive_messages(queue, 32, 60))
 
     async def renew(index: int) -> None:
         message = leased[index]
-        leased[index] = await queue_calls.update_message(queue, message, visibility_timeout=60)
+        leased[index] = await calls.update_message(queue, message, visibility_timeout=60)
 
     async def send(number: int) -> None:
-        await queue_calls.send_message(queue, CONTENT % number, time_to_live=-1)
+        await calls.send_message(queue, CONTENT % number, time_to_live=-1)
 
     # warm the connections up, then measure
-    await bounded((queue_calls.receive_messages(queue, 32, 60) for _ in range(IN_FLIGHT)), 16)
+    await bounded((calls.receive_messages(queue, 32, 60) for _ in range(IN_FLIGHT)), 16)
     result = {
         "send": await _cpu_ms([lambda n=n: send(n) for n in range(MESSAGES)]),  # type: ignore[misc]
         "receive": await _cpu_ms([receive] * (MESSAGES // 32), limit=4),
@@ -64,7 +106,7 @@ async def cpu_ms_per_call(queue: QueueClient) -> dict[str, float]:
     assert len(leased) == MESSAGES, f"received {len(leased)} of {MESSAGES}"
     result["update"] = await _cpu_ms([lambda i=i: renew(i) for i in range(MESSAGES)])  # type: ignore[misc]
     result["delete"] = await _cpu_ms(
-        [lambda m=m: queue_calls.delete_message(queue, m) for m in leased]  # type: ignore[misc]
+        [lambda m=m: calls.delete_message(queue, m) for m in leased]  # type: ignore[misc]
     )
     result["empty_receive"] = await _cpu_ms([receive] * EMPTY_RECEIVES)
     assert len(leased) == MESSAGES, "the queue was not empty"
@@ -73,22 +115,23 @@ async def cpu_ms_per_call(queue: QueueClient) -> dict[str, float]:
 
 
 async def queue_call_costs(connection_string: str) -> dict[str, float]:
-    """Both paths, twice each, interleaved (the machine's load drifts); the lower of each."""
-    rounds: dict[bool, list[dict[str, float]]] = {True: [], False: []}
+    """Both, twice each, interleaved (the machine's load drifts), each round on fresh
+    clients; the lower of each."""
+    rounds: dict[str, list[dict[str, float]]] = {"": [], "_sdk": []}
     for _ in range(2):
-        for lean in (True, False):
-            clients = Clients([connection_string], replace(BENCH_OPTIONS, lean=lean))
+        for suffix, calls in (("", LEAN), ("_sdk", SDK)):
+            clients = Clients([connection_string], BENCH_OPTIONS)
             clients.open()
             try:
                 queue = clients.queue_client(0, f"bench-{secrets.token_hex(4)}")
-                rounds[lean].append(await cpu_ms_per_call(queue))
+                rounds[suffix].append(await cpu_ms_per_call(queue, calls))
             finally:
                 await clients.close()
-    result: dict[str, float] = {}
-    for lean, suffix in ((True, ""), (False, "_sdk")):
-        for call in rounds[lean][0]:
-            result[f"queue_{call}_cpu_ms{suffix}"] = min(r[call] for r in rounds[lean])
-    return result
+    return {
+        f"queue_{call}_cpu_ms{suffix}": min(r[call] for r in runs)
+        for suffix, runs in rounds.items()
+        for call in runs[0]
+    }
 
 
 async def _alone() -> dict[str, float]:
