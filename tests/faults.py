@@ -2,17 +2,27 @@
 
 Nothing here fakes storage: every call still goes to Azurite, unless a test asked for that
 call to fail (as a lost connection does) or to wait until the test lets it go.
+
+A proxy of a table client sees two kinds of call: the SDK's own methods (``upsert_entity``,
+``query_entities``, ...), and the lean requests ``timeline.storage.calls`` sends, which go
+through the client's ``lean_sender``: a proxy's ``HookedSender`` names each by the SDK call
+whose work it does (``sdk_call``), so one filter sees both.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from typing import Any, cast
+from urllib.parse import urlsplit
 
 from azure.core.exceptions import ServiceRequestError
+from azure.core.rest import AsyncHttpResponse, HttpRequest
 from azure.data.tables.aio import TableClient
 
+from timeline.storage import lean
 from timeline.storage.accounts import Storage, StorageOptions
 
 WRITES = frozenset(
@@ -20,6 +30,42 @@ WRITES = frozenset(
 )
 DELETES = frozenset({"delete_entity", "submit_transaction"})
 READS = frozenset({"get_entity", "query_entities", "list_entities"})
+
+
+def sdk_call(request: HttpRequest) -> str:
+    """The SDK table call whose work a lean request does."""
+    path = urlsplit(request.url).path
+    if path.endswith("/$batch"):
+        return "submit_transaction"
+    if request.method == "GET":
+        return "query_entities" if path.endswith("()") else "get_entity"
+    if request.method == "POST":
+        return "create_entity"
+    if request.method == "DELETE":
+        return "delete_entity"
+    return "update_entity" if "If-Match" in request.headers else "upsert_entity"
+
+
+def entities_written(request: HttpRequest) -> int:
+    """The entities a lean write request writes: a batch's operations, else one."""
+    if sdk_call(request) != "submit_transaction":
+        return 1
+    return bytes(request.content).count(b"\r\nContent-ID: ")
+
+
+class HookedSender:
+    """A table client's lean sender that first awaits ``hook(sdk_call(request), request)``
+    (once per call: the client's retries are inside the sender)."""
+
+    def __init__(
+        self, client: TableClient, hook: Callable[[str, HttpRequest], Awaitable[None]]
+    ) -> None:
+        self._sender = lean.sender(client)
+        self._hook = hook
+
+    async def send(self, request: HttpRequest) -> AsyncHttpResponse:
+        await self._hook(sdk_call(request), request)
+        return await self._sender.send(request)
 
 
 class FaultyStorage(Storage):
@@ -55,6 +101,21 @@ class _TableProxy:
         self._client = client
         self._table = table
         self._faults = faults
+
+    @property
+    def lean_sender(self) -> HookedSender:
+        return HookedSender(self._client, self._before_lean)
+
+    async def _before_lean(self, name: str, request: HttpRequest) -> None:
+        if self._faults.tables_down:
+            raise ServiceRequestError(f"injected: {self._table} is unreachable")
+        if name in WRITES:
+            await self._before_write(name)
+        limit = self._faults.page_limit
+        if name == "query_entities" and limit is not None:
+            request.url = re.sub(
+                r"([?&]\$top=)(\d+)", lambda m: f"{m[1]}{min(limit, int(m[2]))}", request.url
+            )
 
     def __getattr__(self, name: str) -> Any:
         attribute = getattr(self._client, name)

@@ -122,9 +122,6 @@ class Settings(BaseSettings):
     """A stopping API process has exited within this, whatever its clients do."""
     storage_timeout_s: float = Field(default=5.0, gt=0)
     storage_retries: int = Field(default=2, ge=0)
-    storage_lean: bool = True
-    """Queries, batches and single-entity calls skip the SDK's model layer and most of its
-    per-request policies (``docs/lean-storage.md``)."""
 
     worker_concurrency: int = Field(default=1024, ge=1)
     worker_storage_concurrency: int = Field(default=256, ge=2)
@@ -248,7 +245,6 @@ class Settings(BaseSettings):
             placement_lease_s=self.placement_lease_s,
             queue_shards=self.queue_shards,
             limiter=limiter,
-            lean=self.storage_lean,
             ca_file=str(self.storage_ca_file) if self.storage_ca_file else None,
         )
 

@@ -84,8 +84,8 @@ class Reader:
 
     async def _full(self, owner: str) -> list[Any]:
         """The newest ``limit`` rows of the reader's partition, with the API's ``$select``,
-        through the API's own query call (``timeline.storage.calls.query_page``: the lean
-        path unless ``TIMELINE_STORAGE_LEAN`` is off)."""
+        through the API's own query call (``timeline.storage.calls.query_page``, the lean
+        path)."""
         page = await query_page(
             self.storage.reader(TIMELINES, owner), HEAD, {"pk": owner, "meta": META},
             select=POST_SELECT, limit=self.limit, continuation=None,

@@ -9,9 +9,11 @@ from pathlib import Path
 from typing import Any, ClassVar, cast
 
 import pytest
+from azure.core.rest import HttpRequest
 from azure.data.tables.aio import TableClient
 
 from tests.conftest import eventually, make_settings, running_worker, unique
+from tests.faults import HookedSender, entities_written
 from timeline.model.entities import Post, User
 from timeline.model.keys import new_post_id, now_ticks
 from timeline.model.tokens import TokenSigner
@@ -30,8 +32,9 @@ three per request) and the worker's (an index sync per message), with room."""
 
 
 class CountingStorage(Storage):
-    """A real ``Storage`` that counts the entities every table write call touches, in
-    every instance (the API's and the worker's)."""
+    """A real ``Storage`` that counts the entities every table write call touches (the
+    SDK's calls and the lean requests alike), in every instance (the API's and the
+    worker's)."""
 
     written: ClassVar[Counter[str]] = Counter()
 
@@ -45,6 +48,14 @@ class _Counted:
     def __init__(self, client: TableClient, table: str) -> None:
         self._client = client
         self._table = table
+
+    @property
+    def lean_sender(self) -> HookedSender:
+        return HookedSender(self._client, self._count_lean)
+
+    async def _count_lean(self, name: str, request: HttpRequest) -> None:
+        if name in self._SINGLE or name == "submit_transaction":
+            CountingStorage.written[self._table] += entities_written(request)
 
     def __getattr__(self, name: str) -> Any:
         attribute = getattr(self._client, name)

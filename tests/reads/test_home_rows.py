@@ -1,9 +1,7 @@
-"""A home page read on the lean path (the query's JSON rows straight to response items) gives
-exactly what the SDK path gives, and what was written, whatever the texts hold."""
+"""A home page read (the query's JSON rows straight to response items) gives exactly what was
+written, whatever the texts hold."""
 
 from __future__ import annotations
-
-from collections.abc import AsyncIterator
 
 import pytest
 
@@ -12,7 +10,7 @@ from timeline.config import Settings
 from timeline.model.entities import Post, row_json
 from timeline.model.keys import new_post_id, now_ticks
 from timeline.reads.home import HomeTimeline, Position
-from timeline.storage.accounts import Storage, StorageOptions
+from timeline.storage.accounts import Storage
 from timeline.storage.calls import submit_batch
 from timeline.storage.names import TIMELINES
 
@@ -29,16 +27,6 @@ TEXTS = [
 AUTHORS = ["o-brien", "a_b", "Z", "x" * 64]
 
 
-@pytest.fixture(scope="module")
-async def paths(settings: Settings, storage: Storage) -> AsyncIterator[dict[str, Storage]]:
-    text = settings.connection_string()
-    async with (
-        Storage(text, StorageOptions(lean=True)) as on,
-        Storage(text, StorageOptions(lean=False)) as off,
-    ):
-        yield {"lean": on, "sdk": off}
-
-
 async def all_items(storage: Storage, owner: str, limit: int) -> list[dict[str, str]]:
     """Every page's items, the first page from the timeline's head, the rest by position."""
     home = HomeTimeline(storage, max_merged=20)
@@ -51,32 +39,22 @@ async def all_items(storage: Storage, owner: str, limit: int) -> list[dict[str, 
 
 
 @pytest.mark.parametrize("limit", [250, 3])
-async def test_home_items_are_the_same_on_both_paths_and_as_written(
-    paths: dict[str, Storage], limit: int
-) -> None:
+async def test_home_items_are_as_written(storage: Storage, limit: int) -> None:
     owner, base = unique("reader"), now_ticks()
     posts = [
         Post(new_post_id(base + i * 10_000_019), AUTHORS[i % len(AUTHORS)], text)
         for i, text in enumerate(TEXTS * 3)
     ]
-    await submit_batch(
-        paths["lean"], TIMELINES, owner, [("upsert", p.to_entity(owner)) for p in posts]
-    )
+    await submit_batch(storage, TIMELINES, owner, [("upsert", p.to_entity(owner)) for p in posts])
     written = [post.to_json() for post in sorted(posts, key=lambda post: post.row_key)]
-    lean = await all_items(paths["lean"], owner, limit)
-    sdk = await all_items(paths["sdk"], owner, limit)
-    assert lean == written
-    assert sdk == written
+    assert await all_items(storage, owner, limit) == written
 
 
-async def test_page_gives_the_posts_its_rows_name(paths: dict[str, Storage]) -> None:
+async def test_page_gives_the_posts_its_rows_name(storage: Storage) -> None:
     """``page`` (the stream's and the chaos checks' view) and ``rows`` agree."""
     owner, base = unique("reader"), now_ticks()
     posts = [Post(new_post_id(base + i), "author", text) for i, text in enumerate(TEXTS)]
-    await submit_batch(
-        paths["lean"], TIMELINES, owner, [("upsert", p.to_entity(owner)) for p in posts]
-    )
-    for storage in paths.values():
-        home = HomeTimeline(storage, max_merged=20)
-        page, _ = await home.page(owner, 250, Position())
-        assert page == sorted(posts, key=lambda post: post.row_key)
+    await submit_batch(storage, TIMELINES, owner, [("upsert", p.to_entity(owner)) for p in posts])
+    home = HomeTimeline(storage, max_merged=20)
+    page, _ = await home.page(owner, 250, Position())
+    assert page == sorted(posts, key=lambda post: post.row_key)

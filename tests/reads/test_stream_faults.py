@@ -26,7 +26,7 @@ from timeline.model.entities import Page
 from timeline.reads import landed as landed_module
 from timeline.reads.landed import OVERLAP_S, Landed
 from timeline.reads.live import Removal, TimelineWatch
-from timeline.storage.accounts import Storage, StorageOptions
+from timeline.storage.accounts import Storage
 from timeline.storage.calls import query_page, submit_batch
 from timeline.storage.names import TIMELINES
 from timeline.tables.follows import FollowsRepository
@@ -168,18 +168,13 @@ async def test_an_empty_page_with_a_continuation_is_followed(
         assert set(await watch.fresh()) == set(posts)
 
 
-@pytest.mark.parametrize("lean", [True, False])
-async def test_an_idle_read_moves_the_cursor_to_the_servers_clock(
-    settings: Settings, lean: bool
-) -> None:
-    """On either storage path: a read that finds nothing still moves the cursor up to the
-    server's ``Date`` less the overlap, so a burst read before is not read again and again."""
-    async with Storage(settings.connection_string(), StorageOptions(lean=lean)) as storage:
-        await storage.create_all()
-        source = Landed(TIMELINES, unique("reader"), datetime.now(UTC) - timedelta(hours=1), [])
-        reading = await source.new_rows(storage)
-        assert reading.rows == []
-        assert reading.served is not None
-        assert abs(reading.served - datetime.now(UTC)) < timedelta(seconds=60)
-        source.commit(reading)
-        assert source.since == reading.served - timedelta(seconds=OVERLAP_S + 1)
+async def test_an_idle_read_moves_the_cursor_to_the_servers_clock(storage: Storage) -> None:
+    """A read that finds nothing still moves the cursor up to the server's ``Date`` less the
+    overlap, so a burst read before is not read again and again."""
+    source = Landed(TIMELINES, unique("reader"), datetime.now(UTC) - timedelta(hours=1), [])
+    reading = await source.new_rows(storage)
+    assert reading.rows == []
+    assert reading.served is not None
+    assert abs(reading.served - datetime.now(UTC)) < timedelta(seconds=60)
+    source.commit(reading)
+    assert source.since == reading.served - timedelta(seconds=OVERLAP_S + 1)

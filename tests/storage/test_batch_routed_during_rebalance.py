@@ -19,9 +19,11 @@ import asyncio
 import time
 from typing import Any, cast
 
+from azure.core.rest import HttpRequest
 from azure.data.tables.aio import TableClient
 
 from tests.conftest import storage_on
+from tests.faults import HookedSender
 from timeline.errors import StorageUnavailableError
 from timeline.storage.accounts import Storage
 from timeline.storage.azurite import Azurite
@@ -43,17 +45,17 @@ class _Slow:
         self.sent = asyncio.Event()
         """Set once a write is on its way."""
 
-    def __getattr__(self, name: str) -> Any:
-        attribute = getattr(self._client, name)
-        if name not in ("submit_transaction", "delete_entity", "upsert_entity"):
-            return attribute
+    @property
+    def lean_sender(self) -> HookedSender:
+        return HookedSender(self._client, self._before)
 
-        async def slow(*args: Any, **kwargs: Any) -> Any:
+    async def _before(self, name: str, _request: HttpRequest) -> None:
+        if name in ("submit_transaction", "delete_entity", "upsert_entity"):
             self.sent.set()
             await asyncio.sleep(0.9)
-            return await attribute(*args, **kwargs)
 
-        return slow
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
 
 
 async def _until_acknowledged(storage: Storage, owner: str, batch: list[Operation]) -> int:

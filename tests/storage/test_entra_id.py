@@ -69,15 +69,13 @@ def queue_names(server: Azurite, certificate: tuple[Path, Path]) -> set[str]:
         return {queue.name for queue in client.list_queues()}
 
 
-@pytest.mark.parametrize("lean", [True, False])
 async def test_round_trip_signed_in_with_entra_id(
     secure_azurites: list[Azurite],
     certificate: tuple[Path, Path],
     identity: IdentityEndpoint,
     tmp_path: Path,
-    lean: bool,
 ) -> None:
-    settings = token_settings(secure_azurites, certificate, tmp_path, storage_lean=lean)
+    settings = token_settings(secure_azurites, certificate, tmp_path)
     async with opened(settings), api_client(settings) as client, running_worker(settings):
         api = Api(client)
         author, reader = unique("author"), unique("reader")

@@ -1,12 +1,13 @@
-"""Values through the lean path and the SDK's: what one path writes, both read back the same,
-typed the same (int64, booleans, doubles, datetimes, binary, GUIDs), whatever the keys and
-texts (quotes, percent signs, astral characters, the longest post, empty strings)."""
+"""Values through the lean path and the SDK's own calls (``tests/storage/sdk.py``): what one
+path writes, both read back the same, typed the same (int64, booleans, doubles, datetimes,
+binary, GUIDs), whatever the keys and texts (quotes, percent signs, astral characters, the
+longest post, empty strings)."""
 
 from __future__ import annotations
 
 import math
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -16,35 +17,21 @@ from azure.data.tables import EdmType, EntityProperty, TableEntity, UpdateMode, 
 from azure.data.tables._deserialize import _convert_to_entity as sdk_convert
 
 from tests.conftest import unique
+from tests.storage import sdk
+from tests.storage.sdk import TABLE_PATHS
 from timeline.config import Settings
+from timeline.model.entities import Page
 from timeline.storage import lean
-from timeline.storage.accounts import Storage, StorageOptions
-from timeline.storage.calls import (
-    Operation,
-    as_entity,
-    query_page,
-    query_rows,
-    submit_batch,
-    transact,
-)
+from timeline.storage.accounts import Storage
+from timeline.storage.calls import Operation, as_entity, query_rows, submit_batch
 from timeline.storage.egt import build_batch, entity_json, parse_batch
 from timeline.storage.names import TIMELINES
 
-PATHS = ["lean", "sdk"]
+PATHS = list(TABLE_PATHS)
 _convert_to_entity: Callable[[dict[str, Any]], TableEntity] = sdk_convert
 LONGEST_POST = "😀" * Settings.model_fields["max_post_chars"].metadata[-1].le
 """The longest text a post may have (the setting's upper bound), in astral characters."""
 ODD_KEYS = ["o'brien", "''", "100%", "%27", "a b", "é😀", "&=+;,:@!$()*", "x'", "-", '"q"']
-
-
-@pytest.fixture(scope="module")
-async def paths(settings: Settings, storage: Storage) -> AsyncIterator[dict[str, Storage]]:
-    text = settings.connection_string()
-    async with (
-        Storage(text, StorageOptions(lean=True)) as on,
-        Storage(text, StorageOptions(lean=False)) as off,
-    ):
-        yield {"lean": on, "sdk": off}
 
 
 def typed_values() -> dict[str, Any]:
@@ -73,9 +60,9 @@ def typed_values() -> dict[str, Any]:
 
 
 async def read(
-    storage: Storage, partition: str, select: list[str] | None = None
+    storage: Storage, partition: str, select: list[str] | None = None, path: str = "lean"
 ) -> list[TableEntity]:
-    page = await query_page(
+    page: Page[TableEntity] = await TABLE_PATHS[path].query_page(
         storage.reader(TIMELINES, partition),
         "PartitionKey eq @pk",
         {"pk": partition},
@@ -93,14 +80,14 @@ def shape(entity: TableEntity) -> dict[str, tuple[type, Any]]:
 
 
 @pytest.mark.parametrize("writer", PATHS)
-async def test_typed_values_round_trip_alike(paths: dict[str, Storage], writer: str) -> None:
+async def test_typed_values_round_trip_alike(storage: Storage, writer: str) -> None:
     partition = unique("typed")
     values = typed_values()
     operations: list[Operation] = [
         ("upsert", {"PartitionKey": partition, "RowKey": key, **values}) for key in ["a", "b"]
     ]
-    await submit_batch(paths[writer], TIMELINES, partition, operations)
-    by_lean, by_sdk = await read(paths["lean"], partition), await read(paths["sdk"], partition)
+    await TABLE_PATHS[writer].submit_batch(storage, TIMELINES, partition, operations)
+    by_lean, by_sdk = await read(storage, partition), await read(storage, partition, path="sdk")
     assert [shape(e) for e in by_lean] == [shape(e) for e in by_sdk]
     assert [e.metadata for e in by_lean] == [e.metadata for e in by_sdk]
     got = by_lean[0]
@@ -113,42 +100,38 @@ async def test_typed_values_round_trip_alike(paths: dict[str, Storage], writer: 
     assert "skipped" not in got
 
 
-async def test_rows_made_entities_are_the_entities_a_page_gives(
-    paths: dict[str, Storage],
-) -> None:
+async def test_rows_made_entities_are_the_entities_a_page_gives(storage: Storage) -> None:
     """``query_rows`` then ``as_entity`` (a home page's head rows) types values and carries
-    the etag as ``query_page`` does, on both paths; the strings and booleans a page reads
-    are the same raw."""
+    the etag as the SDK's page does; the strings and booleans a page reads are the same raw."""
     partition = unique("rows")
     values = typed_values()
     operations: list[Operation] = [
         ("upsert", {"PartitionKey": partition, "RowKey": key, **values}) for key in ["a", "b"]
     ]
-    await submit_batch(paths["lean"], TIMELINES, partition, operations)
+    await submit_batch(storage, TIMELINES, partition, operations)
     select = ["PartitionKey", "RowKey", *(k for k, v in values.items() if v is not None)]
-    pages = await read(paths["sdk"], partition, select)
-    for path, storage in paths.items():
-        rows = await query_rows(
-            storage.reader(TIMELINES, partition),
-            "PartitionKey eq @pk",
-            {"pk": partition},
-            select=select,
-            limit=1000,
-            continuation=None,
-        )
-        entities = [as_entity(row) for row in rows.items]
-        assert len(entities) == 2, path
-        assert [shape(e) for e in entities] == [shape(e) for e in pages], path
-        assert [e.metadata for e in entities] == [e.metadata for e in pages]
-        plain = ["RowKey", "empty", "unicode", "json", "longest", "yes", "no", "low"]
-        assert [{k: r[k] for k in plain} for r in rows.items] == [
-            {k: e[k] for k in plain} for e in pages
-        ]
+    pages = await read(storage, partition, select, path="sdk")
+    rows = await query_rows(
+        storage.reader(TIMELINES, partition),
+        "PartitionKey eq @pk",
+        {"pk": partition},
+        select=select,
+        limit=1000,
+        continuation=None,
+    )
+    entities = [as_entity(row) for row in rows.items]
+    assert len(entities) == 2
+    assert [shape(e) for e in entities] == [shape(e) for e in pages]
+    assert [e.metadata for e in entities] == [e.metadata for e in pages]
+    plain = ["RowKey", "empty", "unicode", "json", "longest", "yes", "no", "low"]
+    assert [{k: r[k] for k in plain} for r in rows.items] == [
+        {k: e[k] for k in plain} for e in pages
+    ]
 
 
-async def by_key(storage: Storage, partition: str, key: str) -> list[dict[str, Any]]:
+async def by_key(storage: Storage, partition: str, key: str, path: str) -> list[dict[str, Any]]:
     """The row with this key, found by a filter (the key a parameter, escaped by the SDK)."""
-    page = await query_page(
+    page = await TABLE_PATHS[path].query_page(
         storage.reader(TIMELINES, partition),
         "PartitionKey eq @pk and RowKey eq @rk",
         {"pk": partition, "rk": key},
@@ -160,56 +143,57 @@ async def by_key(storage: Storage, partition: str, key: str) -> list[dict[str, A
 
 
 @pytest.mark.parametrize("writer", PATHS)
-async def test_odd_keys_round_trip_alike(paths: dict[str, Storage], writer: str) -> None:
+async def test_odd_keys_round_trip_alike(storage: Storage, writer: str) -> None:
     partition = unique("odd'%") + "é😀"
     operations: list[Operation] = [
         ("upsert", {"PartitionKey": partition, "RowKey": key, "k": key}) for key in ODD_KEYS
     ]
-    await submit_batch(paths[writer], TIMELINES, partition, operations)
+    await TABLE_PATHS[writer].submit_batch(storage, TIMELINES, partition, operations)
     found: dict[str, list[list[dict[str, Any]]]] = {}
-    for path, storage in paths.items():
-        rows = await read(storage, partition)
+    for path in PATHS:
+        rows = await read(storage, partition, path=path)
         assert sorted(r["RowKey"] for r in rows) == sorted(ODD_KEYS)
         assert all(r["RowKey"] == r["k"] for r in rows)
-        found[path] = [await by_key(storage, partition, key) for key in ODD_KEYS]
+        found[path] = [await by_key(storage, partition, key, path) for key in ODD_KEYS]
     assert found["lean"] == found["sdk"]
     assert found["lean"] == [[{"k": key}] for key in ODD_KEYS]
     deletes: list[Operation] = [
         ("delete", {"PartitionKey": partition, "RowKey": k}) for k in ODD_KEYS
     ]
-    await submit_batch(paths[writer], TIMELINES, partition, deletes)
-    assert await read(paths["sdk"], partition) == []
+    await TABLE_PATHS[writer].submit_batch(storage, TIMELINES, partition, deletes)
+    assert await read(storage, partition, path="sdk") == []
 
 
-async def test_a_select_of_missing_properties_reads_alike(paths: dict[str, Storage]) -> None:
+async def test_a_select_of_missing_properties_reads_alike(storage: Storage) -> None:
     partition = unique("select")
-    await transact(
-        paths["sdk"],
+    await sdk.transact(
+        storage,
         TIMELINES,
         partition,
         [("upsert", {"PartitionKey": partition, "RowKey": "r", "a": 1})],
     )
-    by_lean = await read(paths["lean"], partition, ["b", "a"])
-    by_sdk = await read(paths["sdk"], partition, ["b", "a"])
+    by_lean = await read(storage, partition, ["b", "a"])
+    by_sdk = await read(storage, partition, ["b", "a"], path="sdk")
     assert by_lean == by_sdk == [{"a": 1}]
     assert by_lean[0].metadata == by_sdk[0].metadata
 
 
 @pytest.mark.parametrize("writer", PATHS)
-async def test_replace_and_merge_upserts_alike(paths: dict[str, Storage], writer: str) -> None:
+async def test_replace_and_merge_upserts_alike(storage: Storage, writer: str) -> None:
     partition = unique("modes")
+    transact = TABLE_PATHS[writer].transact
     start = {"PartitionKey": partition, "RowKey": "r", "a": 1, "b": 2}
-    await transact(paths[writer], TIMELINES, partition, [("upsert", start)])
+    await transact(storage, TIMELINES, partition, [("upsert", start)])
     merge = {"PartitionKey": partition, "RowKey": "r", "b": 3, "c": 4}
-    await transact(paths[writer], TIMELINES, partition, [("upsert", merge)])  # MERGE by default
-    assert dict((await read(paths["sdk"], partition))[0]) == {**start, "b": 3, "c": 4}
+    await transact(storage, TIMELINES, partition, [("upsert", merge)])  # MERGE by default
+    assert dict((await read(storage, partition, path="sdk"))[0]) == {**start, "b": 3, "c": 4}
     replace = (
         "upsert",
         {"PartitionKey": partition, "RowKey": "r", "d": 5},
         {"mode": UpdateMode.REPLACE},
     )
-    await transact(paths[writer], TIMELINES, partition, [replace])
-    assert dict((await read(paths["sdk"], partition))[0]) == {
+    await transact(storage, TIMELINES, partition, [replace])
+    assert dict((await read(storage, partition, path="sdk"))[0]) == {
         "PartitionKey": partition,
         "RowKey": "r",
         "d": 5,

@@ -1,12 +1,13 @@
 """Single-entity calls on the lean path (``timeline.storage.lean_single``: point read,
-insert, replace or merge with ``If-Match``, delete) against the SDK's own calls, on real
-Azurite: the same entities, etags and metadata, the same errors (404, 409, 412, a bad etag),
-odd keys, and the same retries on a busy server (503)."""
+insert, replace or merge with ``If-Match``, delete) against the SDK's own calls on the same
+client (``tests/storage/sdk.py``), on real Azurite: the same entities, etags and metadata,
+the same errors (404, 409, 412, a bad etag), odd keys, and the same retries on a busy server
+(503)."""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -22,7 +23,9 @@ from azure.data.tables import EdmType, EntityProperty, TableEntity, UpdateMode
 from azure.data.tables.aio import TableClient
 
 from tests.conftest import unique
+from tests.storage import sdk
 from tests.storage.helpers import busy_front_on
+from tests.storage.sdk import TABLE_PATHS
 from timeline.config import Settings
 from timeline.storage import calls
 from timeline.storage.accounts import Storage, StorageOptions
@@ -63,19 +66,15 @@ def written(meta: Any) -> dict[str, Any]:
     return {k: v for k, v in dict(meta).items() if k not in ("date", "content")}
 
 
-PATHS = ["lean", "sdk"]
+PATHS = list(TABLE_PATHS)
+Call = Callable[[Any], Awaitable[Any]]
+"""A call made on one path's module (``calls`` or ``tests.storage.sdk``)."""
 
 
 @pytest.fixture(scope="module")
-async def paths(settings: Settings, storage: Storage) -> AsyncIterator[dict[str, TableClient]]:
-    """A ``timelines`` client per path: ``calls`` routes the first to the lean calls and the
-    second (``TIMELINE_STORAGE_LEAN=false``) to the SDK's."""
-    text = settings.connection_string()
-    async with (
-        Storage(text, StorageOptions(lean=True)) as on,
-        Storage(text, StorageOptions(lean=False)) as off,
-    ):
-        yield {"lean": on.table(TIMELINES, "any"), "sdk": off.table(TIMELINES, "any")}
+def table(storage: Storage) -> TableClient:
+    """A ``timelines`` client of the session's ``Storage``, for both paths."""
+    return storage.table(TIMELINES, "any")
 
 
 async def failure(call: Callable[[], Awaitable[Any]]) -> tuple[Any, ...]:
@@ -87,82 +86,48 @@ async def failure(call: Callable[[], Awaitable[Any]]) -> tuple[Any, ...]:
     return type(error), getattr(error, "status_code", None), str(code), str(error).split("\n")[0]
 
 
-async def alike(
-    paths: dict[str, TableClient], call: Callable[[TableClient], Awaitable[Any]]
-) -> tuple[Any, ...]:
+async def alike(call: Call) -> tuple[Any, ...]:
     """The failure ``call`` gives on each path: the same on both."""
-    by_lean = await failure(lambda: call(paths["lean"]))
-    assert by_lean == await failure(lambda: call(paths["sdk"]))
+    by_lean = await failure(lambda: call(calls))
+    assert by_lean == await failure(lambda: call(sdk))
     return by_lean
 
 
-async def test_the_switch_routes_single_entity_calls(
-    paths: dict[str, TableClient], settings: Settings, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Lean clients never reach the SDK's single-entity calls; the switched-off ones and a
-    client that is not ``Storage``'s own (a test's proxy) do."""
-    seen: list[str] = []
-    for name in ("get_entity", "create_entity", "update_entity", "delete_entity"):
-        original = getattr(TableClient, name)
-
-        def spy(self: TableClient, *a: Any, _name: str = name, _o: Any = original, **k: Any) -> Any:
-            seen.append(_name)
-            return _o(self, *a, **k)
-
-        monkeypatch.setattr(TableClient, name, spy)
-    partition = unique("switch")
-
-    async def every_call(client: TableClient, key: str) -> None:
-        await calls.create_entity(client, {"PartitionKey": partition, "RowKey": key})
-        read = await calls.get_entity(client, partition, key)
-        await calls.update_entity(client, read, UpdateMode.MERGE, match_condition=IF_UNCHANGED)
-        await calls.delete_entity(client, partition, key)
-
-    await every_call(paths["lean"], "lean")
-    assert seen == []
-    await every_call(paths["sdk"], "sdk")
-    assert seen == ["create_entity", "get_entity", "update_entity", "delete_entity"]
-    seen.clear()
-    async with TableClient.from_connection_string(settings.connection_string(), TIMELINES) as plain:
-        await every_call(plain, "plain")
-    assert seen == ["create_entity", "get_entity", "update_entity", "delete_entity"]
-
-
-async def test_a_point_read_gives_the_sdks_entity(paths: dict[str, TableClient]) -> None:
+async def test_a_point_read_gives_the_sdks_entity(table: TableClient) -> None:
     partition = unique("read")
-    await calls.create_entity(paths["sdk"], {"PartitionKey": partition, "RowKey": "r", **values()})
-    by_lean, by_sdk = [await calls.get_entity(paths[p], partition, "r") for p in PATHS]
+    await sdk.create_entity(table, {"PartitionKey": partition, "RowKey": "r", **values()})
+    by_lean, by_sdk = [await TABLE_PATHS[p].get_entity(table, partition, "r") for p in PATHS]
     assert shape(by_lean) == shape(by_sdk)
     assert by_lean["longest"] == LONGEST_POST
     assert by_lean["int64"].edm_type == EdmType.INT64
     assert str(by_lean.metadata["etag"]).startswith("W/")
 
 
-async def test_a_point_read_selects_as_the_sdk_selects(paths: dict[str, TableClient]) -> None:
+async def test_a_point_read_selects_as_the_sdk_selects(table: TableClient) -> None:
     partition = unique("select")
-    await calls.create_entity(paths["sdk"], {"PartitionKey": partition, "RowKey": "r", **values()})
+    await sdk.create_entity(table, {"PartitionKey": partition, "RowKey": "r", **values()})
     for select in (["when", "int64"], ["RowKey"], ["absent"], ["unicode", "bytes", "guid"]):
         by_lean, by_sdk = [
-            await calls.get_entity(paths[p], partition, "r", select=select) for p in PATHS
+            await TABLE_PATHS[p].get_entity(table, partition, "r", select=select) for p in PATHS
         ]
         assert shape(by_lean) == shape(by_sdk)
-    only = await calls.get_entity(paths["lean"], partition, "r", select=["when"])
+    only = await calls.get_entity(table, partition, "r", select=["when"])
     assert set(only) == {"when"}
 
 
-async def test_a_missing_row_fails_a_read_alike(paths: dict[str, TableClient]) -> None:
+async def test_a_missing_row_fails_a_read_alike(table: TableClient) -> None:
     partition = unique("missing")
-    error = await alike(paths, lambda c: calls.get_entity(c, partition, "r"))
+    error = await alike(lambda path: path.get_entity(table, partition, "r"))
     assert error[:2] == (ResourceNotFoundError, 404)
 
 
-async def test_an_insert_writes_and_answers_as_the_sdk(paths: dict[str, TableClient]) -> None:
+async def test_an_insert_writes_and_answers_as_the_sdk(table: TableClient) -> None:
     partition = unique("create")
     answers, rows = {}, {}
     for path in PATHS:
         entity = {"PartitionKey": partition, "RowKey": path, **values()}
-        answers[path] = await calls.create_entity(paths[path], entity)
-        rows[path] = await paths["sdk"].get_entity(partition, path)
+        answers[path] = await TABLE_PATHS[path].create_entity(table, entity)
+        rows[path] = await table.get_entity(partition, path)
         assert answers[path]["etag"] == rows[path].metadata["etag"]
         assert isinstance(answers[path]["date"], datetime)
     assert set(answers["lean"]) == set(answers["sdk"])
@@ -172,13 +137,13 @@ async def test_an_insert_writes_and_answers_as_the_sdk(paths: dict[str, TableCli
     assert by_lean == by_sdk
 
 
-async def test_an_existing_row_refuses_an_insert_alike(paths: dict[str, TableClient]) -> None:
+async def test_an_existing_row_refuses_an_insert_alike(table: TableClient) -> None:
     partition = unique("exists")
     entity = {"PartitionKey": partition, "RowKey": "r", "n": 1}
-    await calls.create_entity(paths["sdk"], entity)
-    error = await alike(paths, lambda c: calls.create_entity(c, {**entity, "n": 2}))
+    await sdk.create_entity(table, entity)
+    error = await alike(lambda path: path.create_entity(table, {**entity, "n": 2}))
     assert error[:2] == (ResourceExistsError, 409)
-    assert (await paths["sdk"].get_entity(partition, "r"))["n"] == 1
+    assert (await table.get_entity(partition, "r"))["n"] == 1
 
 
 @pytest.mark.parametrize(
@@ -186,32 +151,28 @@ async def test_an_existing_row_refuses_an_insert_alike(paths: dict[str, TableCli
     [{"PartitionKey": "p"}, {"RowKey": "r"}, {"PartitionKey": "p", "RowKey": "r", "n": 2**31}],
     ids=["no-row-key", "no-partition-key", "bare-int64"],
 )
-async def test_a_refused_insert_fails_alike(
-    paths: dict[str, TableClient], entity: dict[str, Any]
-) -> None:
-    error = await alike(paths, lambda c: calls.create_entity(c, entity))
+async def test_a_refused_insert_fails_alike(table: TableClient, entity: dict[str, Any]) -> None:
+    error = await alike(lambda path: path.create_entity(table, entity))
     assert error[0] in (ValueError, TypeError)
 
 
 @pytest.mark.parametrize("mode", [UpdateMode.REPLACE, UpdateMode.MERGE])
 async def test_a_conditional_update_writes_and_answers_as_the_sdk(
-    paths: dict[str, TableClient], mode: UpdateMode
+    table: TableClient, mode: UpdateMode
 ) -> None:
     """Each path updates its own row if unchanged since read: the same row after, and the
     etag it returns is the row's new one."""
     partition = unique("update")
     rows = {}
     for path in PATHS:
-        await calls.create_entity(
-            paths["sdk"], {"PartitionKey": partition, "RowKey": path, "y": ""}
-        )
-        read = await calls.get_entity(paths[path], partition, path)
+        await sdk.create_entity(table, {"PartitionKey": partition, "RowKey": path, "y": ""})
+        read = await TABLE_PATHS[path].get_entity(table, partition, path)
         change = {"PartitionKey": partition, "RowKey": path, **values()}
         etag = read.metadata["etag"]
-        answer = await calls.update_entity(
-            paths[path], change, mode, etag=etag, match_condition=IF_UNCHANGED
+        answer = await TABLE_PATHS[path].update_entity(
+            table, change, mode, etag=etag, match_condition=IF_UNCHANGED
         )
-        rows[path] = await paths["sdk"].get_entity(partition, path)
+        rows[path] = await table.get_entity(partition, path)
         assert answer["etag"] == rows[path].metadata["etag"] != etag
         assert set(answer) == {"date", "etag", "version"}
     by_lean, by_sdk = (shape(rows[path])[0] for path in PATHS)
@@ -221,102 +182,96 @@ async def test_a_conditional_update_writes_and_answers_as_the_sdk(
 
 
 async def test_an_update_takes_the_etag_of_the_entity_it_was_read_as(
-    paths: dict[str, TableClient],
+    table: TableClient,
 ) -> None:
     """``match_condition`` without ``etag``: the read entity's own etag, as in the SDK."""
     partition = unique("own-etag")
     for path in PATHS:
-        await calls.create_entity(paths[path], {"PartitionKey": partition, "RowKey": path})
-        read = await calls.get_entity(paths[path], partition, path)
-        await calls.update_entity(paths[path], read, match_condition=IF_UNCHANGED)
+        on = TABLE_PATHS[path]
+        await on.create_entity(table, {"PartitionKey": partition, "RowKey": path})
+        read = await on.get_entity(table, partition, path)
+        await on.update_entity(table, read, match_condition=IF_UNCHANGED)
         with pytest.raises(ResourceModifiedError):
-            await calls.update_entity(paths[path], read, match_condition=IF_UNCHANGED)
+            await on.update_entity(table, read, match_condition=IF_UNCHANGED)
 
 
 @pytest.mark.parametrize("mode", [UpdateMode.REPLACE, UpdateMode.MERGE])
-async def test_failed_updates_fail_alike(paths: dict[str, TableClient], mode: UpdateMode) -> None:
+async def test_failed_updates_fail_alike(table: TableClient, mode: UpdateMode) -> None:
     """A changed row (412), a missing one (404, with or without an etag), a malformed etag."""
     partition = unique("update-fails")
     row = {"PartitionKey": partition, "RowKey": "r", "n": 1}
-    await calls.create_entity(paths["sdk"], row)
-    stale = await alike(
-        paths,
-        lambda c: calls.update_entity(c, row, mode, etag=STALE, match_condition=IF_UNCHANGED),
-    )
+    await sdk.create_entity(table, row)
+
+    def update(entity: dict[str, Any], etag: str | None = None) -> Call:
+        condition = IF_UNCHANGED if etag else None
+        return lambda path: path.update_entity(
+            table, entity, mode, etag=etag, match_condition=condition
+        )
+
+    stale = await alike(update(row, STALE))
     assert stale[:2] == (ResourceModifiedError, 412)
     gone = {**row, "RowKey": "gone"}
-    missing = await alike(paths, lambda c: calls.update_entity(c, gone, mode))
+    missing = await alike(update(gone))
     assert missing[:2] == (ResourceNotFoundError, 404)
-    await alike(
-        paths,
-        lambda c: calls.update_entity(c, gone, mode, etag=STALE, match_condition=IF_UNCHANGED),
-    )
-    bad = await alike(
-        paths,
-        lambda c: calls.update_entity(c, row, mode, etag="bad", match_condition=IF_UNCHANGED),
-    )
+    await alike(update(gone, STALE))
+    bad = await alike(update(row, "bad"))
     assert bad[1] == 400
-    assert (await paths["sdk"].get_entity(partition, "r"))["n"] == 1
+    assert (await table.get_entity(partition, "r"))["n"] == 1
 
 
-async def test_deletes_delete_and_fail_alike(paths: dict[str, TableClient]) -> None:
+async def test_deletes_delete_and_fail_alike(table: TableClient) -> None:
     """Unconditional and conditional deletes; a changed row (412) and a malformed etag fail
     alike; a missing row is no error on either path."""
     partition = unique("delete")
     for path in PATHS:
         for key in ("any", "if"):
-            await calls.create_entity(
-                paths["sdk"], {"PartitionKey": partition, "RowKey": path + key}
-            )
+            await sdk.create_entity(table, {"PartitionKey": partition, "RowKey": path + key})
 
-    def conditional(etag: str) -> Callable[[TableClient], Awaitable[Any]]:
-        return lambda c: calls.delete_entity(
-            c, partition, "leanif", etag=etag, match_condition=IF_UNCHANGED
+    def conditional(etag: str) -> Call:
+        return lambda path: path.delete_entity(
+            table, partition, "leanif", etag=etag, match_condition=IF_UNCHANGED
         )
 
-    assert (await alike(paths, conditional(STALE)))[:2] == (ResourceModifiedError, 412)
-    assert (await alike(paths, conditional("bad")))[1] == 400
+    assert (await alike(conditional(STALE)))[:2] == (ResourceModifiedError, 412)
+    assert (await alike(conditional("bad")))[1] == 400
     for path in PATHS:
-        await calls.delete_entity(paths[path], partition, path + "any")
-        etag = (await paths["sdk"].get_entity(partition, path + "if")).metadata["etag"]
-        await calls.delete_entity(
-            paths[path], partition, path + "if", etag=etag, match_condition=IF_UNCHANGED
+        on = TABLE_PATHS[path]
+        await on.delete_entity(table, partition, path + "any")
+        etag = (await table.get_entity(partition, path + "if")).metadata["etag"]
+        await on.delete_entity(
+            table, partition, path + "if", etag=etag, match_condition=IF_UNCHANGED
         )
-        await calls.delete_entity(paths[path], partition, path + "any")  # missing: no error
-        await calls.delete_entity(
-            paths[path], partition, path + "if", etag=etag, match_condition=IF_UNCHANGED
+        await on.delete_entity(table, partition, path + "any")  # missing: no error
+        await on.delete_entity(
+            table, partition, path + "if", etag=etag, match_condition=IF_UNCHANGED
         )
-    assert [
-        e
-        async for e in paths["sdk"].query_entities(
-            "PartitionKey eq @p", parameters={"p": partition}
-        )
-    ] == []
+    rows = table.query_entities("PartitionKey eq @p", parameters={"p": partition})
+    assert [e async for e in rows] == []
 
 
 @pytest.mark.parametrize("path", PATHS)
-async def test_odd_keys_take_every_call_alike(paths: dict[str, TableClient], path: str) -> None:
+async def test_odd_keys_take_every_call_alike(table: TableClient, path: str) -> None:
     """Quotes, percent signs, unicode and URL characters in both keys: every call finds the
     row under exactly those keys."""
-    client = paths[path]
+    on = TABLE_PATHS[path]
     partition = unique("odd'%") + "é😀"
     for key in ODD_KEYS:
-        await calls.create_entity(client, {"PartitionKey": partition, "RowKey": key, "k": key})
+        await on.create_entity(table, {"PartitionKey": partition, "RowKey": key, "k": key})
     for key in ODD_KEYS:
-        read = await calls.get_entity(client, partition, key)
+        read = await on.get_entity(table, partition, key)
         assert (read["PartitionKey"], read["RowKey"], read["k"]) == (partition, key, key)
         change = {"PartitionKey": partition, "RowKey": key, "k": key + "!"}
-        await calls.update_entity(
-            client,
+        await on.update_entity(
+            table,
             change,
             UpdateMode.REPLACE,
             etag=read.metadata["etag"],
             match_condition=IF_UNCHANGED,
         )
-        assert (await paths["sdk"].get_entity(partition, key))["k"] == key + "!"
-        await calls.delete_entity(client, partition, key)
+        assert (await table.get_entity(partition, key))["k"] == key + "!"
+        await on.delete_entity(table, partition, key)
         with pytest.raises(ResourceNotFoundError):
-            await paths["sdk"].get_entity(partition, key)
+            await table.get_entity(partition, key)
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -325,18 +280,19 @@ async def test_a_busy_server_is_retried_as_the_sdk_retries(azurite: Azurite, pat
     budget (``StorageOptions.retries``, 2, plus the first: 3 requests), then the 503. Each
     call has one request id, kept over its retries."""
     async with busy_front_on(azurite, ("GET", "POST", "PATCH", "PUT", "DELETE")) as front:
-        clients = Clients([front.connection_string()], StorageOptions(lean=path == "lean"))
+        clients = Clients([front.connection_string()], StorageOptions())
         clients.open()  # the clients the API builds (retries, backoff), on the front
         try:
             client = clients.tables[0][TIMELINES]
+            on = TABLE_PATHS[path]
             partition = unique("busy")
             row = {"PartitionKey": partition, "RowKey": "r", "n": 1}
             steps: list[Callable[[], Awaitable[Any]]] = [
-                lambda: calls.create_entity(client, row),
-                lambda: calls.get_entity(client, partition, "r"),
-                lambda: calls.update_entity(client, {**row, "n": 2}, UpdateMode.REPLACE),
-                lambda: calls.update_entity(client, {**row, "m": 3}),
-                lambda: calls.delete_entity(client, partition, "r"),
+                lambda: on.create_entity(client, row),
+                lambda: on.get_entity(client, partition, "r"),
+                lambda: on.update_entity(client, {**row, "n": 2}, UpdateMode.REPLACE),
+                lambda: on.update_entity(client, {**row, "m": 3}),
+                lambda: on.delete_entity(client, partition, "r"),
             ]
             for step in steps:
                 front.busy, front.hits = 2, 0
@@ -344,7 +300,7 @@ async def test_a_busy_server_is_retried_as_the_sdk_retries(azurite: Azurite, pat
                 assert front.hits == 3
             front.busy, front.hits = 100, 0
             with pytest.raises(HttpResponseError) as caught:
-                await calls.get_entity(client, partition, "r")
+                await on.get_entity(client, partition, "r")
             assert front.hits == 3
         finally:
             await clients.close()

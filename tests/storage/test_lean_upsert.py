@@ -1,7 +1,7 @@
 """A single upsert on the lean path (a hand-built ``PUT`` through the lean pipeline) against
-the SDK's ``upsert_entity``, on real Azurite: the same row written whatever its values and
-keys, the same errors, the same retries on a busy server (503), and a worker that delivers
-with the switch either way."""
+the SDK's ``upsert_entity`` on the same clients, on real Azurite: the same row written
+whatever its values and keys, the same errors, the same retries on a busy server (503), and
+a worker whose deliveries take it."""
 
 from __future__ import annotations
 
@@ -20,31 +20,21 @@ from azure.data.tables.aio import TableClient
 from fanout_worker.worker import Worker
 from tests.conftest import make_settings, opened, unique
 from tests.storage.helpers import BusyFront, busy_front_on
+from tests.storage.sdk import TABLE_PATHS
 from tests.worker.helpers import author_with_followers, timeline_ids
 from timeline.config import Settings
 from timeline.model.messages import PostCreated
 from timeline.storage import lean
 from timeline.storage.accounts import Storage, StorageOptions
 from timeline.storage.azurite import Azurite
-from timeline.storage.calls import submit_batch
 from timeline.storage.clients import Clients
 from timeline.storage.names import TIMELINES
 from timeline.storage.queue import FanoutQueue
 from timeline.tables.repositories import Repositories
 
-PATHS = ["lean", "sdk"]
+PATHS = list(TABLE_PATHS)
 LONGEST_POST = "😀" * Settings.model_fields["max_post_chars"].metadata[-1].le
 ODD_KEYS = ["o'brien", "''", "100%", "%27", "a b", "é😀", "&=+;,:@!$()*", '"q"']
-
-
-@pytest.fixture(scope="module")
-async def paths(settings: Settings, storage: Storage) -> AsyncIterator[dict[str, Storage]]:
-    text = settings.connection_string()
-    async with (
-        Storage(text, StorageOptions(lean=True)) as on,
-        Storage(text, StorageOptions(lean=False)) as off,
-    ):
-        yield {"lean": on, "sdk": off}
 
 
 def values() -> dict[str, Any]:
@@ -76,14 +66,14 @@ async def get(storage: Storage, partition: str, key: str) -> TableEntity:
     return await client.get_entity(partition, key)
 
 
-async def test_a_single_upsert_writes_what_the_sdk_writes(paths: dict[str, Storage]) -> None:
+async def test_a_single_upsert_writes_what_the_sdk_writes(storage: Storage) -> None:
     """One row per path, same values; read back by the SDK, typed the same."""
     written: dict[str, TableEntity] = {}
-    for path, storage in paths.items():
+    for path in PATHS:
         partition = unique(f"one-{path}")
         entity = {"PartitionKey": partition, "RowKey": "r", **values()}
-        await submit_batch(storage, TIMELINES, partition, [("upsert", entity)])
-        written[path] = await get(paths["sdk"], partition, "r")
+        await TABLE_PATHS[path].submit_batch(storage, TIMELINES, partition, [("upsert", entity)])
+        written[path] = await get(storage, partition, "r")
     lean_row, sdk_row = (shape(written[p]) for p in PATHS)
     del lean_row["PartitionKey"], sdk_row["PartitionKey"]
     assert lean_row == sdk_row
@@ -93,25 +83,25 @@ async def test_a_single_upsert_writes_what_the_sdk_writes(paths: dict[str, Stora
 
 
 @pytest.mark.parametrize("path", PATHS)
-async def test_a_single_upsert_replaces_the_whole_row(paths: dict[str, Storage], path: str) -> None:
+async def test_a_single_upsert_replaces_the_whole_row(storage: Storage, path: str) -> None:
     partition = unique("replace")
-    storage = paths[path]
+    submit_batch = TABLE_PATHS[path].submit_batch
     first = {"PartitionKey": partition, "RowKey": "r", "a": 1, "b": "two"}
     await submit_batch(storage, TIMELINES, partition, [("upsert", first)])
     second = {"PartitionKey": partition, "RowKey": "r", "c": ""}
     await submit_batch(storage, TIMELINES, partition, [("upsert", second)])
-    assert dict(await get(paths["sdk"], partition, "r")) == second
+    assert dict(await get(storage, partition, "r")) == second
 
 
 @pytest.mark.parametrize("path", PATHS)
-async def test_odd_keys_take_a_single_upsert_alike(paths: dict[str, Storage], path: str) -> None:
+async def test_odd_keys_take_a_single_upsert_alike(storage: Storage, path: str) -> None:
     """Quotes and percent signs in both keys: the row lands under exactly those keys."""
     partition = unique("odd'%") + "é"
     for key in ODD_KEYS:
         row = {"PartitionKey": partition, "RowKey": key, "k": key}
-        await submit_batch(paths[path], TIMELINES, partition, [("upsert", row)])
+        await TABLE_PATHS[path].submit_batch(storage, TIMELINES, partition, [("upsert", row)])
     for key in ODD_KEYS:
-        assert (await get(paths["sdk"], partition, key))["k"] == key
+        assert (await get(storage, partition, key))["k"] == key
 
 
 def error_shape(error: HttpResponseError) -> tuple[Any, ...]:
@@ -145,18 +135,16 @@ async def test_a_missing_table_fails_alike(settings: Settings) -> None:
     ],
     ids=["too-large"],
 )
-async def test_a_refused_entity_fails_alike(
-    paths: dict[str, Storage], entity: dict[str, Any]
-) -> None:
-    shapes = await both_fail(paths["lean"].table(TIMELINES, "p"), entity)
+async def test_a_refused_entity_fails_alike(storage: Storage, entity: dict[str, Any]) -> None:
+    shapes = await both_fail(storage.table(TIMELINES, "p"), entity)
     assert shapes["lean"] == shapes["sdk"]
     assert 400 <= shapes["lean"][1] < 500
 
 
-async def test_a_bare_int_beyond_int32_is_refused_alike(paths: dict[str, Storage]) -> None:
+async def test_a_bare_int_beyond_int32_is_refused_alike(storage: Storage) -> None:
     """The SDK's own ``TypeError``, before anything is sent."""
     entity = {"PartitionKey": "p", "RowKey": "r", "n": 2**31}
-    client = paths["lean"].table(TIMELINES, "p")
+    client = storage.table(TIMELINES, "p")
     with pytest.raises(TypeError) as by_lean:
         await lean.upsert_entity(client, entity)
     with pytest.raises(TypeError) as by_sdk:
@@ -172,11 +160,11 @@ async def busy_front(azurite: Azurite) -> AsyncIterator[BusyFront]:
 
 @pytest.mark.parametrize("path", PATHS)
 async def test_a_busy_server_is_retried_as_the_sdk_retries(
-    busy_front: BusyFront, paths: dict[str, Storage], path: str
+    busy_front: BusyFront, storage: Storage, path: str
 ) -> None:
     """Two 503s, then success: three PUTs, one row. Always busy: the client's retry budget
     (``StorageOptions.retries``, 2, plus the first: 3 PUTs), then the same 503 error."""
-    clients = Clients([busy_front.connection_string()], StorageOptions(lean=path == "lean"))
+    clients = Clients([busy_front.connection_string()], StorageOptions())
     clients.open()  # the clients the worker builds (retries, backoff), on the front
     try:
         client = clients.tables[0][TIMELINES]
@@ -192,7 +180,7 @@ async def test_a_busy_server_is_retried_as_the_sdk_retries(
         busy_front.busy, busy_front.hits = 2, 0
         await upsert()
         assert busy_front.hits == 3
-        assert (await get(paths["sdk"], partition, "r"))["text"] == "after two 503s"
+        assert (await get(storage, partition, "r"))["text"] == "after two 503s"
 
         busy_front.busy, busy_front.hits = 100, 0
         with pytest.raises(HttpResponseError) as caught:
@@ -203,12 +191,11 @@ async def test_a_busy_server_is_retried_as_the_sdk_retries(
     assert error_shape(caught.value) == (HttpResponseError, 503, "TableErrorCode.SERVER_BUSY")
 
 
-@pytest.mark.parametrize("lean_on", [True, False], ids=["lean", "sdk"])
-async def test_the_worker_delivers_with_the_switch_either_way(
-    private_azurite: Azurite, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lean_on: bool
+async def test_the_worker_delivers_each_copy_as_a_lean_upsert(
+    private_azurite: Azurite, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Every follower's partition gets its copy as a batch of one; the SDK's
-    ``upsert_entity`` carries them only with the switch off."""
+    """Every follower's partition gets its copy as a batch of one, on the lean path: the
+    SDK's ``upsert_entity`` carries none of them."""
     calls: list[str] = []
     original = TableClient.upsert_entity
 
@@ -217,7 +204,7 @@ async def test_the_worker_delivers_with_the_switch_either_way(
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(TableClient, "upsert_entity", spy)
-    settings = make_settings(private_azurite.connection_string, tmp_path, storage_lean=lean_on)
+    settings = make_settings(private_azurite.connection_string, tmp_path)
     async with opened(settings) as storage:
         repos, queue = Repositories.on(storage), FanoutQueue(storage)
         author, post = await author_with_followers(storage, repos, 30)
@@ -229,4 +216,4 @@ async def test_the_worker_delivers_with_the_switch_either_way(
         for i in range(30):
             assert await timeline_ids(repos, f"f{i:05d}") == [post.post_id]
         assert await timeline_ids(repos, author) == [post.post_id]
-    assert (TIMELINES in calls) is not lean_on
+    assert TIMELINES not in calls

@@ -16,10 +16,12 @@ import contextlib
 import time
 from typing import Any, ClassVar, cast
 
+from azure.core.rest import HttpRequest
 from azure.data.tables.aio import TableClient
 
 from tests.conftest import eventually
 from tests.delivery.helpers import author_and_reader, timeline_ids
+from tests.faults import HookedSender
 from timeline.config import Settings
 from timeline.delivery.outcomes import Continue
 from timeline.delivery.processor import FanoutProcessor
@@ -48,17 +50,17 @@ class _Slow:
     def __init__(self, client: TableClient) -> None:
         self._client = client
 
-    def __getattr__(self, name: str) -> Any:
-        attribute = getattr(self._client, name)
-        if name != "submit_transaction":
-            return attribute
+    @property
+    def lean_sender(self) -> HookedSender:
+        return HookedSender(self._client, self._before)
 
-        async def call(*args: Any, **kwargs: Any) -> Any:
+    async def _before(self, name: str, _request: HttpRequest) -> None:
+        if name == "submit_transaction":
             await asyncio.sleep(RTT_S)  # a slow (throttled, far) storage round trip, < T
             _Slow.calls.append(time.monotonic())
-            return await attribute(*args, **kwargs)
 
-        return call
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
 
 
 async def test_upsert_lands_after_the_sweep(

@@ -30,7 +30,7 @@ def test_every_bad_setting_is_one_line_naming_its_variable(module: str, tmp_path
     args = ["run"] if module == "timeline.tools.cli" else []
     done = run(
         module, *args, data_dir=tmp_path / "data", port="abc", token_ttl_s=1,
-        azurite_ports="1,x", storage_lean="maybe",
+        azurite_ports="1,x", access_log="maybe",
     )  # fmt: skip
     lines = done.stderr.splitlines()
     assert done.returncode == 2
@@ -40,7 +40,7 @@ def test_every_bad_setting_is_one_line_naming_its_variable(module: str, tmp_path
         "TIMELINE_PORT='abc' is not valid (input should be a valid integer",
         "TIMELINE_TOKEN_TTL_S='1' is not valid (input should be greater than or equal to 60)",
         "TIMELINE_AZURITE_PORTS='1,x' is not valid (three ports, blob,queue,table)",
-        "TIMELINE_STORAGE_LEAN='maybe' is not valid (input should be a valid boolean",
+        "TIMELINE_ACCESS_LOG='maybe' is not valid (input should be a valid boolean",
     }
     for start in expected:
         assert any(start in line and "set a valid value or unset it" in line for line in lines)

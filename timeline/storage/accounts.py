@@ -72,9 +72,6 @@ class StorageOptions:
     """Bounds this process's table calls in flight (the worker's; the API runs unbounded)."""
     trace_configs: tuple[aiohttp.TraceConfig, ...] = ()
     """Hooks on every HTTP request of table calls (tests and benchmarks count requests)."""
-    lean: bool = True
-    """Queries, batches and single-entity calls take the lean path (``timeline.storage.lean``,
-    ``lean_single``); False: the SDK's own calls."""
     ca_file: str | None = None
     """A CA certificate (PEM) trusted for storage's HTTPS beside the system's."""
     credential: Callable[[], AsyncTokenCredential] = default_credential

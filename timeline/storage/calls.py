@@ -1,5 +1,6 @@
 """One storage call each: a page of a query, a batch of idempotent writes, a transaction,
-a single entity's read, insert, update or delete.
+a single entity's read, insert, update or delete, all on the lean path (``lean``,
+``lean_single``: the SDK's requests, answers and errors without its model layer).
 
 Each holds its place in the limiter through ``Storage.guard`` and is routed to the
 partition's account at the moment it is sent."""
@@ -16,7 +17,6 @@ from azure.data.tables.aio import TableClient
 
 from timeline.model.entities import Page
 from timeline.storage import lean, lean_single
-from timeline.storage.clients import RoutedTableClient
 
 if TYPE_CHECKING:
     from timeline.storage.accounts import Storage
@@ -37,29 +37,15 @@ async def query_page(
 ) -> Page[TableEntity]:
     """Exactly one storage query: up to ``limit`` entities and the storage continuation
     (``on_headers`` is given the response's headers, e.g. for the server's ``Date``)."""
-    if _lean(client):
-        return await lean.query_page(
-            client,
-            query_filter,
-            parameters,
-            select=select,
-            limit=limit,
-            continuation=continuation,
-            on_headers=on_headers,
-        )
-    options: dict[str, Any] = {}
-    if on_headers is not None:
-        options["raw_response_hook"] = lambda response: on_headers(response.http_response.headers)
-    entities: Any = client.query_entities(
-        query_filter, parameters=parameters, select=select, results_per_page=limit, **options
+    return await lean.query_page(
+        client,
+        query_filter,
+        parameters,
+        select=select,
+        limit=limit,
+        continuation=continuation,
+        on_headers=on_headers,
     )
-    pager = entities.by_page(continuation_token=continuation)  # the SDK's token is a dict
-    try:
-        page = await pager.__anext__()
-    except StopAsyncIteration:
-        return Page([], None)
-    items = [entity async for entity in page]
-    return Page(items, pager.continuation_token or None)
 
 
 async def query_rows(
@@ -72,29 +58,17 @@ async def query_rows(
     continuation: dict[str, str] | None,
 ) -> Page[dict[str, Any]]:
     """``query_page`` for pages whose selected properties are strings and booleans (a read's
-    hot path): the lean path gives each row as the response's JSON decoded it, with no
-    entity built per row; those values are the ones the SDK gives, so the switch to the SDK
-    path (which gives its entities, also dicts) changes nothing a caller reads."""
-    if _lean(client):
-        return await lean.query_rows(
-            client,
-            query_filter,
-            parameters,
-            select=select,
-            limit=limit,
-            continuation=continuation,
-        )
-    page = await query_page(
+    hot path): each row as the response's JSON decoded it (the values the SDK gives), with no
+    entity built per row."""
+    return await lean.query_rows(
         client, query_filter, parameters, select=select, limit=limit, continuation=continuation
     )
-    rows: list[dict[str, Any]] = list(page.items)
-    return Page(rows, page.continuation)
 
 
 def as_entity(row: dict[str, Any]) -> TableEntity:
     """A row ``query_rows`` gave, as ``query_page`` gives it: typed, its etag in
     ``metadata`` (for the few rows of a page that are not posts)."""
-    return row if isinstance(row, TableEntity) else lean.to_entity(row)
+    return lean.to_entity(row)
 
 
 Operation = tuple[str, dict[str, Any]]
@@ -152,29 +126,22 @@ async def _send(client: TableClient, operations: list[Operation]) -> None:
         kind, entity = operations[0]
         if kind == "delete":
             await delete_entity(client, entity["PartitionKey"], entity["RowKey"])
-        elif _lean(client):
-            await lean.upsert_entity(client, entity)
         else:
-            await client.upsert_entity(entity, mode=UpdateMode.REPLACE)
+            await lean.upsert_entity(client, entity)
         return
-    await _submit(client, [_transaction_operation(op) for op in operations])
+    await lean.submit_transaction(client, [_transaction_operation(op) for op in operations])
 
 
 async def get_entity(
     client: TableClient, partition_key: str, row_key: str, *, select: list[str] | None = None
 ) -> TableEntity:
-    """``client.get_entity``, on the lean path for ``Storage``'s own clients: the row, or the
-    SDK's ``ResourceNotFoundError``."""
-    if _lean(client):
-        return await lean_single.get_entity(client, partition_key, row_key, select=select)
-    return await client.get_entity(partition_key, row_key, select=select)
+    """``client.get_entity``'s answer: the row, or the SDK's ``ResourceNotFoundError``."""
+    return await lean_single.get_entity(client, partition_key, row_key, select=select)
 
 
 async def create_entity(client: TableClient, entity: Mapping[str, Any]) -> Mapping[str, Any]:
-    """``client.create_entity`` (``ResourceExistsError`` when the row exists), lean when it can."""
-    if _lean(client):
-        return await lean_single.create_entity(client, entity)
-    return await client.create_entity(entity)
+    """``client.create_entity``'s answer (``ResourceExistsError`` when the row exists)."""
+    return await lean_single.create_entity(client, entity)
 
 
 async def update_entity(
@@ -185,13 +152,11 @@ async def update_entity(
     etag: str | None = None,
     match_condition: MatchConditions | None = None,
 ) -> Mapping[str, Any]:
-    """``client.update_entity`` (``ResourceModifiedError`` when the etag no longer matches),
-    lean when it can."""
-    if _lean(client):
-        return await lean_single.update_entity(
-            client, entity, mode, etag=etag, match_condition=match_condition
-        )
-    return await client.update_entity(entity, mode, etag=etag, match_condition=match_condition)
+    """``client.update_entity``'s answer (``ResourceModifiedError`` when the etag no longer
+    matches)."""
+    return await lean_single.update_entity(
+        client, entity, mode, etag=etag, match_condition=match_condition
+    )
 
 
 async def delete_entity(
@@ -202,27 +167,10 @@ async def delete_entity(
     etag: str | None = None,
     match_condition: MatchConditions | None = None,
 ) -> None:
-    """``client.delete_entity`` (a missing row is no error), lean when it can."""
-    if _lean(client):
-        await lean_single.delete_entity(
-            client, partition_key, row_key, etag=etag, match_condition=match_condition
-        )
-    else:
-        await client.delete_entity(
-            partition_key, row_key, etag=etag, match_condition=match_condition
-        )
-
-
-def _lean(client: TableClient) -> bool:
-    """Whether this client takes the lean path (a wrapped or foreign client never does)."""
-    return isinstance(client, RoutedTableClient) and client.lean
-
-
-async def _submit(client: TableClient, operations: list[TransactionOperation]) -> None:
-    if _lean(client):
-        await lean.submit_transaction(client, operations)
-    else:
-        await client.submit_transaction(operations)
+    """``client.delete_entity``'s answer (a missing row is no error)."""
+    await lean_single.delete_entity(
+        client, partition_key, row_key, etag=etag, match_condition=match_condition
+    )
 
 
 def size_kind(verb: str, rows: int) -> str:
@@ -258,7 +206,7 @@ async def transact(
     """One Entity Group Transaction, all or nothing; raises ``TableTransactionError`` with the
     failing operation's index (conflicts and failed conditions are the caller's to judge)."""
     async with storage.guard(kind=size_kind("write", len(operations))):
-        await _submit(storage.table(table, partition_key), operations)
+        await lean.submit_transaction(storage.table(table, partition_key), operations)
 
 
 def failed_index(error: TableTransactionError, *statuses: int) -> int | None:

@@ -23,20 +23,6 @@ CONTROL = "~control"
 """Each account's ``timelineMeta`` client on the control connection pool."""
 
 
-class RoutedTableClient(TableClient):
-    """A table client that knows whether its queries, batches and single-entity calls take
-    the lean path (``timeline.storage.lean``, ``lean_single``) or the SDK's own calls."""
-
-    lean = False
-
-
-class RoutedQueueClient(QueueClient):
-    """A queue client that knows whether its receives, sends, updates and deletes take the
-    lean path (``timeline.storage.lean_queue``) or the SDK's own calls."""
-
-    lean = False
-
-
 class Clients:
     """Owns the aiohttp sessions and the table and queue clients of every account.
 
@@ -111,14 +97,8 @@ class Clients:
             **self._transport_kwargs(self._queue_session),
         }
         if side.connection_string is not None:
-            client = RoutedQueueClient.from_connection_string(
-                side.connection_string, name, **options
-            )
-        else:
-            client = RoutedQueueClient(side.url, name, credential=self._credential, **options)
-        assert isinstance(client, RoutedQueueClient)
-        client.lean = self._options.lean
-        return client
+            return QueueClient.from_connection_string(side.connection_string, name, **options)
+        return QueueClient(side.url, name, credential=self._credential, **options)
 
     def service_client(self, account: int) -> TableServiceClient:
         side = self._accounts[account].table
@@ -147,14 +127,8 @@ class Clients:
             **self._transport_kwargs(self._control_session if control else None),
         }
         if side.connection_string is not None:
-            client = RoutedTableClient.from_connection_string(
-                side.connection_string, name, **options
-            )
-        else:
-            client = RoutedTableClient(side.url, name, credential=self._credential, **options)
-        assert isinstance(client, RoutedTableClient)
-        client.lean = self._options.lean
-        return client
+            return TableClient.from_connection_string(side.connection_string, name, **options)
+        return TableClient(side.url, name, credential=self._credential, **options)
 
 
 def _tls_context(ca_file: str | None) -> ssl.SSLContext | bool:

@@ -59,13 +59,6 @@ _MONTHS = {
 }
 
 
-def usable(client: QueueClient) -> bool:
-    """Whether the lean path can stand in for this client: no client-side encryption."""
-    return not (
-        client.key_encryption_key or client.key_resolver_function or client.require_encryption
-    )
-
-
 async def receive_messages(
     client: QueueClient, count: int, visibility_timeout: int
 ) -> list[QueueMessage]:
