@@ -29,7 +29,7 @@ from timeline.model.entities import Post, User
 from timeline.model.keys import new_post_id, now_ticks
 from timeline.model.tokens import TokenSigner
 from timeline.storage.accounts import Storage
-from timeline.storage.counters import COUNT_ROW
+from timeline.storage.counters import shard_key
 from timeline.storage.names import POSTS, SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING, TIMELINES, USERS
 from timeline.tables.audience import MERGE_COUNT_ROW, MERGE_PREFIX, MERGED, MODE_ROW
 from timeline.tables.secret import auth_secret
@@ -168,8 +168,9 @@ def with_full_readers(
 
 
 def _count_row(partition: str, count: int) -> dict[str, Any]:
-    """The partition's counter, as the service keeps it beside the rows it counts."""
-    return {"PartitionKey": partition, "RowKey": COUNT_ROW, "n": count}
+    """The partition's count, on one counter shard, as the service keeps it beside the rows
+    it counts."""
+    return {"PartitionKey": partition, "RowKey": shard_key(0), "n": count}
 
 
 def mint_tokens(settings: Settings, secret: bytes, users: list[str]) -> dict[str, str]:

@@ -24,7 +24,7 @@ from timeline.model.keys import new_post_id, now_ticks
 from timeline.model.messages import Regrade
 from timeline.model.tokens import TokenSigner
 from timeline.storage.accounts import Storage
-from timeline.storage.counters import COUNT_ROW
+from timeline.storage.counters import shard_key
 from timeline.storage.names import POSTS, SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING, TIMELINES
 from timeline.storage.queue import FanoutQueues
 from timeline.tables.audience import MERGED, AudienceRepository, AuthorMode
@@ -85,7 +85,7 @@ async def _large_post_and_reads(sizes: Sizes) -> dict[str, Any]:
 async def _seed_audience(storage: Storage, author: str, fans: list[str]) -> None:
     rows = [
         *follower_rows(author, fans),
-        {"PartitionKey": author, "RowKey": COUNT_ROW, "n": len(fans)},
+        {"PartitionKey": author, "RowKey": shard_key(0), "n": len(fans)},
     ]
     await write_rows(storage, SUBJECT_FOLLOWERS, rows, "hybrid: seeding the audience", in_flight=32)
 

@@ -17,13 +17,13 @@ from aiohttp.test_utils import TestClient
 from tests.conftest import TEST_SECRET, api_client, make_settings, unique
 from tests.helpers import Api, bearer
 from timeline.metrics import COUNTER_CONFLICTS
-from timeline.model.entities import Post, User
+from timeline.model.entities import Post
 from timeline.model.keys import new_post_id, now_ticks
 from timeline.model.tokens import TokenSigner
 from timeline.storage import counters
 from timeline.storage.accounts import Storage
 from timeline.storage.azurite import Azurite
-from timeline.storage.counters import COUNT_ROW, count_of
+from timeline.storage.counters import count_of
 from timeline.storage.names import POSTS, SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING
 from timeline.tables.repositories import Repositories
 
@@ -93,22 +93,6 @@ async def test_repeated_follows_count_once(private_azurite: Azurite, tmp_path: P
         statuses = await storm(client, "DELETE", star, followers * 4)
         assert set(statuses) == {204}
         assert (await api.profile(star))["followers"] == 0
-
-
-async def test_legacy_count_row_is_still_counted(repos: Repositories, storage: Storage) -> None:
-    """Data written before counters were sharded keeps its single ``~count`` row."""
-    star, fan, now = unique("star"), unique("fan"), datetime.now(UTC)
-    await repos.users.create(User(star, star, now))
-    legacy = {"PartitionKey": star, "RowKey": COUNT_ROW, "n": 7}
-    await storage.table(SUBJECT_FOLLOWERS, star).create_entity(legacy)
-    await storage.table(POSTS, star).create_entity({**legacy, "n": 3})
-    assert await repos.follows.add(fan, star, now)
-    user = await repos.users.get(star)
-    assert user is not None
-    assert (user.followers, user.posts) == (8, 3)
-    assert await repos.follows.remove(fan, star)
-    assert await repos.follows.remove(fan, star) is False
-    assert await count_of(storage, SUBJECT_FOLLOWERS, star) == 7
 
 
 async def test_counter_rows_stay_out_of_listings(repos: Repositories, storage: Storage) -> None:

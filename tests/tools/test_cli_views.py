@@ -14,7 +14,7 @@ from timeline.model.entities import PROFILE_ROW_KEY
 from timeline.model.keys import new_post_id, now_ticks, post_row_key
 from timeline.storage.accounts import Storage
 from timeline.storage.azurite import Azurite
-from timeline.storage.counters import COUNT_ROW
+from timeline.storage.counters import shard_key
 from timeline.storage.names import POSTS, TIMELINES, USERS
 from timeline.storage.queue import FanoutQueue
 from timeline.tables.activity import STAMP_ROW
@@ -106,7 +106,7 @@ async def test_stats_separates_people_from_internal_rows_and_ready_from_delayed_
     post_id = new_post_id(now_ticks())
     rows = {
         USERS: [PROFILE_ROW_KEY, IDENTITY_ROW_KEY],
-        POSTS: [post_row_key(post_id), COUNT_ROW],
+        POSTS: [post_row_key(post_id), shard_key(0)],
         TIMELINES: [post_row_key(post_id), STAMP_ROW],
     }
     for table, keys in rows.items():

@@ -2,8 +2,7 @@
 
 One counter row per partition serialises every writer of a hot partition (a user everyone
 follows at once) on one ETag. So a count is spread over ``SHARDS`` rows ``~count-00`` ..
-``~count-15`` beside the legacy ``~count`` row (kept, and never written again, so data
-written before stays counted), and read by summing them with one range query.
+``~count-15``, read by summing them with one range query.
 
 A change picks a shard at random among those no other change in this process holds, reads
 it (one point read) and writes the fact together with the shard in one Entity Group
@@ -37,14 +36,14 @@ from timeline.storage import calls
 from timeline.storage.accounts import Storage
 from timeline.storage.calls import TransactionOperation, failed_index, query_page, transact
 
-COUNT_ROW = "~count"
-"""The legacy single counter row; still summed, never written."""
+COUNT_PREFIX = "~count-"
+"""Every counter row's key starts so: ``~count-NN``, one per shard."""
 SHARDS = 16
 """Counter rows per partition. Changes in one process never share a shard (``_CHANGING``),
 so shards only have to spread processes; more would only lengthen every count read."""
 COUNT_RANGE = "RowKey ge @count_low and RowKey lt @count_high"
-COUNT_BOUNDS = {"count_low": COUNT_ROW, "count_high": COUNT_ROW + "."}
-"""``~count`` and every ``~count-NN`` (``-`` sorts just before ``.``), and nothing else."""
+COUNT_BOUNDS = {"count_low": COUNT_PREFIX, "count_high": COUNT_PREFIX[:-1] + "."}
+"""Every ``~count-NN`` (``-`` sorts just before ``.``), and nothing else."""
 WRITE_BUDGET_TIMEOUTS = 3
 """A change keeps retrying a contended counter for this many storage timeouts."""
 _BACKOFF_BASE_S = 0.005
@@ -54,7 +53,7 @@ _MAX_BACKOFF_ATTEMPT = 8
 
 
 def shard_key(shard: int) -> str:
-    return f"{COUNT_ROW}-{shard:02d}"
+    return f"{COUNT_PREFIX}{shard:02d}"
 
 
 def total(rows: Iterable[TableEntity]) -> int:

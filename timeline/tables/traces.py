@@ -4,7 +4,7 @@ what *landed* in a partition since a moment (``Timestamp ge``), also sees what w
 
 A trace's key is ``~gone-{the removed row key}``: it starts with ``~`` like every metadata
 row, so page reads, ``since`` reads, trims and counts (which all stop below ``~`` or read
-``~count`` rows only) never see it. Writing one is an upsert, so a removal sent twice leaves
+``~count-NN`` rows only) never see it. Writing one is an upsert, so a removal sent twice leaves
 one trace (with a newer ``Timestamp``: a stream may send its delete event twice).
 
 A trace lives until a sweep finds it older than ``TRACE_LIFETIME_S`` (longer than any
