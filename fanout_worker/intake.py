@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
-from azure.core.exceptions import ResourceNotFoundError
 from azure.storage.queue import QueueMessage
 
 from fanout_worker.idle import IdlePace
@@ -19,7 +17,6 @@ from timeline.errors import StorageUnavailableError
 from timeline.model.priority import Priority
 from timeline.retry import backoff_delay
 from timeline.storage.limiter import AdaptiveLimiter
-from timeline.storage.names import LEGACY_SHARD
 from timeline.storage.queue import Lane
 
 log = logging.getLogger(__name__)
@@ -97,13 +94,6 @@ class Intake:
             except StorageUnavailableError:
                 failures += 1
                 messages = []
-            except ResourceNotFoundError:
-                if queue.shard != LEGACY_SHARD:
-                    raise
-                log.info("the legacy fanout queue is gone; consuming the shards only")
-                with contextlib.suppress(ValueError):
-                    shards.remove(queue)
-                messages = []
             finally:
                 await self._release(count, level)
             if not failures:
@@ -168,8 +158,6 @@ class Intake:
                     return False
             except StorageUnavailableError:
                 return False
-            except ResourceNotFoundError:
-                continue  # the legacy queue, deleted
         return self._started == started and not self.in_flight
 
     def _track(self, task: asyncio.Task[None], level: Priority) -> None:

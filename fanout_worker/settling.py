@@ -3,7 +3,8 @@
 Every lease ends in one of four ways, decided in ``Settler._settle``: done (deleted),
 continued (rewritten in place: the next page, or a delayed second pass), deferred (state not
 there yet, or storage trouble: rewritten with backoff, not counted as a failure), or failed (a
-real error: counted, and parked in ``fanout-poison`` with its reason at the limit).
+real error: counted, and parked in its shard's ``fanout-<k>-poison`` with its reason at the
+limit).
 """
 
 from __future__ import annotations

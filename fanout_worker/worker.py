@@ -25,7 +25,7 @@ from timeline.model.messages import decode, urgency
 from timeline.model.priority import Priority
 from timeline.retry import backoff_delay
 from timeline.storage.accounts import Storage, split_connection_strings
-from timeline.storage.names import LEGACY_SHARD, TIMELINES
+from timeline.storage.names import TIMELINES
 from timeline.storage.queue import FanoutQueue, FanoutQueues, Lane
 from timeline.storage.writer import PartitionWriter
 from timeline.tables.traces import trace
@@ -130,18 +130,15 @@ class Worker:
         return asyncio.create_task(sweeper.run(self._stopping, interval))
 
     async def _shards(self, storage: Storage) -> list[FanoutQueue]:
-        """Every queue shard (and the single queue of a deployment from before shards, while
-        it exists), once the placement has been read; empty when asked to stop first."""
+        """Every queue shard this worker consumes, once the placement has been read; empty
+        when asked to stop first."""
         failures = 0
         while not self._stopping.is_set():
             try:
                 placement = await storage.confirmed_placement()
-                shards = [
+                return [
                     FanoutQueue(storage, shard) for shard in self._assigned(placement.queue_shards)
                 ]
-                if await storage.legacy_queue_exists():
-                    shards.append(FanoutQueue(storage, LEGACY_SHARD))
-                return shards
             except StorageUnavailableError as error:
                 failures += 1
                 log.warning("waiting for the storage placement: %s", error.message)
@@ -169,9 +166,7 @@ class Worker:
             self._settings.worker_concurrency,
             self._settings.worker_write_concurrency,
         )
-        lanes = {
-            level: [s.lanes[level] for s in shards if level < len(s.lanes)] for level in Priority
-        }
+        lanes = {level: [s.lanes[level] for s in shards] for level in Priority}
 
         async def start(queue: Lane, message: QueueMessage) -> None:
             await self._process(queue, processor, message)

@@ -139,7 +139,8 @@ class Settings(BaseSettings):
     worker_follower_page_size: int = Field(default=1000, ge=1, le=1000)
     worker_visibility_timeout_s: int = Field(default=30, ge=1)
     worker_max_deliveries: int = Field(default=5, ge=1)
-    """Real (non-retryable) failures before a message is parked in ``fanout-poison``."""
+    """Real (non-retryable) failures before a message is parked in its shard's
+    ``fanout-<k>-poison``."""
     worker_max_crashes: int = Field(default=3, ge=1)
     """Runs alone in a worker, in a row, that ended with the worker dead before a message is
     parked as ``crashed``; runs in company and leases held unstarted count nothing

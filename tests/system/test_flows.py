@@ -204,7 +204,7 @@ async def test_malformed_message_is_poisoned_and_worker_keeps_going(
         contents = [message.content for message in await queue.peek_poison()]
         return sum(marker in content for content in contents) == 2
 
-    await eventually(poisoned, what="both malformed messages in fanout-poison")
+    await eventually(poisoned, what="both malformed messages in fanout-0-poison")
     reasons = [m.reason for m in await queue.peek_poison() if marker in m.content]
     assert all(reason.startswith("malformed") for reason in reasons)
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import aiohttp
 from azure.core.credentials_async import AsyncTokenCredential
-from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
+from azure.core.exceptions import HttpResponseError
 from azure.data.tables import TableEntity
 from azure.data.tables.aio import TableClient
 from azure.storage.queue.aio import QueueClient
@@ -21,7 +21,6 @@ from timeline.storage.guard import guarded
 from timeline.storage.lease import PlacementLease, control_get
 from timeline.storage.limiter import AdaptiveLimiter
 from timeline.storage.names import (
-    LEGACY_SHARD,
     META_TABLE,
     background_queue_name,
     poison_queue_name,
@@ -189,13 +188,9 @@ class Storage:
     def _shard_queue(self, name: str, shard: int) -> QueueClient:
         queues = self.clients.queues
         if name not in queues:
-            if shard == LEGACY_SHARD:
-                account = 0
-            elif 0 <= shard < self.queue_shards:
-                account = self.placement.queue_accounts[shard]
-            else:
+            if not 0 <= shard < self.queue_shards:
                 raise ValueError(f"no queue shard {shard}")
-            queues[name] = self.clients.queue_client(account, name)
+            queues[name] = self.clients.queue_client(self.placement.queue_accounts[shard], name)
         return queues[name]
 
     def work_queue(self, shard: int) -> QueueClient:
@@ -216,16 +211,6 @@ class Storage:
             *(self.background_queue(k) for k in shards),
             *(self.poison_queue(k) for k in shards),
         ]
-
-    async def legacy_queue_exists(self) -> bool:
-        """Whether the single ``fanout`` queue of a deployment from before queue shards is
-        still there (its messages are consumed beside the shards until it is deleted)."""
-        async with self.guard():
-            try:
-                await self.work_queue(LEGACY_SHARD).get_queue_properties()
-            except ResourceNotFoundError:
-                return False
-        return True
 
     # -- calls and provisioning --------------------------------------------------------
 

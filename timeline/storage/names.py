@@ -29,16 +29,13 @@ META_TABLE = "timelineMeta"
 """Service-wide rows (the auth secret) on the placement home, beside ``placement``; on every
 account, the row naming the placement home it belongs to."""
 
-LEGACY_SHARD = -1
-"""The ``fanout`` queue (and ``fanout-poison``) of a deployment from before queue shards."""
-
 
 def work_queue_name(shard: int) -> str:
-    return "fanout" if shard == LEGACY_SHARD else f"fanout-{shard}"
+    return f"fanout-{shard}"
 
 
 def poison_queue_name(shard: int) -> str:
-    return "fanout-poison" if shard == LEGACY_SHARD else f"fanout-{shard}-poison"
+    return f"fanout-{shard}-poison"
 
 
 def background_queue_name(shard: int) -> str:

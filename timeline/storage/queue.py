@@ -32,7 +32,6 @@ from timeline.model.messages import (
 from timeline.model.priority import Priority
 from timeline.storage import queue_calls
 from timeline.storage.accounts import Storage
-from timeline.storage.names import LEGACY_SHARD
 from timeline.storage.placement import hash64
 
 log = logging.getLogger(__name__)
@@ -119,7 +118,7 @@ class Lane:
     def moves(self, replacement: FanoutMessage) -> Lane | None:
         """The other lane of this shard, when ``replacement`` belongs there."""
         target = urgency(replacement)
-        if target == self.level or self.shard == LEGACY_SHARD:
+        if target == self.level:
             return None
         return self.shard_queue.lane(target)
 
@@ -207,12 +206,11 @@ class FanoutQueue:
     def __init__(self, storage: Storage, shard: int = 0) -> None:
         self.storage = storage
         self.shard = shard
-        levels = [Priority.HIGH] if shard == LEGACY_SHARD else list(Priority)
-        self.lanes = [Lane(self, level) for level in levels]
+        self.lanes = [Lane(self, level) for level in Priority]
         self._poison = storage.poison_queue(shard)
 
     def lane(self, level: Priority) -> Lane:
-        return self.lanes[level] if level < len(self.lanes) else self.lanes[0]
+        return self.lanes[level]
 
     async def send(self, message: FanoutMessage) -> None:
         await self.lane(urgency(message)).send_raw(encode(message))
