@@ -17,7 +17,7 @@ from timeline.errors import ConfigurationError
 from timeline.storage.calls import query_page
 from timeline.storage.clients import CONTROL
 from timeline.storage.lease import MEMBER_KEYS, control_get
-from timeline.storage.names import META_TABLE, TABLES, background_queue_name
+from timeline.storage.names import META_TABLE, TABLES
 from timeline.storage.placement import PLACEMENT_TABLE, Placement
 
 if TYPE_CHECKING:
@@ -120,10 +120,7 @@ async def missing_resources(storage: Storage) -> list[str]:
             existing = {table.name async for table in service.list_tables()}
         wanted = [*TABLES, META_TABLE, *([PLACEMENT_TABLE] if index == 0 else [])]
         missing += [f"{name} (account {index})" for name in wanted if name not in existing]
-    background = {background_queue_name(k) for k in range(storage.queue_shards)}
     for queue in storage.all_queues():
-        if queue.queue_name in background:
-            continue  # created on first use by a deployment from before them
         async with storage.guard():
             try:
                 await queue.get_queue_properties()

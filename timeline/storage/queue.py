@@ -6,14 +6,11 @@ messages stay in one shard."""
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import math
 from dataclasses import dataclass
 from typing import Protocol
 
 import orjson
-from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
 from azure.storage.queue import QueueMessage
 
 from timeline.errors import MalformedMessageError
@@ -33,8 +30,6 @@ from timeline.model.priority import Priority
 from timeline.storage import queue_calls
 from timeline.storage.accounts import Storage
 from timeline.storage.placement import hash64
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,41 +74,16 @@ class Lane:
         self._poison = storage.poison_queue(shard.shard)
 
     async def send_raw(self, content: str, *, visible_in_s: int | None = None) -> None:
-        """Enqueue with no time-to-live: a backlog must never silently drop a delete. A
-        background queue missing (a deployment from before it, not re-initialised yet) is
-        created on first use."""
-        try:
-            await self._send(content, visible_in_s)
-        except ResourceNotFoundError:
-            if self.level == Priority.HIGH:
-                raise
-            await self._create()
-            await self._send(content, visible_in_s)
-
-    async def _send(self, content: str, visible_in_s: int | None) -> None:
+        """Enqueue with no time-to-live: a backlog must never silently drop a delete."""
         async with self._storage.guard(limited=False):
             await queue_calls.send_message(
                 self._queue, content, time_to_live=-1, visibility_timeout=visible_in_s
             )
 
     async def receive(self, count: int, visibility_timeout_s: int) -> list[QueueMessage]:
-        """Lease up to ``count`` (≤ 32) messages for ``visibility_timeout_s`` seconds; a
-        background queue found missing is created (and has nothing yet)."""
-        try:
-            async with self._storage.guard(limited=False):
-                return await queue_calls.receive_messages(self._queue, count, visibility_timeout_s)
-        except ResourceNotFoundError:
-            if self.level == Priority.HIGH:
-                raise
-            await self._create()
-            return []
-
-    async def _create(self) -> None:
-        """Create this (background) queue: a deployment from before it, not re-initialised."""
-        log.info("queue %s did not exist; creating it", self.name)
+        """Lease up to ``count`` (≤ 32) messages for ``visibility_timeout_s`` seconds."""
         async with self._storage.guard(limited=False):
-            with contextlib.suppress(ResourceExistsError):
-                await self._queue.create_queue()
+            return await queue_calls.receive_messages(self._queue, count, visibility_timeout_s)
 
     def moves(self, replacement: FanoutMessage) -> Lane | None:
         """The other lane of this shard, when ``replacement`` belongs there."""
@@ -180,22 +150,12 @@ class Lane:
 
     async def peek(self, count: int = 32) -> list[QueueMessage]:
         async with self._storage.guard(limited=False):
-            try:
-                return list(await self._queue.peek_messages(max_messages=count))
-            except ResourceNotFoundError:
-                if self.level == Priority.HIGH:
-                    raise
-                return []  # not created yet
+            return list(await self._queue.peek_messages(max_messages=count))
 
     async def depth(self) -> int:
         """Approximate count of this lane's messages (leased and delayed ones included)."""
         async with self._storage.guard(limited=False):
-            try:
-                properties = await self._queue.get_queue_properties()
-            except ResourceNotFoundError:
-                if self.level == Priority.HIGH:
-                    raise
-                return 0  # not created yet
+            properties = await self._queue.get_queue_properties()
         return properties.approximate_message_count or 0
 
 
