@@ -154,12 +154,12 @@ class PlacementLease:
                     f"whose home is {member['home']}, but the first configured account is "
                     f"{home}: list the accounts in the stored order"
                 )
-            if member.get("id") in seen:
+            if member["id"] in seen:
                 raise ConfigurationError(
                     f"storage account {storage.account_ids[index]} is listed twice (under two "
                     "connection strings)"
                 )
-            seen.add(member.get("id") or f"unnamed-{index}")
+            seen.add(member["id"])
 
     async def _record_timing(self) -> None:
         """Raise the stored lease and timeout to this process's, before it routes anything:

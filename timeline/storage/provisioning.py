@@ -3,18 +3,14 @@ what is missing."""
 
 from __future__ import annotations
 
-import logging
 import uuid
 from contextlib import suppress
 from typing import TYPE_CHECKING
 
-from azure.core import MatchConditions
-from azure.core.exceptions import HttpResponseError, ResourceExistsError, ResourceModifiedError
-from azure.data.tables import UpdateMode
+from azure.core.exceptions import HttpResponseError, ResourceExistsError
 from azure.data.tables.aio import TableClient
 
 from timeline.errors import ConfigurationError
-from timeline.storage.calls import query_page
 from timeline.storage.clients import CONTROL
 from timeline.storage.lease import MEMBER_KEYS, control_get
 from timeline.storage.names import META_TABLE, TABLES
@@ -22,8 +18,6 @@ from timeline.storage.placement import PLACEMENT_TABLE, Placement
 
 if TYPE_CHECKING:
     from timeline.storage.accounts import Storage
-
-log = logging.getLogger(__name__)
 
 
 async def create_all(storage: Storage) -> None:
@@ -49,53 +43,23 @@ async def create_all(storage: Storage) -> None:
 
 
 async def _store_initial_placement(storage: Storage) -> None:
-    """Store this configuration's placement unless one exists. When the first account
-    already holds data (a deployment from before several accounts), the placement
-    starts on it alone, and ``timeline rebalance`` spreads the data out."""
+    """Store this configuration's placement unless one exists."""
     if await storage.read_placement_entity() is not None:
         return
-    accounts = storage.account_ids
-    if len(accounts) > 1 and await _holds_data(storage, 0):
-        log.warning(
-            "the first account already holds data: the placement starts on it alone; "
-            "run `timeline rebalance` to spread it over all %d accounts",
-            len(accounts),
-        )
-        accounts = accounts[:1]
     shards = storage.options.queue_shards or len(storage.account_ids)  # fixed once stored
-    initial = Placement.initial(accounts, shards)
+    initial = Placement.initial(storage.account_ids, shards)
     async with storage.guard(renew=False):
         with suppress(ResourceExistsError):
             await storage.placement_table().create_entity(initial.to_entity())
 
 
-async def _holds_data(storage: Storage, account: int) -> bool:
-    for name in TABLES:
-        async with storage.guard(renew=False):
-            page = await query_page(
-                storage.account_table(account, name), "", {}, select=["PartitionKey"],
-                limit=1, continuation=None,
-            )  # fmt: skip
-        if page.items:
-            return True
-    return False
-
-
 async def _ensure_member_row(storage: Storage, client: TableClient) -> None:
-    """Create the account's member row, or give an old one (without an id) its id."""
-    existing = await control_get(storage, client, MEMBER_KEYS)
+    """Create the account's member row unless it exists."""
+    if await control_get(storage, client, MEMBER_KEYS) is not None:
+        return
     async with storage.guard(renew=False):
-        if existing is None:
-            with suppress(ResourceExistsError):
-                await client.create_entity(_member_row(storage))
-        elif not existing.get("id"):
-            with suppress(ResourceModifiedError):  # another process gave it one
-                await client.update_entity(
-                    {**_member_row(storage), "home": existing["home"]},
-                    mode=UpdateMode.REPLACE,
-                    etag=existing.metadata["etag"],
-                    match_condition=MatchConditions.IfNotModified,
-                )
+        with suppress(ResourceExistsError):
+            await client.create_entity(_member_row(storage))
 
 
 def _member_row(storage: Storage) -> dict[str, str]:
