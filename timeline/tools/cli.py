@@ -1,5 +1,5 @@
 """``timeline``: the admin command line (init, token, revoke, secret, stats, poison,
-rebalance, regrade, claim-ids, file-expiries, run)."""
+rebalance, regrade, claim-ids, run)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,6 @@ from timeline.storage.poison import drop_poison, requeue_one_poison
 from timeline.storage.queue import FanoutQueues
 from timeline.storage.rebalance import Rebalancer
 from timeline.tables.credentials import CredentialsRepository
-from timeline.tables.expiries_filing import file_existing
 from timeline.tables.repositories import Repositories
 from timeline.tables.secret import list_keys, load_key_ring, retire_key, rotate_key
 from timeline.tables.users import UsersRepository, claim_existing_identities
@@ -158,14 +157,6 @@ def cmd_claim_ids(settings: Settings, _args: argparse.Namespace) -> None:
     asyncio.run(_with_storage(settings, claim))
 
 
-def cmd_file_expiries(settings: Settings, _args: argparse.Namespace) -> None:
-    async def file(storage: Storage) -> None:
-        filed = await file_existing(storage)
-        print("filed in expiries: " + ", ".join(f"{n} {kind}" for kind, n in filed.items()))
-
-    asyncio.run(_with_storage(settings, file))
-
-
 def cmd_run(settings: Settings, _args: argparse.Namespace) -> None:
     sys.exit(Stack(settings).run())
 
@@ -201,11 +192,6 @@ def build_parser() -> argparse.ArgumentParser:
         "claim-ids",
         help="make every existing user own its id ignoring case (once, after upgrading)",
     ).set_defaults(func=cmd_claim_ids)
-    commands.add_parser(
-        "file-expiries",
-        help="file the claims, void posts, key rows and rate-limit windows written before "
-        "the expiries index, so the sweep ends them (once, after upgrading)",
-    ).set_defaults(func=cmd_file_expiries)
     rebalance = commands.add_parser(
         "rebalance", help="move partitions onto accounts added at the end of the list"
     )
