@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient
 
 from tests.conftest import unique
-from tests.helpers import Api, bearer, body_of, error_of
-from timeline.model.entities import User
-from timeline.storage.accounts import Storage
-from timeline.storage.names import USERS
-from timeline.tables.rows import create_entity
-from timeline.tables.users import claim_existing_identities
+from tests.helpers import Api, bearer, error_of
 
 Client = TestClient[Any, Any]
 INVISIBLE = ["\u202e", "\u200b", "\u200e", "\u2066", "\u2069", "\ufeff", "\u00ad", "\u2060"]
@@ -99,23 +93,6 @@ async def test_joiners_and_flag_tags_stay_in_posts(client: Client) -> None:
     ):
         post = await Api(client).post(me, token, text)
         assert post["text"] == text
-
-
-async def test_existing_users_are_claimed_by_the_backfill(client: Client, storage: Storage) -> None:
-    """Profiles from before identity rows: ``timeline claim-ids`` writes theirs, after which
-    a look-alike registration is a 409; a look-alike pair that already exists is reported,
-    and both stay reachable by their own spelling."""
-    legacy, pair = _mixed_case("Legacy"), _mixed_case("Pair")
-    for user_id in (legacy, pair, pair.lower()):  # as the old code wrote them: no identity
-        user = User(user_id=user_id, display_name=user_id, created_at=datetime.now(UTC))
-        assert await create_entity(storage, USERS, user.to_entity())
-    found = [found async for found in claim_existing_identities(storage)]
-    assert {frozenset(p) for p in found} >= {frozenset((pair, pair.lower()))}
-    assert all(legacy not in p for p in found)
-    response = await client.post("/users", json={"user_id": legacy.lower()})
-    assert await error_of(response, 409) == "user_exists"
-    for user_id in (pair, pair.lower()):
-        assert (await body_of(await client.get(f"/users/{user_id}")))["user_id"] == user_id
 
 
 async def test_bad_limits_say_what_is_allowed(client: Client) -> None:

@@ -4,14 +4,12 @@ identity row per case-folded id, naming the one spelling that owns it."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 from timeline.errors import ConflictError
 from timeline.model.entities import PROFILE_ROW_KEY, User
 from timeline.model.idempotency import IdempotencyRecord
 from timeline.model.keys import fold_user_id
 from timeline.storage.accounts import Storage
-from timeline.storage.calls import query_page
 from timeline.storage.counters import count_of
 from timeline.storage.names import POSTS, SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING, USERS
 from timeline.tables.credentials import TOKEN_EPOCH
@@ -66,52 +64,16 @@ class UsersRepository:
         dies between its claim and its profile leaves the fold reserved for that spelling,
         which a retry (or anyone) registering the same spelling completes. So two spellings
         of one fold never both get a profile, whatever interleaving or crash."""
-        owner = await self.claim(user_id)
+        folded = fold_user_id(user_id)
+        claim = {"PartitionKey": folded, "RowKey": IDENTITY_ROW_KEY, "user_id": user_id}
+        if await create_entity(self._storage, USERS, claim):
+            return
+        existing = await get_entity(self._storage, USERS, folded, IDENTITY_ROW_KEY)
+        if existing is None:  # claims are never deleted; only a storage rollback gets here
+            raise ConflictError(f"user id {user_id!r} is being claimed", code="user_exists")
+        owner = str(existing["user_id"])
         if owner != user_id:
             raise ConflictError(
                 f"user id {user_id!r} is taken: ids are unique ignoring case and {owner!r} exists",
                 code="user_exists",
             )
-
-    async def claim(self, user_id: str) -> str:
-        """The spelling owning ``user_id``'s fold, ``user_id`` itself if it just claimed it."""
-        folded = fold_user_id(user_id)
-        claim = {"PartitionKey": folded, "RowKey": IDENTITY_ROW_KEY, "user_id": user_id}
-        if await create_entity(self._storage, USERS, claim):
-            return user_id
-        existing = await get_entity(self._storage, USERS, folded, IDENTITY_ROW_KEY)
-        if existing is None:  # claims are never deleted; only a storage rollback gets here
-            raise ConflictError(f"user id {user_id!r} is being claimed", code="user_exists")
-        return str(existing["user_id"])
-
-
-async def claim_existing_identities(storage: Storage) -> AsyncIterator[tuple[str, str]]:
-    """Write the identity row of every profile made before identities existed (idempotent);
-    yield ``(profile, owner)`` for each profile whose fold another spelling owns: look-alike
-    pairs registered before (or while) this ran, both kept, each reachable by its spelling."""
-    users = UsersRepository(storage)
-    for account in range(len(storage.account_ids)):
-        async for user_id in _profiles_on(storage, account):
-            owner = await users.claim(user_id)
-            if owner != user_id:
-                yield user_id, owner
-
-
-async def _profiles_on(storage: Storage, account: int) -> AsyncIterator[str]:
-    client = storage.account_table(account, USERS)
-    continuation = None
-    while True:
-        async with storage.guard():
-            page = await query_page(
-                client,
-                "RowKey eq @row",
-                {"row": PROFILE_ROW_KEY},
-                select=["PartitionKey"],
-                limit=1000,
-                continuation=continuation,
-            )
-        for entity in page.items:
-            yield str(entity["PartitionKey"])
-        continuation = page.continuation
-        if continuation is None:
-            return

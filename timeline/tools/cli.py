@@ -1,5 +1,5 @@
 """``timeline``: the admin command line (init, token, revoke, secret, stats, poison,
-rebalance, regrade, claim-ids, run)."""
+rebalance, regrade, run)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from timeline.storage.rebalance import Rebalancer
 from timeline.tables.credentials import CredentialsRepository
 from timeline.tables.repositories import Repositories
 from timeline.tables.secret import list_keys, load_key_ring, retire_key, rotate_key
-from timeline.tables.users import UsersRepository, claim_existing_identities
+from timeline.tables.users import UsersRepository
 from timeline.tools.stack import Stack, init_storage
 from timeline.tools.views import one_line, poison_lines, stats_lines
 
@@ -147,16 +147,6 @@ def cmd_regrade(settings: Settings, args: argparse.Namespace) -> None:
     asyncio.run(_with_storage(settings, regrade))
 
 
-def cmd_claim_ids(settings: Settings, _args: argparse.Namespace) -> None:
-    async def claim(storage: Storage) -> None:
-        pairs = [pair async for pair in claim_existing_identities(storage)]
-        for profile, owner in pairs:
-            print(f"look-alike: {profile!r} and {owner!r} (the id {owner!r} owns the fold)")
-        print(f"every profile's id is claimed; {len(pairs)} look-alike profile(s)")
-
-    asyncio.run(_with_storage(settings, claim))
-
-
 def cmd_run(settings: Settings, _args: argparse.Namespace) -> None:
     sys.exit(Stack(settings).run())
 
@@ -188,10 +178,6 @@ def build_parser() -> argparse.ArgumentParser:
         "apart from internal ones)",
     ).set_defaults(func=cmd_stats)
     commands.add_parser("run", help="run storage, API and worker").set_defaults(func=cmd_run)
-    commands.add_parser(
-        "claim-ids",
-        help="make every existing user own its id ignoring case (once, after upgrading)",
-    ).set_defaults(func=cmd_claim_ids)
     rebalance = commands.add_parser(
         "rebalance", help="move partitions onto accounts added at the end of the list"
     )
