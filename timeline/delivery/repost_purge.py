@@ -59,7 +59,7 @@ class RepostPurge:
             if stopped is not None:
                 return stopped
             limit -= 1
-        after = None if start.reposter is None else (start.reposter, start.repost_id)
+        after = _row(start)
         page = await self._index_page(author, post_id, after, limit, budget)
         for reposter, repost_id in page.items:
             if budget.spent:
@@ -76,7 +76,7 @@ class RepostPurge:
         self,
         author: str,
         post_id: str,
-        after: tuple[str, str | None] | None,
+        after: tuple[str, str] | None,
         limit: int,
         budget: _Budget,
     ) -> Page[tuple[str, str]]:
@@ -94,9 +94,10 @@ class RepostPurge:
     ) -> RepostsPosition | None:
         """Go on with the repost a step stopped inside: its followers from the cursor, while
         its index row is there (a repeated step may find it done: its row goes last)."""
-        reposter, repost_id = start.reposter, start.repost_id
-        if reposter is None or repost_id is None:
+        row = _row(start)
+        if row is None:
             return None  # never made: a position inside a repost names it
+        reposter, repost_id = row
         if not await self._repos.reposts.indexed(author, post_id, reposter, repost_id):
             return None
         stopped = await self._repost(post_id, reposter, repost_id, start.followers, budget)
@@ -136,7 +137,14 @@ class RepostPurge:
             await self._repos.reposts.drop_index(author, post_id, reposter, repost_id)
 
 
-def _after(row: tuple[str, str | None] | None) -> RepostsPosition:
+def _row(position: RepostsPosition) -> tuple[str, str] | None:
+    """The index row a position names: its reposter and repost (None: from the first)."""
+    if position.reposter is None or position.repost_id is None:
+        return None
+    return position.reposter, position.repost_id
+
+
+def _after(row: tuple[str, str] | None) -> RepostsPosition:
     """Resume the walk after this index row (None: from the first)."""
     if row is None:
         return RepostsPosition()

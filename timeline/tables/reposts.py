@@ -201,16 +201,15 @@ class RepostsRepository:
         self,
         author: str,
         post_id: str,
-        after: tuple[str, str | None] | None,
+        after: tuple[str, str] | None,
         limit: int,
         continuation: dict[str, str] | None = None,
     ) -> Page[tuple[str, str]]:
         """One query's worth of ``(reposter, repost_id)`` filed under the post, in key order,
-        after the row of ``after`` (a reposter and repost; None: from the first; a reposter
-        without a repost: from that reposter's first); ``continuation`` None when none are
-        left."""
+        after the row of ``after`` (a reposter and repost; None: from the first);
+        ``continuation`` None when none are left."""
         prefix = f"{REPOSTS_OF}{post_id}-"
-        first = None if after is None else prefix + after[0] + (f"-{after[1]}" if after[1] else "")
+        first = None if after is None else index_row_key(post_id, *after)
         rows = await self._range(author, prefix, limit, continuation, first=first)
         found = [(str(row["reposter"]), str(row["repost_id"])) for row in rows.items]
         return Page(found, rows.continuation)
