@@ -138,9 +138,7 @@ async def test_keys_are_stored_as_hmacs_and_expired_rows_are_swept(
     assert hashlib.sha256(key.encode()).hexdigest() not in stored  # not a bare hash either
     key_rows = [row["RowKey"] for row in rows if row["RowKey"].startswith("~idem-")]
     assert len(key_rows) == 1
-    legacy = {"PartitionKey": author, "RowKey": "~key-" + "0" * 64, "post": "old"}
-    await storage.table(POSTS, author).create_entity(legacy)
-    assert await repos.posts.sweep_keys(author) == 1  # live keys stay; the old kind goes
+    assert await repos.posts.sweep_keys(author) == 0  # live keys stay
     assert await repos.posts.sweep_keys(author, now=2**40) == 1
     left = [
         row["RowKey"]
@@ -148,5 +146,5 @@ async def test_keys_are_stored_as_hmacs_and_expired_rows_are_swept(
             "PartitionKey eq @pk", parameters={"pk": author}
         )
     ]
-    assert not [row for row in left if row.startswith(("~idem-", "~key-"))]
+    assert not [row for row in left if row.startswith("~idem-")]
     assert (await body_of(await client.get(f"/users/{author}")))["posts"] == 1

@@ -41,15 +41,11 @@ from timeline.tables.traces import sweep_traces, trace_of
 
 KEY_ROWS = f"{META}idem-"
 """An idempotency key's row: ``~idem-{HMAC of the key}``, its post and its record."""
-LEGACY_KEY_ROWS = f"{META}key-"
-"""Rows of keys from before records (an unsalted SHA-256, no expiry): swept, never read."""
 SWEEP_ROWS = 100
 """Expired key rows one sweep removes (one query and one batch)."""
-_SWEPT = (
-    "(RowKey ge @legacy and RowKey lt @legacy_end )"
-    " or (RowKey ge @keys and RowKey lt @keys_end and idem_expires lt @now )"
-)
-"""(The SDK substitutes a parameter only when a space follows it, hence ``@now )``.)"""
+_SWEPT = "RowKey ge @keys and RowKey lt @keys_end and idem_expires lt @now"
+"""(The SDK substitutes a parameter only when a space follows it, hence ``@now )`` in the
+query.)"""
 
 
 class PostsRepository:
@@ -135,13 +131,11 @@ class PostsRepository:
                 )
 
     async def sweep_keys(self, author: str, *, now: float | None = None) -> int:
-        """Remove up to ``SWEEP_ROWS`` of the author's expired key rows (and rows of the old
-        unsalted kind) in one query and one batch; returns how many went. Each delete holds
-        only if the row is unchanged since read, so a key reused meanwhile keeps its row."""
+        """Remove up to ``SWEEP_ROWS`` of the author's expired key rows in one query and one
+        batch; returns how many went. Each delete holds only if the row is unchanged since
+        read, so a key reused meanwhile keeps its row."""
         parameters = {
             "pk": author,
-            "legacy": LEGACY_KEY_ROWS,
-            "legacy_end": LEGACY_KEY_ROWS[:-1] + ".",
             "keys": KEY_ROWS,
             "keys_end": KEY_ROWS[:-1] + ".",
             "now": float(time.time() if now is None else now),  # Edm.Double, as stored
