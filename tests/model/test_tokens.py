@@ -86,20 +86,6 @@ def test_key_ring_signs_with_the_newest_key_and_verifies_with_all() -> None:
         retired.verify(old_token)
 
 
-def test_tokens_from_before_key_ids_verify_with_key_1() -> None:
-    """``{user}.{expiry}.{mac}``, as every token minted before key ids looked."""
-    import base64
-    import hashlib
-    import hmac
-
-    body = f"alice.{int(time.time()) + 60}"
-    mac = hmac.new(b"k1", b"bearer\x00" + body.encode(), hashlib.sha256).digest()
-    legacy = f"{body}.{base64.urlsafe_b64encode(mac).rstrip(b'=').decode()}"
-    bearer = SIGNER.verify(legacy)
-    assert (bearer.user_id, bearer.key_id, bearer.epoch) == ("alice", "1", 0)
-    assert bearer.token_id == legacy[-43:][:11]
-
-
 def test_each_token_has_its_own_id() -> None:
     ids = {SIGNER.verify(SIGNER.mint_bearer("alice")).token_id for _ in range(50)}
     assert len(ids) == 50

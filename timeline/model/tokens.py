@@ -34,11 +34,8 @@ _BEARER = re.compile(
     + r"\.[0-9]{1,19}\.[1-9][0-9]{0,8}\.[0-9]{1,9}\.[A-Za-z0-9_-]{11}\.[A-Za-z0-9_-]{43}\Z"
 )
 """The shape ``mint_bearer`` produces: ``{user}.{expiry}.{key id}.{epoch}.{token id}.{mac}``."""
-_LEGACY_BEARER = re.compile(
-    USER_ID_PATTERN.removesuffix("$") + r"\.[0-9]{1,19}\.[A-Za-z0-9_-]{43}\Z"
-)
-"""Tokens from before key ids: ``{user}.{expiry}.{mac}``, signed with key ``1``, epoch 0."""
-LEGACY_KEY_ID = "1"
+FIRST_KEY_ID = "1"
+"""The id of a key ring's first key (a configured secret's only one)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +51,7 @@ class KeyRing:
     @classmethod
     def single(cls, secret: bytes) -> KeyRing:
         """One key (``1``) that is also the data key: a configured ``TIMELINE_AUTH_SECRET``."""
-        return cls({LEGACY_KEY_ID: secret}, LEGACY_KEY_ID, secret)
+        return cls({FIRST_KEY_ID: secret}, FIRST_KEY_ID, secret)
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,15 +119,10 @@ class TokenSigner:
         with surrogate escapes (non-UTF-8 bytes) must be a 401, not a ``UnicodeEncodeError``.
         """
         invalid = AuthenticationError("the bearer token is not valid", code="invalid_token")
-        if _BEARER.match(token):
-            body, _, signature = token.rpartition(".")
-            user_id, expires, kid, epoch, token_id = body.split(".")
-        elif _LEGACY_BEARER.match(token):
-            body, _, signature = token.rpartition(".")
-            user_id, expires = body.split(".")
-            kid, epoch, token_id = LEGACY_KEY_ID, "0", signature[:11]
-        else:
+        if not _BEARER.match(token):
             raise invalid
+        body, _, signature = token.rpartition(".")
+        user_id, expires, kid, epoch, token_id = body.split(".")
         key = self.ring.keys.get(kid)
         if key is None:
             raise UnknownKeyError("the bearer token's key is not valid", code="invalid_token")

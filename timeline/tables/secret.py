@@ -5,7 +5,8 @@ rotated) and the bearer-token key ring (partition ``keyring``, one row per key i
 The ring's newest key signs new tokens; every key in it verifies them. ``rotate_key`` adds a
 newer key (processes sign with it once they reload the ring); ``retire_key`` deletes an older
 one (its tokens stop verifying once processes reload). The first ring is key ``1``, a copy
-of the data key, so tokens minted before key ids existed stay valid until key 1 is retired.
+of the data key, as with a configured secret: a deployment that unsets
+``TIMELINE_AUTH_SECRET`` over that same secret stored keeps its tokens valid.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
 
 from timeline.errors import ConfigurationError, StorageUnavailableError
-from timeline.model.tokens import LEGACY_KEY_ID, KeyRing
+from timeline.model.tokens import FIRST_KEY_ID, KeyRing
 from timeline.retry import backoff_delay
 from timeline.storage.accounts import Storage
 
@@ -107,7 +108,7 @@ async def load_key_ring(
     data_key = await auth_secret(storage, None, legacy_file)
     rows = await _ring_rows(storage)
     if not rows:
-        first = {"PartitionKey": KEYRING, "RowKey": _row_key(LEGACY_KEY_ID)}
+        first = {"PartitionKey": KEYRING, "RowKey": _row_key(FIRST_KEY_ID)}
         async with storage.guard():
             with suppress(ResourceExistsError):
                 await storage.meta_table().create_entity({**first, "value": data_key.decode()})
