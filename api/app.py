@@ -64,9 +64,7 @@ def create_app(settings: Settings, connection_string: str) -> web.Application:
     async def storage_ctx(app: web.Application) -> AsyncIterator[None]:
         async with Storage(connection_string, settings.storage_options()) as storage:
             app[STORAGE_KEY] = storage
-            ring = await wait_for_key_ring(
-                storage, settings.auth_secret, settings.legacy_secret_file
-            )
+            ring = await wait_for_key_ring(storage, settings.auth_secret)
             app[SERVICE_KEY] = _build_service(settings, storage, ring)
             yield
 
@@ -103,9 +101,7 @@ def _build_service(settings: Settings, storage: Storage, ring: KeyRing) -> Timel
         ),
         timeline_cap=settings.max_timeline_items,
         credentials_cache_s=settings.credentials_cache_s,
-        load_ring=partial(
-            load_key_ring, storage, settings.auth_secret, settings.legacy_secret_file
-        ),
+        load_ring=partial(load_key_ring, storage, settings.auth_secret),
         idempotency_window_s=settings.idempotency_window_s,
         arrival_window_s=settings.worker_arrival_window_s,
     )

@@ -195,7 +195,7 @@ async def main_async(args: argparse.Namespace) -> None:
     async with Storage(settings.connection_string(), options) as storage:
         await storage.create_all()
         await seed(storage, graph, authors=args.authors, posts_per_author=args.posts, large=large)
-        secret = await auth_secret(storage, settings.auth_secret, settings.legacy_secret_file)
+        secret = await auth_secret(storage, settings.auth_secret)
     args.tokens.parent.mkdir(parents=True, exist_ok=True)
     args.tokens.write_text(json.dumps(mint_tokens(settings, secret, graph.users)))
     merged_readers = sorted({fan for author in large for fan in graph.followers[author]})

@@ -263,11 +263,6 @@ class Settings(BaseSettings):
             )
         )
 
-    @property
-    def legacy_secret_file(self) -> Path:
-        """Where versions before the secret moved into storage kept a generated secret."""
-        return self.data_dir / "auth-secret"
-
     def retry_policy(self) -> RetryPolicy:
         return RetryPolicy(base_s=self.worker_retry_base_s, cap_s=self.worker_retry_cap_s)
 

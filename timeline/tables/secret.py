@@ -17,7 +17,6 @@ import secrets
 from contextlib import suppress
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
@@ -32,15 +31,11 @@ log = logging.getLogger(__name__)
 SECRET_KEYS = ("secret", "auth")
 
 
-async def auth_secret(
-    storage: Storage, configured: str | None, legacy_file: Path | None = None
-) -> bytes:
+async def auth_secret(storage: Storage, configured: str | None) -> bytes:
     """The configured secret, else the one in the placement home's ``timelineMeta`` table.
 
     The first process to find none creates it with an insert; a concurrent one's insert
-    fails and it reads the winner's, so every process on every host signs with one key. A
-    secret file an earlier version kept under the data directory (``legacy_file``) becomes
-    the stored secret, so tokens it signed stay valid.
+    fails and it reads the winner's, so every process on every host signs with one key.
     """
     if configured:
         return configured.encode()
@@ -51,7 +46,7 @@ async def auth_secret(
         except ResourceNotFoundError:
             pass
     partition_key, row_key = SECRET_KEYS
-    value = (await asyncio.to_thread(_read, legacy_file)) or secrets.token_urlsafe(32)
+    value = secrets.token_urlsafe(32)
     created = {"PartitionKey": partition_key, "RowKey": row_key, "value": value}
     async with storage.guard():
         try:
@@ -62,26 +57,20 @@ async def auth_secret(
             raise StorageUnavailableError(
                 "storage is not initialised: run `timeline init`", retry_after=5
             ) from None
-    return str(created["value"]).encode()
+    return value.encode()
 
 
-async def wait_for_key_ring(
-    storage: Storage, configured: str | None, legacy_file: Path | None = None
-) -> KeyRing:
+async def wait_for_key_ring(storage: Storage, configured: str | None) -> KeyRing:
     """``load_key_ring``, retried with backoff while storage is unreachable or not yet
     initialised: a process started before its storage waits instead of crashing."""
     attempt = 0
     while True:
         try:
-            return await load_key_ring(storage, configured, legacy_file)
+            return await load_key_ring(storage, configured)
         except StorageUnavailableError as error:
             attempt += 1
             log.warning("waiting for storage to read the key ring: %s", error.message)
             await asyncio.sleep(backoff_delay(attempt, base=0.5, cap=10))
-
-
-def _read(path: Path | None) -> str:
-    return path.read_text().strip() if path is not None and path.is_file() else ""
 
 
 KEYRING = "keyring"
@@ -97,15 +86,13 @@ def _row_key(key_id: str) -> str:
     return f"{int(key_id):09d}"
 
 
-async def load_key_ring(
-    storage: Storage, configured: str | None, legacy_file: Path | None = None
-) -> KeyRing:
+async def load_key_ring(storage: Storage, configured: str | None) -> KeyRing:
     """The key ring: a configured secret alone (key ``1``, not rotatable), else the stored
     ring, created as key ``1`` = the data key the first time (an insert: concurrent
     processes agree on the winner's)."""
     if configured:
         return KeyRing.single(configured.encode())
-    data_key = await auth_secret(storage, None, legacy_file)
+    data_key = await auth_secret(storage, None)
     rows = await _ring_rows(storage)
     if not rows:
         first = {"PartitionKey": KEYRING, "RowKey": _row_key(FIRST_KEY_ID)}

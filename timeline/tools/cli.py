@@ -40,7 +40,7 @@ def cmd_token(settings: Settings, args: argparse.Namespace) -> None:
     async def mint(storage: Storage) -> None:
         if not await UsersRepository(storage).exists(args.user):
             raise TimelineError(f"user {args.user!r} does not exist", code="user_not_found")
-        ring = await load_key_ring(storage, settings.auth_secret, settings.legacy_secret_file)
+        ring = await load_key_ring(storage, settings.auth_secret)
         epoch = (await CredentialsRepository(storage).state(args.user)).epoch
         signer = TokenSigner(ring, token_ttl_s=settings.token_ttl_s)
         print(signer.mint_bearer(args.user, epoch=epoch))
@@ -58,7 +58,7 @@ def cmd_revoke(settings: Settings, args: argparse.Namespace) -> None:
 
 def cmd_secret_list(settings: Settings, _args: argparse.Namespace) -> None:
     async def show(storage: Storage) -> None:
-        await load_key_ring(storage, settings.auth_secret, settings.legacy_secret_file)
+        await load_key_ring(storage, settings.auth_secret)
         keys = await list_keys(storage)
         for key in keys:
             signs = "\tsigns new tokens" if key is keys[-1] else ""
