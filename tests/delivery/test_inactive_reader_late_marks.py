@@ -1,6 +1,7 @@
 """Inactive readers: a dormancy mark that reaches storage late (held, or orphaned by a failed
-sweep) never outlives the wake. Real Azurite; requests are held (or failed) on the HTTP
-session (``aiohttp.TraceConfig``), as in ``test_inactive_reader_races``."""
+sweep) never outlives the wake, nor lands on the next dormancy. Real Azurite; requests are
+held (or failed) on the HTTP session (``aiohttp.TraceConfig``), as in
+``test_inactive_reader_races``."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any
 
 import aiohttp
 
-from tests.delivery.helpers import run_every_pass
+from tests.delivery.helpers import add_posts, run_every_pass
 from tests.delivery.test_inactive_reader_races import (
     INACTIVITY,
     LATER,
@@ -24,9 +25,12 @@ from tests.delivery.test_inactive_reader_races import (
 )
 from timeline.config import Settings
 from timeline.delivery.dormancy import Dormancy
+from timeline.model.messages import PostCreated
 from timeline.storage.accounts import Storage, StorageOptions
 from timeline.storage.names import SUBJECT_FOLLOWERS, TIMELINES
 from timeline.storage.writer import PartitionWriter
+from timeline.tables.follows import INACTIVE_FROM
+from timeline.tables.rows import get_entity
 
 
 @contextlib.asynccontextmanager
@@ -96,3 +100,42 @@ async def test_a_sweep_that_fails_on_one_mark_leaves_no_late_mark(
             # the check is still filed (the sweep raised): the next sweep judges it
             await Dormancy(slow, INACTIVITY, flag_window_s=60).check(w.reader, time.time())
         assert await w.flagged() == [], "a follow row is marked inactive with no marker"
+
+
+async def test_a_held_mark_of_an_ended_dormancy_cannot_land_on_the_next_dormancy(
+    settings: Settings, storage: Storage
+) -> None:
+    """Claim 1 against a second dormancy: a mark of the first dormancy, held on the wire past
+    its whole wake and past the next dormancy's own marks, is released. Had it landed it
+    would bound the row's skips by the first ``since`` while the second wake copies from the
+    second ``since``: a post made between the two, fanned out late, would be lost. It fails
+    its condition (the row was rewritten twice since it was read), and the post arrives."""
+    async with PartitionWriter(storage, TIMELINES, linger_s=0) as writer:
+        w = await world(storage, writer, authors=1)
+        author = w.authors[0]
+        await w.pages()  # stamped
+        wire = Wire()
+        wire.arm(follow_row_write)
+        async with wired(settings, wire) as slow:
+            sweep = asyncio.create_task(
+                Dormancy(slow, INACTIVITY, flag_window_s=60).check(w.reader, LATER)
+            )
+            await asyncio.wait_for(wire.held.wait(), 20)  # the first dormancy's mark, held
+            first = (await w.repos.activity.head(w.reader)).since
+            await w.pages()  # the reader is back: wake queued, marker "waking"
+            await run_every_pass(w.processor, await w.wake_message())
+            assert await w.marker_state() is None
+            (between,) = await add_posts(w.repos, author, 1)  # its message still queued
+            assert await Dormancy(storage, INACTIVITY, flag_window_s=60).check(w.reader, LATER)
+            second = (await w.repos.activity.head(w.reader)).since
+            assert first < between.created_at.timestamp() < second
+            assert await w.flagged() == [author]
+            wire.gate.set()
+            assert not await asyncio.wait_for(sweep, 20), "the held mark did not fail"
+        row = await get_entity(storage, SUBJECT_FOLLOWERS, author, w.reader)
+        assert row is not None
+        assert row[INACTIVE_FROM] == second
+        await run_every_pass(w.processor, PostCreated(author=author, post_id=between.post_id))
+        await w.pages()
+        await run_every_pass(w.processor, await w.wake_message())
+        assert between.post_id in await w.partition()

@@ -63,7 +63,7 @@ class Attendance:
     async def registered(self, reader: str) -> None:
         """A new user counts as active from registration (the dormancy check filed before
         the stamp is written), so one who never reads goes dormant; a failure is logged (the
-        user then counts as active until its first read, as one from before the upgrade)."""
+        user then counts as active until its first read)."""
         if not self._inactivity.enabled:
             return
         try:

@@ -102,8 +102,8 @@ class Head:
 
     @property
     def since(self) -> float:
-        """When this dormancy began (epoch seconds; 0 for a marker from before ``since``)."""
-        return float(self.marker.get(SINCE) or 0.0) if self.marker is not None else 0.0
+        """When this dormancy began (epoch seconds; 0 when not dormant)."""
+        return float(self.marker[SINCE]) if self.marker is not None else 0.0
 
     @property
     def generation(self) -> str:

@@ -350,10 +350,9 @@ class FollowsRepository:
 
 
 def _skips(follow: TableEntity, posted_at: float) -> bool:
-    """Whether a follow row marked inactive skips a post made at ``posted_at``; a mark
-    without ``inactive_from`` (from before it existed) skips nothing."""
-    since = follow.get(INACTIVE_FROM)
-    return bool(follow.get(INACTIVE)) and since is not None and posted_at >= float(since)
+    """Whether a follow row marked inactive skips a post made at ``posted_at`` (a mark sets
+    ``inactive_from`` with ``inactive``)."""
+    return bool(follow.get(INACTIVE)) and posted_at >= float(follow[INACTIVE_FROM])
 
 
 def is_follow_row(row_key: str) -> bool:
