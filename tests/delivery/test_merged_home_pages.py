@@ -8,9 +8,7 @@ from __future__ import annotations
 from tests.delivery.helpers import add_follow, remove_follow
 from tests.delivery.hybrid_helpers import HYBRID, add_post, home_pages, new_users
 from timeline.model.keys import now_ticks
-from timeline.reads.home import HomeTimeline, Position
 from timeline.storage.accounts import Storage
-from timeline.storage.names import TIMELINES
 from timeline.tables.repositories import Repositories
 
 
@@ -33,34 +31,3 @@ async def test_an_unfollowed_merged_authors_copies_never_show(
     for limit in (1, 2, 250):
         pages = await home_pages(storage, reader, limit=limit)
         assert [p for page in pages for p in page] == [old.post_id], limit
-
-
-async def test_a_pre_hybrid_continuation_still_pages(storage: Storage, repos: Repositories) -> None:
-    """A home timeline continuation minted before this change (a storage continuation
-    plus ``n``) is claimed to keep working; check it with the emulator's own format."""
-    from timeline.service.timelines import _home_position
-    from timeline.storage.calls import query_page
-
-    reader, small = await new_users(repos, "reader", "small")
-    posts = [await add_post(repos, small, now_ticks() - i * 1000) for i in range(3)]
-    await repos.timelines.put_many(reader, posts)
-    page = await query_page(
-        storage.reader(TIMELINES, reader),
-        "PartitionKey eq @pk and RowKey lt @meta",
-        {"pk": reader, "meta": "~"},
-        select=["RowKey"],
-        limit=1,
-        continuation=None,
-    )
-    assert page.continuation is not None
-    old_token = {**page.continuation, "n": "1"}
-    position, served = _home_position(old_token)
-    assert served == 1
-    home = HomeTimeline(storage, max_merged=HYBRID.max_merged)
-    rest: list[str] = []
-    following: Position | None = position
-    while following is not None:
-        items, following = await home.page(reader, 1, following)
-        rest.extend(item.post_id for item in items)
-    newest_first = sorted(posts, key=lambda post: post.row_key)
-    assert rest == [post.post_id for post in newest_first[1:]]

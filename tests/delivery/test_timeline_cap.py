@@ -158,7 +158,7 @@ async def test_a_signed_continuation_with_a_bad_count_is_a_400(capped: Any) -> N
     reader = unique("reader")
     token = await api.register(reader)
     signer = TokenSigner(TEST_SECRET.encode(), token_ttl_s=60)
-    forged = signer.encode_continuation(f"timeline:{reader}", {"NextRowKey": "x", "n": "abc"})
+    forged = signer.encode_continuation(f"timeline:{reader}", {"a": "0", "m": "", "n": "abc"})
     response = await api.client.get(
         f"/users/{reader}/timeline", params={"continuation": forged}, headers=bearer(token)
     )

@@ -83,7 +83,7 @@ async def visible_rows(
             kept.clear()
             read = _take(rows, hidden, wanted, kept)
         else:
-            following = replace(following, after=kept[-1]["RowKey"], resume=None)
+            following = replace(following, after=kept[-1]["RowKey"])
     rounds = 1  # a page short for other reasons (a dense merged author) stays as it was
     while hidden and len(kept) < wanted and following is not None and rounds < MAX_ROUNDS:
         start = following
@@ -91,7 +91,7 @@ async def visible_rows(
         rounds += 1
         taken = _take(rows, hidden, wanted, kept)
         if taken < len(rows):  # the rest is read again by the next page
-            following = replace(start, after=kept[-1]["RowKey"], resume=None)
+            following = replace(start, after=kept[-1]["RowKey"])
         read += taken
     if thinning is not None:
         thinning.note(owner, read, len(kept))

@@ -51,14 +51,12 @@ HEAD_ROWS = 5
 @dataclass(frozen=True, slots=True)
 class Position:
     """Where the next page starts: after the row key ``after``, with the authors the first
-    page listed (None: this is a first page, so read the merge rows); or, for a token made
-    before hybrid fan-out, the storage continuation of the reader's own partition. Pages
-    stop before the row key ``until``: a newer-than read sets it to the client's position
-    (older posts have greater keys), so its pages end there."""
+    page listed (None: this is a first page, so read the merge rows). Pages stop before the
+    row key ``until``: a newer-than read sets it to the client's position (older posts have
+    greater keys), so its pages end there."""
 
     after: str = FIRST_POST_KEY
     listed: tuple[str, ...] | None = None
-    resume: dict[str, str] | None = None
     until: str = META
     dormant: bool = False
     """Pages of a dormant reader: every followed author (and the reader) merged from
@@ -258,9 +256,7 @@ class HomeTimeline:
                 return source, tuple(listed), head_of(heads)
 
     async def _own(self, owner: str, limit: int, position: Position) -> _Source:
-        return await self._query(
-            TIMELINES, owner, position.after, position.until, limit, position.resume
-        )
+        return await self._query(TIMELINES, owner, position.after, position.until, limit)
 
     async def _authors(
         self,
@@ -324,7 +320,6 @@ class HomeTimeline:
         after: str,
         until: str,
         limit: int,
-        resume: dict[str, str] | None = None,
     ) -> _Source:
         async with self._storage.guard():
             page = await query_rows(
@@ -333,7 +328,7 @@ class HomeTimeline:
                 {"pk": partition, "until": until, "after": after},
                 select=[*POST_SELECT, "void"],
                 limit=limit,
-                continuation=resume,
+                continuation=None,
             )
         last = page.items[-1]["RowKey"] if page.items else after
         rows = [row for row in page.items if not row.get("void")]

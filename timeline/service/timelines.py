@@ -165,26 +165,20 @@ class Timelines:
 
 
 def _home_position(token: dict[str, str] | None) -> tuple[Position, int]:
-    """The position and served count of a home timeline continuation; a token from before
-    hybrid fan-out (a storage continuation) resumes that query and merges nothing."""
+    """The position and served count of a home timeline continuation."""
     if token is None:
         return Position(), 0
-    served = token.get(SERVED, "0")
-    if AFTER in token:
-        after = token[AFTER]
-        listed = tuple(author for author in token.get(LISTED, "").split(",") if author)
-        until = token.get(UNTIL, META)
-        valid = (
-            (after == FIRST_POST_KEY or POSITION_KEY.match(after))
-            and all(map(_USER_ID.match, listed))
-            and (until == META or POSITION_KEY.match(until))
-            and token.get(DORMANT, "1") == "1"
-        )
-        position = Position(after, listed, until=until, dormant=DORMANT in token)
-    else:
-        resume = {key: value for key, value in token.items() if key != SERVED}
-        valid = bool(resume) and not {LISTED, UNTIL, DORMANT} & resume.keys()
-        position = Position(listed=(), resume=resume)
+    served = token.get(SERVED, "")
+    after = token.get(AFTER, "")
+    listed = tuple(author for author in token.get(LISTED, "").split(",") if author)
+    until = token.get(UNTIL, META)
+    valid = (
+        (after == FIRST_POST_KEY or POSITION_KEY.match(after))
+        and all(map(_USER_ID.match, listed))
+        and (until == META or POSITION_KEY.match(until))
+        and token.get(DORMANT, "1") == "1"
+    )
+    position = Position(after, listed, until=until, dormant=DORMANT in token)
     if not valid or not served.isdigit():
         raise InvalidInputError("the continuation token is malformed", code="invalid_continuation")
     return position, int(served)
