@@ -22,8 +22,8 @@ from azure.core.exceptions import ServiceRequestError
 from azure.core.rest import AsyncHttpResponse, HttpRequest
 from azure.data.tables.aio import TableClient
 
-from timeline.storage import lean
 from timeline.storage.accounts import Storage, StorageOptions
+from timeline.storage.wire import lean
 
 WRITES = frozenset(
     {"create_entity", "upsert_entity", "update_entity", "delete_entity", "submit_transaction"}

@@ -18,8 +18,8 @@ import aiohttp
 from loadtest.bench.harness import bounded, timeline_entity
 from timeline.model.keys import now_ticks
 from timeline.storage.accounts import Storage
-from timeline.storage.egt import entity_json, row_keys
 from timeline.storage.names import TIMELINES
+from timeline.storage.wire.egt import entity_json, row_keys
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 

@@ -19,9 +19,10 @@ from timeline.model.entities import POST_SELECT, Page
 from timeline.model.tokens import TokenSigner
 from timeline.reads.home import HomeTimeline, Position
 from timeline.service.paging import Pager
-from timeline.storage import calls, lean
+from timeline.storage import calls
 from timeline.storage.accounts import Storage
 from timeline.storage.names import TIMELINES
+from timeline.storage.wire import lean
 
 PAGE = 250
 QUERY = "PartitionKey eq @pk"

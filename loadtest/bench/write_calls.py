@@ -2,7 +2,7 @@
 timeline entities (a backlog's deliveries to one reader) and a single upsert (a live
 delivery), each to a partition of its own, 16 in flight as a worker keeps them, timed with
 ``time.process_time`` (Azurite is another process). Through the lean calls
-(``timeline.storage.lean``) and through the table SDK's own calls on the same clients."""
+(``timeline.storage.wire.lean``) and through the table SDK's own calls on the same clients."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from azure.data.tables import UpdateMode
 from loadtest.bench.harness import bounded, timeline_entity
 from loadtest.bench.single_calls import IN_FLIGHT, fresh_connection
 from timeline.model.keys import now_ticks
-from timeline.storage import lean
 from timeline.storage.accounts import Storage
 from timeline.storage.names import TIMELINES
+from timeline.storage.wire import lean
 
 BATCHES = 48
 BATCH_ROWS = 100

@@ -21,11 +21,11 @@ from tests.storage import sdk
 from tests.storage.sdk import TABLE_PATHS
 from timeline.config import Settings
 from timeline.model.entities import Page
-from timeline.storage import lean
 from timeline.storage.accounts import Storage
 from timeline.storage.calls import Operation, as_entity, query_rows, submit_batch
-from timeline.storage.egt import build_batch, entity_json, parse_batch
 from timeline.storage.names import TIMELINES
+from timeline.storage.wire import lean
+from timeline.storage.wire.egt import build_batch, entity_json, parse_batch
 
 PATHS = list(TABLE_PATHS)
 _convert_to_entity: Callable[[dict[str, Any]], TableEntity] = sdk_convert

@@ -1,4 +1,4 @@
-"""Queue calls on the lean path (``timeline.storage.lean_queue``: receive, send, update,
+"""Queue calls on the lean path (``timeline.storage.wire.lean_queue``: receive, send, update,
 delete) against the queue SDK's own calls on the same clients (``tests/storage/sdk.py``), on
 real Azurite: each path reads what the other wrote, with the same fields and types; the same
 errors (a stale pop receipt's 404, a message too large, a missing queue); base64 content as

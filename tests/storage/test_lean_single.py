@@ -1,4 +1,4 @@
-"""Single-entity calls on the lean path (``timeline.storage.lean_single``: point read,
+"""Single-entity calls on the lean path (``timeline.storage.wire.lean_single``: point read,
 insert, replace or merge with ``If-Match``, delete) against the SDK's own calls on the same
 client (``tests/storage/sdk.py``), on real Azurite: the same entities, etags and metadata,
 the same errors (404, 409, 412, a bad etag), odd keys, and the same retries on a busy server

@@ -24,12 +24,12 @@ from tests.storage.sdk import TABLE_PATHS
 from tests.worker.helpers import author_with_followers, timeline_ids
 from timeline.config import Settings
 from timeline.model.messages import PostCreated
-from timeline.storage import lean
 from timeline.storage.accounts import Storage, StorageOptions
 from timeline.storage.azurite import Azurite
 from timeline.storage.clients import Clients
 from timeline.storage.names import TIMELINES
 from timeline.storage.queue import FanoutQueue
+from timeline.storage.wire import lean
 from timeline.tables.repositories import Repositories
 
 PATHS = list(TABLE_PATHS)

@@ -1,7 +1,8 @@
-"""The Azure SDKs' private names the lean storage path uses (``timeline.storage.sdk_internals``)
-are all still where it looks for them, and it uses no other: each function resolves in the
-installed SDK releases, each client attribute on real clients as ``Storage`` builds them,
-and no module of ``timeline/`` names a private SDK name anywhere else.
+"""The Azure SDKs' private names the lean storage path uses
+(``timeline.storage.wire.sdk_internals``) are all still where it looks for them, and it uses no
+other: each function resolves in the installed SDK releases, each client attribute on real
+clients as ``Storage`` builds them, and no module of ``timeline/`` names a private SDK name
+anywhere else.
 
 A private function an SDK release moved fails ``sdk_internals``'s import (and so every test
 session) with ``SdkInternalsMoved``, which names it; a moved client attribute fails
@@ -21,13 +22,13 @@ from azure.core.pipeline.policies import ProxyPolicy
 from azure.core.pipeline.transport import AioHttpTransport
 from azure.data.tables import TableEntity
 
-from timeline.storage import sdk_internals
 from timeline.storage.accounts import Storage
 from timeline.storage.names import TIMELINES
-from timeline.storage.sdk_internals import ATTRIBUTES, FUNCTIONS, SdkInternalsMoved
+from timeline.storage.wire import sdk_internals
+from timeline.storage.wire.sdk_internals import ATTRIBUTES, FUNCTIONS, SdkInternalsMoved
 
 ROOT = Path(__file__).resolve().parents[2]
-HOME = ROOT / "timeline" / "storage" / "sdk_internals.py"
+HOME = ROOT / "timeline" / "storage" / "wire" / "sdk_internals.py"
 
 
 def test_every_private_sdk_function_resolves_to_what_the_module_names() -> None:
@@ -136,6 +137,6 @@ def test_no_private_sdk_name_is_used_anywhere_else() -> None:
                 and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))
             ):
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno}: .{node.attr}")
-    assert not found, "private names outside timeline/storage/sdk_internals.py:\n" + "\n".join(
+    assert not found, "private names outside timeline/storage/wire/sdk_internals.py:\n" + "\n".join(
         found
     )

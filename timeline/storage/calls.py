@@ -16,7 +16,7 @@ from azure.data.tables import TableEntity, TableTransactionError, UpdateMode
 from azure.data.tables.aio import TableClient
 
 from timeline.model.entities import Page
-from timeline.storage import lean, lean_single
+from timeline.storage.wire import lean, lean_single
 
 if TYPE_CHECKING:
     from timeline.storage.accounts import Storage

@@ -1,5 +1,5 @@
 """One queue call each: a receive, a send, an update (lease renewal or rewrite) and a delete
-of a message, on the lean path (``timeline.storage.lean_queue``: the queue SDK's requests,
+of a message, on the lean path (``timeline.storage.wire.lean_queue``: the queue SDK's requests,
 answers and errors without its XML model layer)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 from azure.storage.queue import QueueMessage
 from azure.storage.queue.aio import QueueClient
 
-from timeline.storage import lean_queue
+from timeline.storage.wire import lean_queue
 
 
 async def receive_messages(

@@ -46,7 +46,7 @@ from azure.core.rest import AsyncHttpResponse, HttpRequest
 from azure.data.tables.aio import TableClient
 from azure.storage.queue.aio import QueueClient
 
-from timeline.storage.sdk_internals import (
+from timeline.storage.wire.sdk_internals import (
     StorageHosts,
     queue_credential_policy,
     queue_proxy_policy,

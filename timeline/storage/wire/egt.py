@@ -21,7 +21,7 @@ import orjson
 from azure.core import MatchConditions
 from azure.data.tables import UpdateMode
 
-from timeline.storage.sdk_internals import add_entity_properties, get_match_condition
+from timeline.storage.wire.sdk_internals import add_entity_properties, get_match_condition
 
 _INT32 = 2**31
 _CRLF = b"\r\n"

@@ -1,6 +1,6 @@
 """Single-entity calls on the lean path: a point read, an insert, a replace or merge (with
 its ``If-Match``) and a delete, each a hand-built request through the table client's lean
-sender (``timeline.storage.pipeline``).
+sender (``timeline.storage.wire.pipeline``).
 
 Each is the request the SDK's own call sends (method, URL with keys quoted as the SDK
 quotes them, headers, body) and gives back what that call gives: the entity typed as
@@ -30,9 +30,9 @@ from azure.core.rest import AsyncHttpResponse, HttpRequest
 from azure.data.tables import TableEntity, UpdateMode
 from azure.data.tables.aio import TableClient
 
-from timeline.storage.egt import entity_json, key_segment
-from timeline.storage.lean import _endpoint, _send, to_entity
-from timeline.storage.sdk_internals import (
+from timeline.storage.wire.egt import entity_json, key_segment
+from timeline.storage.wire.lean import _endpoint, _send, to_entity
+from timeline.storage.wire.sdk_internals import (
     decode_error,
     deserialize_rfc,
     get_match_condition,

@@ -1,5 +1,5 @@
 """Queue calls on the lean path: receive, send, update and delete of messages, each a
-hand-built request through the queue client's lean sender (``timeline.storage.pipeline``).
+hand-built request through the queue client's lean sender (``timeline.storage.wire.pipeline``).
 
 Each is the request the queue SDK sends (method, URL, query, headers, XML body) and gives
 back what its call gives: ``QueueMessage`` objects with the same fields (id, pop receipt,
@@ -33,8 +33,8 @@ from azure.core.rest import AsyncHttpResponse, HttpRequest
 from azure.storage.queue import QueueMessage
 from azure.storage.queue.aio import QueueClient
 
-from timeline.storage.pipeline import LeanSender, queue_sender
-from timeline.storage.sdk_internals import (
+from timeline.storage.wire.pipeline import LeanSender, queue_sender
+from timeline.storage.wire.sdk_internals import (
     QueueErrorModel,
     failsafe_deserialize_xml,
     process_storage_error,
@@ -224,7 +224,7 @@ def _date(text: str | None) -> datetime | None:
 
 
 async def _send(client: QueueClient, request: HttpRequest) -> AsyncHttpResponse:
-    """Through the client's lean sender (``timeline.storage.pipeline``), read whole."""
+    """Through the client's lean sender (``timeline.storage.wire.pipeline``), read whole."""
     sender: LeanSender | None = getattr(client, "lean_sender", None)
     if sender is None:
         sender = queue_sender(client)

@@ -2,10 +2,10 @@
 SDK's own policies, without its per-property model layer.
 
 Requests are ``azure.core.rest.HttpRequest`` objects sent through the table client's lean
-sender (``timeline.storage.pipeline``: the client's own credential, retry and header
+sender (``timeline.storage.wire.pipeline``: the client's own credential, retry and header
 policies and its transport, without the per-request ones that only cost CPU), so
 authentication (shared key, SAS, token), retries, timeouts and the transport stay
-azure-core's. What is done by hand: a batch body (``timeline.storage.egt``), a single
+azure-core's. What is done by hand: a batch body (``timeline.storage.wire.egt``), a single
 upsert's ``PUT``, and a query page's JSON, decoded with orjson and typed as the SDK types
 it. Errors are decoded by the SDK's own error decoder, so callers see the same exception
 types, status codes, error codes and transaction indexes. Why and what it saves:
@@ -31,9 +31,9 @@ from azure.data.tables import (
 from azure.data.tables.aio import TableClient
 
 from timeline.model.entities import Page
-from timeline.storage.egt import Part, build_batch, entity_json, parse_batch, row_keys
-from timeline.storage.pipeline import LeanSender, table_sender
-from timeline.storage.sdk_internals import (
+from timeline.storage.wire.egt import Part, build_batch, entity_json, parse_batch, row_keys
+from timeline.storage.wire.pipeline import LeanSender, table_sender
+from timeline.storage.wire.sdk_internals import (
     ENTITY_CONVERSIONS,
     decode_error,
     from_entity_datetime,
@@ -238,7 +238,7 @@ def _endpoint(client: TableClient) -> str:
 
 
 async def _send(client: TableClient, request: HttpRequest) -> AsyncHttpResponse:
-    """Through the client's lean sender (``timeline.storage.pipeline``), read whole."""
+    """Through the client's lean sender (``timeline.storage.wire.pipeline``), read whole."""
     return await sender(client).send(request)
 
 

@@ -40,7 +40,7 @@ class SdkInternalsMoved(ImportError):
             installed = f"{package} (not installed)"
         super().__init__(
             f"{path} is not in the installed {installed}: the lean storage path uses it "
-            "(timeline/storage/sdk_internals.py); find where this release put it, or pin the "
+            "(timeline/storage/wire/sdk_internals.py); find where this release put it, or pin the "
             "release that has it"
         )
 
