@@ -16,7 +16,7 @@ from timeline.config import Settings
 from timeline.errors import StorageUnavailableError
 from timeline.model.priority import Priority
 from timeline.retry import backoff_delay
-from timeline.storage.limiter import AdaptiveLimiter
+from timeline.storage.flow.limiter import AdaptiveLimiter
 from timeline.storage.queue import Lane
 
 log = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge
 
 from timeline.metrics import FANOUT, STORAGE_LIMIT, STORAGE_WAITING
 from timeline.model.priority import Priority
-from timeline.storage.limiter import AdaptiveLimiter
+from timeline.storage.flow.limiter import AdaptiveLimiter
 from timeline.storage.names import poison_queue_name
 from timeline.storage.queue import FanoutQueue
 

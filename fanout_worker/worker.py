@@ -42,7 +42,7 @@ class Worker:
     room. A message runs at its ``urgency``: the writer and the storage limiter serve
     ``HIGH`` first. Timeline writes of all messages meet in one ``PartitionWriter``, which
     coalesces them per partition into EGT batches; every table call waits for a place in the
-    adaptive limiter (``timeline.storage.limiter``).
+    adaptive limiter (``timeline.storage.flow.limiter``).
 
     Every lease ends in one of four ways, decided in ``fanout_worker.settling``: done,
     continued, deferred, or failed. A lease that ends in a crash is noticed from the queue's

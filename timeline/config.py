@@ -16,7 +16,7 @@ from timeline.retry import RetryPolicy
 from timeline.storage.accounts import StorageOptions
 from timeline.storage.counters import WRITE_BUDGET_TIMEOUTS
 from timeline.storage.endpoints import account_lines
-from timeline.storage.limiter import AdaptiveLimiter, LimiterSettings
+from timeline.storage.flow.limiter import AdaptiveLimiter, LimiterSettings
 from timeline.storage.queue import MessageSender
 from timeline.tables.activity import Inactivity
 

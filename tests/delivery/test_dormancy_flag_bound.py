@@ -13,7 +13,7 @@ from tests.conftest import storage_on, unique
 from tests.delivery.helpers import add_follow, add_users
 from timeline.errors import StorageUnavailableError
 from timeline.storage.azurite import Azurite
-from timeline.storage.limiter import AdaptiveLimiter, LimiterSettings
+from timeline.storage.flow.limiter import AdaptiveLimiter, LimiterSettings
 from timeline.storage.names import SUBJECT_FOLLOWERS
 from timeline.tables.follows import INACTIVE
 from timeline.tables.repositories import Repositories

@@ -12,7 +12,7 @@ import itertools
 from contextlib import AbstractAsyncContextManager
 
 from timeline.model.priority import Priority, running_as
-from timeline.storage.limiter import AdaptiveLimiter, LimiterSettings, Outcome
+from timeline.storage.flow.limiter import AdaptiveLimiter, LimiterSettings, Outcome
 
 
 class Clock:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from timeline.model.priority import Priority
-from timeline.storage.limiter import AdaptiveLimiter, LimiterSettings
+from timeline.storage.flow.limiter import AdaptiveLimiter, LimiterSettings
 
 
 async def test_tasks_cancelled_together_end_cancelled_not_with_value_error() -> None:

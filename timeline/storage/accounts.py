@@ -17,9 +17,9 @@ from timeline.errors import ConfigurationError, StorageUnavailableError
 from timeline.storage import provisioning
 from timeline.storage.clients import Clients
 from timeline.storage.endpoints import parse_account
-from timeline.storage.guard import guarded
+from timeline.storage.flow.guard import guarded
+from timeline.storage.flow.limiter import AdaptiveLimiter
 from timeline.storage.lease import PlacementLease, control_get
-from timeline.storage.limiter import AdaptiveLimiter
 from timeline.storage.names import (
     META_TABLE,
     background_queue_name,

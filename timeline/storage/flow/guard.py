@@ -16,7 +16,7 @@ from azure.core.exceptions import HttpResponseError, ServiceRequestError, Servic
 from timeline.errors import StorageUnavailableError
 from timeline.metrics import STORAGE_REQUESTS, STORAGE_UNAVAILABLE
 from timeline.retry import retry_after_of
-from timeline.storage.limiter import AdaptiveLimiter, Outcome
+from timeline.storage.flow.limiter import AdaptiveLimiter, Outcome
 
 log = logging.getLogger(__name__)
 
