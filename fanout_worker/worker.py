@@ -17,6 +17,7 @@ from fanout_worker.metrics import sample_depth, watch_limiter
 from fanout_worker.settling import Settler, outcome_of
 from fanout_worker.sweeper import Sweeper
 from timeline.config import Settings
+from timeline.delivery.batching.writer import PartitionWriter
 from timeline.delivery.dormancy import Dormancy
 from timeline.delivery.processor import FanoutProcessor
 from timeline.errors import ConfigurationError, MalformedMessageError, StorageUnavailableError
@@ -27,7 +28,6 @@ from timeline.retry import backoff_delay
 from timeline.storage.accounts import Storage, split_connection_strings
 from timeline.storage.names import TIMELINES
 from timeline.storage.queue import FanoutQueue, FanoutQueues, Lane
-from timeline.storage.writer import PartitionWriter
 from timeline.tables.traces import trace
 
 log = logging.getLogger(__name__)

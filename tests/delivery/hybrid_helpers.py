@@ -11,6 +11,7 @@ from typing import Any
 
 from tests.conftest import unique
 from tests.delivery.helpers import add_follow, remove_follow
+from timeline.delivery.batching.writer import PartitionWriter
 from timeline.delivery.outcomes import Continue, Defer
 from timeline.delivery.processor import FanoutProcessor
 from timeline.delivery.settings import Hybrid, Timing
@@ -19,7 +20,6 @@ from timeline.model.keys import new_post_id, now_ticks
 from timeline.model.messages import PostCreated, Regrade
 from timeline.reads.home import HomeTimeline, Position
 from timeline.storage.accounts import Storage
-from timeline.storage.writer import PartitionWriter
 from timeline.tables.audience import COPIED, MERGED
 from timeline.tables.repositories import Repositories
 

@@ -9,12 +9,12 @@ from tests.conftest import eventually
 from tests.delivery.helpers import add_follow, author_and_reader, remove_follow, timeline_ids
 from tests.faults import FaultyStorage
 from timeline.config import Settings
+from timeline.delivery.batching.writer import PartitionWriter
 from timeline.delivery.outcomes import DONE, Continue
 from timeline.delivery.processor import FanoutProcessor
 from timeline.model.messages import Followed
 from timeline.storage.accounts import Storage
 from timeline.storage.names import TIMELINES
-from timeline.storage.writer import PartitionWriter
 from timeline.tables.repositories import Repositories
 
 

@@ -12,6 +12,7 @@ from tests.delivery.helpers import add_follow, timeline_ids, unlimited_service
 from tests.delivery.hybrid_helpers import HYBRID, add_post, new_users
 from tests.faults import FaultyStorage
 from timeline.config import Settings
+from timeline.delivery.batching.writer import PartitionWriter
 from timeline.delivery.outcomes import Continue
 from timeline.delivery.processor import FanoutProcessor
 from timeline.errors import ConflictError, PermissionDeniedError
@@ -23,7 +24,6 @@ from timeline.service.operations import TimelineService
 from timeline.storage.accounts import Storage
 from timeline.storage.calls import Operation, chunked, submit_batch
 from timeline.storage.names import RELATIONS, SUBJECT_FOLLOWERS, TIMELINES
-from timeline.storage.writer import PartitionWriter
 from timeline.tables.relations import MAX_MUTES, RelationsRepository
 from timeline.tables.repositories import Repositories
 

@@ -12,6 +12,7 @@ import asyncio
 
 from tests.conftest import unique
 from tests.delivery.helpers import add_posts, add_users, timeline_ids, unlimited_service
+from timeline.delivery.batching.writer import PartitionWriter
 from timeline.delivery.outcomes import Continue, Done
 from timeline.delivery.processor import FanoutProcessor
 from timeline.delivery.settings import Timing
@@ -19,7 +20,6 @@ from timeline.model.messages import FanoutMessage, PostCreated
 from timeline.storage.accounts import Storage
 from timeline.storage.names import TIMELINES
 from timeline.storage.queue import FanoutQueue
-from timeline.storage.writer import PartitionWriter
 from timeline.tables.repositories import Repositories
 
 TIMING = Timing(write_deadline_s=1.0, sweep_delay_s=2.5, arrival_window_s=0.3)

@@ -25,6 +25,7 @@ import contextlib
 
 from tests.conftest import eventually
 from tests.delivery.helpers import add_follow, author_and_reader, remove_follow, timeline_ids
+from timeline.delivery.batching.writer import PartitionWriter
 from timeline.delivery.outcomes import Continue, Done
 from timeline.delivery.processor import FanoutProcessor
 from timeline.delivery.settings import Timing
@@ -32,7 +33,6 @@ from timeline.model.keys import now_ticks
 from timeline.model.messages import Followed, PostCreated, PostDeleted, Unfollowed
 from timeline.storage.accounts import Storage
 from timeline.storage.names import TIMELINES
-from timeline.storage.writer import PartitionWriter
 from timeline.tables.repositories import Repositories
 
 TIMING = Timing(write_deadline_s=1.0, sweep_delay_s=2.5, arrival_window_s=0.5)

@@ -12,12 +12,12 @@ import pytest
 from fanout_worker.sweeper import Sweeper
 from tests.conftest import unique
 from tests.delivery.helpers import add_users, run_every_pass
+from timeline.delivery.batching.writer import PartitionWriter
 from timeline.delivery.dormancy import Dormancy
 from timeline.delivery.processor import FanoutProcessor
 from timeline.model.messages import Wake
 from timeline.storage.accounts import Storage
 from timeline.storage.names import TIMELINES
-from timeline.storage.writer import PartitionWriter
 from timeline.tables.activity import ActivityRepository, Inactivity
 from timeline.tables.repositories import Repositories
 

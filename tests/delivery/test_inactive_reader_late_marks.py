@@ -24,11 +24,11 @@ from tests.delivery.test_inactive_reader_races import (
     world,
 )
 from timeline.config import Settings
+from timeline.delivery.batching.writer import PartitionWriter
 from timeline.delivery.dormancy import Dormancy
 from timeline.model.messages import PostCreated
 from timeline.storage.accounts import Storage, StorageOptions
 from timeline.storage.names import SUBJECT_FOLLOWERS, TIMELINES
-from timeline.storage.writer import PartitionWriter
 from timeline.tables.follows import INACTIVE_FROM
 from timeline.tables.rows import get_entity
 

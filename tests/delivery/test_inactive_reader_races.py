@@ -19,6 +19,7 @@ import aiohttp
 from tests.conftest import unique
 from tests.delivery.helpers import add_follow, add_posts, add_users, run_every_pass
 from timeline.config import Settings
+from timeline.delivery.batching.writer import PartitionWriter
 from timeline.delivery.dormancy import Dormancy
 from timeline.delivery.outcomes import Continue
 from timeline.delivery.processor import FanoutProcessor
@@ -31,7 +32,6 @@ from timeline.reads.live import TimelineWatch
 from timeline.storage.accounts import Storage, StorageOptions
 from timeline.storage.names import SUBJECT_FOLLOWERS, TABLES, TIMELINES
 from timeline.storage.queue import FanoutQueue
-from timeline.storage.writer import PartitionWriter
 from timeline.tables.activity import MARKER_ROW, STATE, Inactivity
 from timeline.tables.follows import INACTIVE
 from timeline.tables.repositories import Repositories

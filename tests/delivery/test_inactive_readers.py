@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from tests.conftest import unique
 from tests.delivery.helpers import add_follow, add_posts, add_users, remove_follow, run_every_pass
+from timeline.delivery.batching.writer import PartitionWriter
 from timeline.delivery.dormancy import Dormancy
 from timeline.delivery.outcomes import Continue
 from timeline.delivery.processor import FanoutProcessor
@@ -21,7 +22,6 @@ from timeline.reads.home import HomeTimeline, Position
 from timeline.storage.accounts import Storage
 from timeline.storage.names import SUBJECT_FOLLOWERS, TIMELINES
 from timeline.storage.queue import FanoutQueue
-from timeline.storage.writer import PartitionWriter
 from timeline.tables.activity import MARKER_ROW, STAMP_ROW, STATE, WAKING, Inactivity
 from timeline.tables.follows import INACTIVE
 from timeline.tables.repositories import Repositories

@@ -10,6 +10,7 @@ from collections.abc import Awaitable
 from tests.conftest import eventually, running_worker
 from tests.delivery.helpers import author_and_reader, messages_counted, remove_follow, timeline_ids
 from timeline.config import Settings
+from timeline.delivery.batching.writer import PartitionWriter
 from timeline.delivery.processor import FanoutProcessor
 from timeline.model.entities import Post
 from timeline.model.keys import now_ticks
@@ -17,7 +18,6 @@ from timeline.model.messages import PostCreated, PostDeleted, Unfollowed
 from timeline.storage.accounts import Storage
 from timeline.storage.names import TIMELINES
 from timeline.storage.queue import FanoutQueue
-from timeline.storage.writer import PartitionWriter
 from timeline.tables.repositories import Repositories
 
 

@@ -21,12 +21,12 @@ from tests.delivery.hybrid_helpers import (
     regrade,
     run_to_end,
 )
+from timeline.delivery.batching.writer import PartitionWriter
 from timeline.delivery.outcomes import Outcome
 from timeline.model.keys import now_ticks
 from timeline.model.messages import Followed, PostCreated, PostDeleted, Unfollowed
 from timeline.storage.accounts import Storage
 from timeline.storage.names import TIMELINES
-from timeline.storage.writer import PartitionWriter
 from timeline.tables.audience import MERGED
 from timeline.tables.repositories import Repositories
 

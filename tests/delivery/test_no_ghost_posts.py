@@ -9,6 +9,7 @@ import pytest
 
 from tests.conftest import eventually, make_settings, opened, running_worker, unique
 from tests.delivery.helpers import add_follow, add_posts, add_users, timeline_ids, unlimited_service
+from timeline.delivery.batching.writer import PartitionWriter
 from timeline.delivery.processor import FanoutProcessor
 from timeline.errors import StorageUnavailableError
 from timeline.model.messages import FanoutMessage
@@ -16,7 +17,6 @@ from timeline.storage.accounts import Storage
 from timeline.storage.azurite import Azurite
 from timeline.storage.names import TIMELINES
 from timeline.storage.queue import FanoutQueue
-from timeline.storage.writer import PartitionWriter
 from timeline.tables.repositories import Repositories
 
 

@@ -20,11 +20,11 @@ from tests.delivery.hybrid_helpers import (
     run_to_end,
     sees_next_post,
 )
+from timeline.delivery.batching.writer import PartitionWriter
 from timeline.delivery.outcomes import Continue
 from timeline.model.messages import Regrade
 from timeline.storage.accounts import Storage
 from timeline.storage.names import TIMELINES
-from timeline.storage.writer import PartitionWriter
 from timeline.tables.audience import COPIED, MERGED
 from timeline.tables.repositories import Repositories
 

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 
 from tests.conftest import unique
 from tests.delivery.helpers import add_posts, add_users, timeline_ids
+from timeline.delivery.batching.writer import PartitionWriter
 from timeline.delivery.outcomes import Continue, Done
 from timeline.delivery.processor import FanoutProcessor
 from timeline.delivery.settings import Timing
@@ -21,7 +22,6 @@ from timeline.model.keys import now_ticks
 from timeline.model.messages import Followed, Unfollowed
 from timeline.storage.accounts import Storage
 from timeline.storage.names import TIMELINES
-from timeline.storage.writer import PartitionWriter
 from timeline.tables.follows import request_id
 from timeline.tables.repositories import Repositories
 

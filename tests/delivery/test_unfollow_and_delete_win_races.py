@@ -12,13 +12,13 @@ from collections.abc import Awaitable
 from datetime import UTC, datetime
 
 from tests.conftest import eventually, unique
+from timeline.delivery.batching.writer import PartitionWriter
 from timeline.delivery.processor import FanoutProcessor
 from timeline.model.entities import Post, User
 from timeline.model.keys import new_post_id, now_ticks
 from timeline.model.messages import Followed, PostCreated, PostDeleted
 from timeline.storage.accounts import Storage
 from timeline.storage.names import TIMELINES
-from timeline.storage.writer import PartitionWriter
 from timeline.tables.repositories import Repositories
 
 

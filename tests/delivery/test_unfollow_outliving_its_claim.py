@@ -18,6 +18,7 @@ import pytest
 from fanout_worker.sweeper import GRACE_S, Sweeper
 from tests.conftest import unique
 from tests.delivery.helpers import add_follow, add_posts, add_users, run_every_pass, timeline_ids
+from timeline.delivery.batching.writer import PartitionWriter
 from timeline.delivery.context import TICKS_PER_SECOND
 from timeline.delivery.processor import FanoutProcessor
 from timeline.delivery.settings import Timing
@@ -25,7 +26,6 @@ from timeline.model.keys import now_ticks
 from timeline.model.messages import Followed, PostCreated, PostDeleted, Unfollowed
 from timeline.storage.accounts import Storage
 from timeline.storage.names import TIMELINES
-from timeline.storage.writer import PartitionWriter
 from timeline.tables.follows import request_id
 from timeline.tables.repositories import Repositories
 

@@ -28,6 +28,7 @@ from tests.delivery.helpers import (
     timeline_ids,
     unlimited_service,
 )
+from timeline.delivery.batching.writer import PartitionWriter
 from timeline.delivery.processor import FanoutProcessor
 from timeline.delivery.settings import Timing
 from timeline.errors import ArrivalWindowPassedError
@@ -37,7 +38,6 @@ from timeline.model.messages import FanoutMessage, Followed, PostCreated
 from timeline.storage.accounts import Storage
 from timeline.storage.names import TIMELINES
 from timeline.storage.queue import FanoutQueue
-from timeline.storage.writer import PartitionWriter
 from timeline.tables.follows import request_id
 from timeline.tables.repositories import Repositories
 

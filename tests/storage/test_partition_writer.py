@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import eventually, make_settings, unique
+from timeline.delivery.batching.tracker import Tracker
+from timeline.delivery.batching.writer import PartitionWriter
 from timeline.errors import DeadlineExceededError
 from timeline.metrics import WRITE_RETRIES
 from timeline.model.entities import Post
@@ -16,8 +18,6 @@ from timeline.model.keys import new_post_id, now_ticks
 from timeline.storage.accounts import Storage
 from timeline.storage.azurite import Azurite
 from timeline.storage.names import TIMELINES
-from timeline.storage.tracker import Tracker
-from timeline.storage.writer import PartitionWriter
 from timeline.tables.repositories import Repositories
 
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 import asyncio
 
 from tests.conftest import eventually, unique
+from timeline.delivery.batching.tracker import Tracker
+from timeline.delivery.batching.write_buffer import BACKGROUND_SHARE
+from timeline.delivery.batching.writer import PartitionWriter
 from timeline.model.keys import new_post_id, now_ticks
 from timeline.model.priority import Priority, running_as
 from timeline.storage.accounts import Storage
 from timeline.storage.names import TIMELINES
-from timeline.storage.tracker import Tracker
-from timeline.storage.write_buffer import BACKGROUND_SHARE
-from timeline.storage.writer import PartitionWriter
 
 BUFFERED = 200
 LOW_SHARE = int(BUFFERED * BACKGROUND_SHARE)

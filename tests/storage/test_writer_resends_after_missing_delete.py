@@ -23,6 +23,8 @@ from tests.conftest import eventually
 from tests.delivery.helpers import author_and_reader, timeline_ids
 from tests.faults import HookedSender
 from timeline.config import Settings
+from timeline.delivery.batching.tracker import Tracker
+from timeline.delivery.batching.writer import PartitionWriter
 from timeline.delivery.outcomes import Continue
 from timeline.delivery.processor import FanoutProcessor
 from timeline.delivery.settings import Timing
@@ -30,8 +32,6 @@ from timeline.model.keys import new_post_id, now_ticks, post_row_key
 from timeline.model.messages import PostCreated, PostDeleted
 from timeline.storage.accounts import Storage, StorageOptions
 from timeline.storage.names import TIMELINES
-from timeline.storage.tracker import Tracker
-from timeline.storage.writer import PartitionWriter
 from timeline.tables.repositories import Repositories
 
 TIMING = Timing(write_deadline_s=1.0, sweep_delay_s=2.5, arrival_window_s=3.0)

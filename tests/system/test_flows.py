@@ -11,6 +11,7 @@ from aiohttp.test_utils import TestClient
 from fanout_worker.worker import Worker
 from tests.conftest import eventually, messages_done, unique
 from tests.helpers import Api, bearer
+from timeline.delivery.batching.writer import PartitionWriter
 from timeline.delivery.processor import FanoutProcessor
 from timeline.model.entities import Post
 from timeline.model.keys import new_post_id, now_ticks
@@ -18,7 +19,6 @@ from timeline.model.messages import PostCreated, encode
 from timeline.storage.accounts import Storage
 from timeline.storage.names import TIMELINES
 from timeline.storage.queue import FanoutQueue
-from timeline.storage.writer import PartitionWriter
 from timeline.tables.repositories import Repositories
 
 Client = TestClient[Any, Any]

@@ -16,6 +16,7 @@ from fanout_worker.worker import Worker
 from tests.conftest import eventually, make_settings, program_env, running_worker
 from tests.worker.helpers import author_with_followers, timeline_ids
 from timeline.config import Settings
+from timeline.delivery.batching.writer import PartitionWriter
 from timeline.delivery.outcomes import Continue
 from timeline.delivery.processor import FanoutProcessor
 from timeline.metrics import DELIVERIES, STORAGE_UNAVAILABLE
@@ -24,7 +25,6 @@ from timeline.storage.accounts import Storage
 from timeline.storage.azurite import Azurite
 from timeline.storage.names import TIMELINES
 from timeline.storage.queue import FanoutQueue
-from timeline.storage.writer import PartitionWriter
 from timeline.tables.repositories import Repositories
 
 SLOW_WRITES = {"worker_write_deadline_s": 60.0, "worker_sweep_delay_s": 70.0}

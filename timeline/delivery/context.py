@@ -7,12 +7,12 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
+from timeline.delivery.batching.writer import PartitionWriter
 from timeline.delivery.settings import Hybrid, Timing
 from timeline.metrics import INACTIVE_SKIPPED
 from timeline.model.entities import Page
 from timeline.model.keys import now_ticks
 from timeline.model.messages import Followed, Unfollowed
-from timeline.storage.writer import PartitionWriter
 from timeline.tables.follows import request_id
 from timeline.tables.repositories import Repositories
 

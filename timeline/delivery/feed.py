@@ -12,11 +12,11 @@ import asyncio
 import logging
 from collections.abc import Iterable
 
+from timeline.delivery.batching.tracker import Tracker
 from timeline.delivery.context import Context
 from timeline.model.entities import Post
 from timeline.model.keys import post_id_ticks, post_row_key
 from timeline.storage.placement import hash64
-from timeline.storage.tracker import Tracker
 from timeline.tables.audience import MERGED
 
 log = logging.getLogger(__name__)

@@ -14,6 +14,7 @@ place (the worker rewrites the message), so a redelivered page never forks the c
 
 from __future__ import annotations
 
+from timeline.delivery.batching.writer import PartitionWriter
 from timeline.delivery.context import Context
 from timeline.delivery.delete import PostRetraction
 from timeline.delivery.dormancy import Waking
@@ -36,7 +37,6 @@ from timeline.model.messages import (
     Wake,
 )
 from timeline.storage.accounts import Storage
-from timeline.storage.writer import PartitionWriter
 from timeline.tables.activity import Inactivity
 from timeline.tables.repositories import Repositories
 

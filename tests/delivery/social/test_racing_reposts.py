@@ -16,6 +16,7 @@ from tests.delivery.social.helpers import (
     shown,
     stored_repost,
 )
+from timeline.delivery.batching.writer import PartitionWriter
 from timeline.delivery.context import TICKS_PER_SECOND
 from timeline.delivery.feed import Feed
 from timeline.delivery.outcomes import DONE, Continue, Defer, Outcome
@@ -26,7 +27,6 @@ from timeline.model.keys import arrival_deadline, new_post_id, now_ticks
 from timeline.model.messages import PostDeleted, Reposted, Unreposted
 from timeline.storage.accounts import Storage
 from timeline.storage.names import TIMELINES
-from timeline.storage.writer import PartitionWriter
 from timeline.tables.repositories import Repositories
 from timeline.tables.reposts import REPOSTS_OF, RepostsRepository
 

@@ -10,13 +10,13 @@ import pytest
 
 from tests.conftest import unique
 from tests.delivery.helpers import add_follow, add_posts, add_users, unlimited_service
+from timeline.delivery.batching.writer import PartitionWriter
 from timeline.delivery.processor import FanoutProcessor
 from timeline.errors import NotFoundError
 from timeline.model.messages import Followed, PostCreated
 from timeline.reads.home import HomeTimeline, Position
 from timeline.storage.accounts import Storage
 from timeline.storage.names import TIMELINES
-from timeline.storage.writer import PartitionWriter
 from timeline.tables.repositories import Repositories
 
 

@@ -9,6 +9,7 @@ from tests.conftest import unique
 from tests.delivery.helpers import add_follow, add_posts, add_users, run_every_pass
 from tests.delivery.helpers import unlimited_service as _service
 from tests.delivery.social.helpers import posts_keys
+from timeline.delivery.batching.writer import PartitionWriter
 from timeline.delivery.outcomes import Continue, Outcome
 from timeline.delivery.processor import FanoutProcessor
 from timeline.delivery.repost_purge import QUERIES_PER_STEP, REPOSTS_PER_STEP
@@ -17,7 +18,6 @@ from timeline.metrics import STORAGE_REQUESTS
 from timeline.model.messages import PostDeleted, Reposted, RepostsPosition, decode, encode
 from timeline.storage.accounts import Storage
 from timeline.storage.names import TIMELINES
-from timeline.storage.writer import PartitionWriter
 from timeline.tables.repositories import Repositories
 from timeline.tables.reposts import REPOST, REPOSTS_OF
 

@@ -12,12 +12,12 @@ from azure.core.pipeline.transport import AioHttpTransport
 
 from tests.delivery.helpers import run_every_pass
 from tests.delivery.social.helpers import WINDOW, reposter_with_readers, shown, stored_repost
+from timeline.delivery.batching.writer import PartitionWriter
 from timeline.delivery.processor import FanoutProcessor
 from timeline.model.keys import arrival_deadline, new_post_id, now_ticks
 from timeline.model.messages import PostDeleted, Reposted, Unreposted
 from timeline.storage.accounts import Storage
 from timeline.storage.names import TIMELINES
-from timeline.storage.writer import PartitionWriter
 from timeline.tables.repositories import Repositories
 
 

@@ -17,6 +17,7 @@ from tests.delivery.helpers import (
     unlimited_service,
 )
 from tests.delivery.social.helpers import shown
+from timeline.delivery.batching.writer import PartitionWriter
 from timeline.delivery.outcomes import DONE, Continue, Defer
 from timeline.delivery.processor import FanoutProcessor
 from timeline.delivery.repost import repost_copy
@@ -24,7 +25,6 @@ from timeline.model.keys import arrival_deadline, new_post_id, now_ticks
 from timeline.model.messages import PostCreated, PostDeleted, Reposted, Unreposted
 from timeline.storage.accounts import Storage
 from timeline.storage.names import TIMELINES
-from timeline.storage.writer import PartitionWriter
 from timeline.tables.repositories import Repositories
 from timeline.tables.reposts import RepostsRepository
 

@@ -10,6 +10,7 @@ from tests.delivery.helpers import add_follow, add_posts, add_users, run_every_p
 from tests.delivery.helpers import unlimited_service as _unlimited
 from tests.delivery.hybrid_helpers import HYBRID
 from tests.delivery.social.helpers import posts_keys
+from timeline.delivery.batching.writer import PartitionWriter
 from timeline.delivery.processor import FanoutProcessor
 from timeline.errors import PermissionDeniedError
 from timeline.metrics import STORAGE_REQUESTS
@@ -23,7 +24,6 @@ from timeline.storage.accounts import Storage
 from timeline.storage.calls import Operation, chunked, submit_batch
 from timeline.storage.names import RELATIONS, TIMELINES
 from timeline.storage.queue import FanoutQueue
-from timeline.storage.writer import PartitionWriter
 from timeline.tables.ratelimits import RateLimits
 from timeline.tables.relations import RelationsRepository
 from timeline.tables.repositories import Repositories

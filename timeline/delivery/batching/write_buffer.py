@@ -16,10 +16,10 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from timeline.delivery.batching.tracker import Tracker
 from timeline.model import priority
 from timeline.model.priority import Priority
 from timeline.storage.calls import MAX_BATCH_OPERATIONS, Operation
-from timeline.storage.tracker import Tracker
 
 _RATE_WINDOW_S = 5.0
 _FIRST_RATE = 100.0

@@ -6,8 +6,8 @@ While every request slot is busy, waiting partitions keep absorbing writes, so b
 exactly when storage is the bottleneck and stay small (low lag) when it is not.
 
 Partitions wait in two lanes by the priority of the work that wrote them; see
-``timeline.storage.write_buffer`` for the lanes, the buffer's room and admission. This module
-sends: the loop that takes due partitions, and each batch's retries.
+``timeline.delivery.batching.write_buffer`` for the lanes, the buffer's room and admission.
+This module sends: the loop that takes due partitions, and each batch's retries.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
+from timeline.delivery.batching.tracker import Tracker
+from timeline.delivery.batching.write_buffer import Pending, WriteBuffer
 from timeline.errors import DeadlineExceededError, StorageUnavailableError
 from timeline.metrics import (
     BATCH_SIZE,
@@ -40,8 +42,6 @@ from timeline.storage.calls import (
     submit_batch,
     submit_fresh,
 )
-from timeline.storage.tracker import Tracker
-from timeline.storage.write_buffer import Pending, WriteBuffer
 
 log = logging.getLogger(__name__)
 
