@@ -29,9 +29,9 @@ from timeline.model.entities import Post, User
 from timeline.model.keys import new_post_id, now_ticks
 from timeline.model.tokens import TokenSigner
 from timeline.storage.accounts import Storage
-from timeline.storage.counters import shard_key
 from timeline.storage.names import POSTS, SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING, TIMELINES, USERS
 from timeline.tables.audience import MERGE_COUNT_ROW, MERGE_PREFIX, MERGED, MODE_ROW
+from timeline.tables.counters import shard_key
 from timeline.tables.secret import auth_secret
 
 

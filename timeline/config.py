@@ -14,11 +14,11 @@ from timeline.logs import LogFormat
 from timeline.reads.live import StreamTiming
 from timeline.retry import RetryPolicy
 from timeline.storage.accounts import StorageOptions
-from timeline.storage.counters import WRITE_BUDGET_TIMEOUTS
 from timeline.storage.endpoints import account_lines
 from timeline.storage.flow.limiter import AdaptiveLimiter, LimiterSettings
 from timeline.storage.queue import MessageSender
 from timeline.tables.activity import Inactivity
+from timeline.tables.counters import WRITE_BUDGET_TIMEOUTS
 
 CONNECTION_FILE = "storage-connection-string"
 """Written by the running embedded stack so admin commands find its Azurites (one per line)."""

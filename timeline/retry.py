@@ -11,7 +11,7 @@ ETAG_ATTEMPTS = 20
 """Rounds of read, change, write-if-unchanged on one row lost to another writer before the
 request gives up with a retryable 503 (``timeline.errors.contention``): fact rows (one
 follower pair, one post, one rate limit) are rarely contended; hot counters are sharded
-instead (``timeline.storage.counters``)."""
+instead (``timeline.tables.counters``)."""
 
 MAX_EXPONENT = 64
 """Attempts past this back off as long as this one: ``2**64`` times any base in use is far

@@ -24,10 +24,10 @@ from timeline.model.keys import new_post_id, now_ticks
 from timeline.model.messages import Regrade
 from timeline.model.tokens import TokenSigner
 from timeline.storage.accounts import Storage
-from timeline.storage.counters import shard_key
 from timeline.storage.names import POSTS, SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING, TIMELINES
 from timeline.storage.queue import FanoutQueues
 from timeline.tables.audience import MERGED, AudienceRepository, AuthorMode
+from timeline.tables.counters import shard_key
 
 SAMPLED = 100
 MERGED_AUTHORS = 5

@@ -13,11 +13,11 @@ from timeline.errors import StorageUnavailableError
 from timeline.model.entities import Post, PostRow, row_json, shown_post_id
 from timeline.reads.home import HomeTimeline, Position
 from timeline.storage.accounts import Storage
-from timeline.storage.counters import count_of
 from timeline.storage.names import POSTS, SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING, TABLES, TIMELINES
 from timeline.storage.placement import hash64
 from timeline.storage.queue import FanoutQueues
 from timeline.tables.audience import COPIED, MERGED
+from timeline.tables.counters import count_of
 from timeline.tables.repositories import Repositories
 
 SETTLE_TIMEOUT_S = 120.0

@@ -17,9 +17,9 @@ from tests.reads.conftest import Live, merged_author
 from timeline.model.entities import Post
 from timeline.model.keys import new_post_id, now_ticks
 from timeline.storage.accounts import Storage
-from timeline.storage.counters import count_of
 from timeline.storage.names import POSTS, TIMELINES
 from timeline.tables import traces
+from timeline.tables.counters import count_of
 from timeline.tables.repositories import Repositories
 from timeline.tables.traces import sweep_traces, trace_key
 

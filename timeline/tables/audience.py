@@ -36,8 +36,8 @@ from timeline.retry import ETAG_ATTEMPTS
 from timeline.storage import calls
 from timeline.storage.accounts import Storage
 from timeline.storage.calls import TransactionOperation, failed_index, query_page, transact
-from timeline.storage.counters import COUNT_BOUNDS, COUNT_RANGE, by_partition, total
 from timeline.storage.names import SUBJECT_FOLLOWERS, TIMELINES
+from timeline.tables.counters import COUNT_BOUNDS, COUNT_RANGE, by_partition, total
 
 COPIED, GROWING, MERGED, SHRINKING = "copied", "growing", "merged", "shrinking"
 MODE_ROW = "~mode"

@@ -25,8 +25,8 @@ from timeline.model.entities import Edge, Page
 from timeline.retry import ETAG_ATTEMPTS
 from timeline.storage.accounts import Storage
 from timeline.storage.calls import TransactionOperation, failed_index, query_page, update_entity
-from timeline.storage.counters import count_of, transact_counted
 from timeline.storage.names import SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING
+from timeline.tables.counters import count_of, transact_counted
 from timeline.tables.expiries import CLAIM, ExpiriesRepository
 from timeline.tables.rows import (
     LISTING,

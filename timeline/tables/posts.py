@@ -25,8 +25,8 @@ from timeline.storage.calls import (
     size_kind,
     transact,
 )
-from timeline.storage.counters import transact_counted
 from timeline.storage.names import POSTS
+from timeline.tables.counters import transact_counted
 from timeline.tables.expiries import IDEMPOTENCY, VOID, ExpiriesRepository
 from timeline.tables.rows import (
     META,

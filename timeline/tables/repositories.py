@@ -16,7 +16,7 @@ Entity Group Transaction in that home's partition, so counters are exact after a
   (``timeline.tables.credentials``);
 - blocks and mutes live in ``relations`` (``timeline.tables.relations``).
 
-A count is spread over several counter rows summed on read (``timeline.storage.counters``), so the
+A count is spread over several counter rows summed on read (``timeline.tables.counters``), so the
 writers of one hot partition do not queue on one row's ETag.
 """
 

@@ -10,8 +10,8 @@ from timeline.model.entities import PROFILE_ROW_KEY, User
 from timeline.model.idempotency import IdempotencyRecord
 from timeline.model.keys import fold_user_id
 from timeline.storage.accounts import Storage
-from timeline.storage.counters import count_of
 from timeline.storage.names import POSTS, SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING, USERS
+from timeline.tables.counters import count_of
 from timeline.tables.credentials import TOKEN_EPOCH
 from timeline.tables.rows import create_entity, get_entity
 
