@@ -15,7 +15,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from timeline.errors import ConfigurationError, NotFoundError
-from timeline.storage.azurite import find_node_modules
+from timeline.tools.azurite import find_node_modules
 
 log = logging.getLogger(__name__)
 

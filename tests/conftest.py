@@ -32,9 +32,9 @@ from fanout_worker.worker import Worker
 from timeline.config import Settings
 from timeline.errors import ConfigurationError, StorageUnavailableError
 from timeline.storage.accounts import Storage, StorageOptions
-from timeline.storage.azurite import Azurite
 from timeline.storage.queue import FanoutQueue
 from timeline.tables.repositories import Repositories
+from timeline.tools.azurite import Azurite
 
 TEST_SECRET = "test-secret-not-for-production"
 

@@ -24,7 +24,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-from timeline.storage.azurite import Azurite, free_ports
+from timeline.tools.azurite import Azurite, free_ports
 
 SECRET = "smoke-test-secret-not-for-production"  # noqa: S105 - a test secret
 

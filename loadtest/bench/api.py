@@ -34,8 +34,8 @@ from loadtest.bench.sizes import Sizes
 from loadtest.bench.write_calls import write_calls
 from timeline.model.keys import now_ticks
 from timeline.model.tokens import TokenSigner
-from timeline.storage.azurite import Azurite, free_ports
 from timeline.storage.names import TIMELINES
+from timeline.tools.azurite import Azurite, free_ports
 
 SECRET = "bench-api-secret"  # noqa: S105 - signs the bench's own tokens, for this run only
 PAGE = 250

@@ -35,9 +35,9 @@ from timeline.model.entities import Post
 from timeline.model.keys import new_post_id, now_ticks
 from timeline.model.messages import Followed
 from timeline.storage.accounts import Storage
-from timeline.storage.azurite import Azurite
 from timeline.storage.names import POSTS, SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING
 from timeline.storage.queue import FanoutQueues
+from timeline.tools.azurite import Azurite
 
 UNAVAILABLE = "timeline_storage_unavailable_total"
 WRITERS = 4

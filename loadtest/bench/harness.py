@@ -27,10 +27,10 @@ from timeline.model.entities import Post
 from timeline.model.keys import new_post_id, now_ticks
 from timeline.model.messages import PostCreated, encode
 from timeline.storage.accounts import Storage, StorageOptions
-from timeline.storage.azurite import Azurite, free_ports
 from timeline.storage.calls import Operation, chunked, submit_batch
 from timeline.storage.names import POSTS
 from timeline.storage.queue import FanoutQueues
+from timeline.tools.azurite import Azurite, free_ports
 
 TEXT = "x" * 120
 """Timeline-shaped entities: a short post text, like the worker writes."""

@@ -22,8 +22,8 @@ from azure.storage.queue.aio import QueueClient
 
 from loadtest.bench.harness import BENCH_OPTIONS, bounded
 from timeline.storage import queue_calls
-from timeline.storage.azurite import Azurite
 from timeline.storage.clients import Clients
+from timeline.tools.azurite import Azurite
 
 MESSAGES = 32 * 10
 IN_FLIGHT = 16

@@ -23,8 +23,8 @@ from loadtest.bench.harness import DELIVERIES, fresh_storage, total, wait_for, w
 from loadtest.bench.measure import CpuMeter, profiled
 from loadtest.bench.sizes import Sizes
 from timeline.storage.accounts import Storage
-from timeline.storage.azurite import Azurite
 from timeline.storage.queue import FanoutQueues
+from timeline.tools.azurite import Azurite
 
 CONFIGURATIONS = {"1_account": (1, 1), "2_accounts": (2, 1), "2_workers": (1, 2)}
 """Name: (accounts, worker processes)."""

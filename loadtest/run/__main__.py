@@ -30,7 +30,7 @@ from loadtest.run.report import (
     route_quantile_ms,
 )
 from loadtest.run.stack import roles, seed, stack, storage
-from timeline.storage.azurite import free_ports
+from timeline.tools.azurite import free_ports
 
 RESULTS = Path("loadtest/results")
 TIMELINE_ROUTE = "/users/{user_id}/timeline"

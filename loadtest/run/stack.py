@@ -21,7 +21,7 @@ from pathlib import Path
 import aiohttp
 import psutil
 
-from timeline.storage.azurite import Azurite
+from timeline.tools.azurite import Azurite
 
 
 @contextlib.asynccontextmanager

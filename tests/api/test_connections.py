@@ -22,7 +22,7 @@ import orjson
 import pytest
 
 from tests.conftest import TEST_SECRET, eventually, program_env, unique
-from timeline.storage.azurite import Azurite, free_ports
+from timeline.tools.azurite import Azurite, free_ports
 
 HEADER_S, BODY_S, IDLE_S = 1.0, 1.0, 2.0
 SLACK_S = 1.5

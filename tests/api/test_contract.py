@@ -384,7 +384,7 @@ async def test_unknown_route_and_method_are_json_errors(client: Client) -> None:
 
 
 async def test_storage_outage_is_503_with_retry_after(tmp_path: Any) -> None:
-    from timeline.storage.azurite import connection_string, free_ports
+    from timeline.tools.azurite import connection_string, free_ports
 
     dead = connection_string((free_ports(3)[0], free_ports(3)[1], free_ports(3)[2]))
     settings = make_settings(dead, tmp_path, storage_timeout_s=2.0)

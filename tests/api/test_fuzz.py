@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, settings
 from api.app import openapi_document
 from tests.conftest import TEST_SECRET, program_env, unique
 from tests.helpers import bearer
-from timeline.storage.azurite import Azurite, free_ports
+from timeline.tools.azurite import Azurite, free_ports
 
 EXAMPLES_PER_OPERATION = 40
 """At full size (``make test-long``); the quick twins take ``QUICK_EXAMPLES``."""

@@ -13,9 +13,9 @@ from tests.helpers import bearer, error_of
 from timeline.config import Settings
 from timeline.model.tokens import TokenSigner
 from timeline.storage.accounts import Storage
-from timeline.storage.azurite import Azurite
 from timeline.tables.credentials import CredentialsRepository
 from timeline.tables.secret import retire_key, rotate_key
+from timeline.tools.azurite import Azurite
 
 Client = TestClient[Any, Any]
 CACHE_S = 0.5

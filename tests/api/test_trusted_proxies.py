@@ -15,7 +15,7 @@ from tests.conftest import api_client, make_settings, unique
 from tests.helpers import error_of
 from timeline.config import Settings
 from timeline.storage.accounts import Storage
-from timeline.storage.azurite import Azurite
+from timeline.tools.azurite import Azurite
 
 Client = TestClient[Any, Any]
 LOOPBACK = "127.0.0.0/8,::1"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tests.chaos.report import Report
 from tests.conftest import TEST_SECRET, program_env
-from timeline.storage.azurite import Azurite, free_ports
+from timeline.tools.azurite import Azurite, free_ports
 
 STORAGE_TIMEOUT_S = 2.0
 WRITE_DEADLINE_S = 2.0

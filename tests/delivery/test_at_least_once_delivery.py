@@ -15,9 +15,9 @@ from tests.delivery.helpers import author_and_reader, messages_counted, timeline
 from tests.faults import FaultyStorage
 from timeline.model.messages import PostCreated, PostDeleted
 from timeline.storage.accounts import Storage, StorageOptions
-from timeline.storage.azurite import Azurite
 from timeline.storage.queue import FanoutQueue
 from timeline.tables.repositories import Repositories
+from timeline.tools.azurite import Azurite
 
 
 class _TablesDown(FaultyStorage):

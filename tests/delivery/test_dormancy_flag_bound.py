@@ -12,12 +12,12 @@ import pytest
 from tests.conftest import storage_on, unique
 from tests.delivery.helpers import add_follow, add_users
 from timeline.errors import StorageUnavailableError
-from timeline.storage.azurite import Azurite
 from timeline.storage.flow.limiter import AdaptiveLimiter, LimiterSettings
 from timeline.storage.names import SUBJECT_FOLLOWERS
 from timeline.tables.follows import INACTIVE
 from timeline.tables.repositories import Repositories
 from timeline.tables.rows import get_entity
+from timeline.tools.azurite import Azurite
 
 
 async def test_a_mark_that_waited_past_its_window_for_a_limiter_place_is_not_sent(

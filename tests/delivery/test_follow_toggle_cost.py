@@ -20,10 +20,10 @@ from timeline.model.tokens import TokenSigner
 from timeline.reads.home import HomeTimeline
 from timeline.service.operations import TimelineService
 from timeline.storage.accounts import Storage
-from timeline.storage.azurite import Azurite
 from timeline.storage.queue import FanoutQueues
 from timeline.tables.ratelimits import RateLimits
 from timeline.tables.repositories import Repositories
+from timeline.tools.azurite import Azurite
 
 PAIRS = 10
 WRITES_PER_PAIR = 25

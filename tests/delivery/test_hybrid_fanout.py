@@ -20,10 +20,10 @@ from timeline.delivery.settings import Hybrid
 from timeline.model.keys import post_row_key
 from timeline.model.messages import Regrade
 from timeline.storage.accounts import Storage
-from timeline.storage.azurite import Azurite
 from timeline.storage.queue import FanoutQueues
 from timeline.tables.audience import COPIED, GROWING, MERGED, AuthorMode
 from timeline.tables.repositories import Repositories
+from timeline.tools.azurite import Azurite
 
 THRESHOLD = 4
 """An author with 4 followers is large here; back to copies below 2."""

@@ -14,10 +14,10 @@ from timeline.delivery.processor import FanoutProcessor
 from timeline.errors import StorageUnavailableError
 from timeline.model.messages import FanoutMessage
 from timeline.storage.accounts import Storage
-from timeline.storage.azurite import Azurite
 from timeline.storage.names import TIMELINES
 from timeline.storage.queue import FanoutQueue
 from timeline.tables.repositories import Repositories
+from timeline.tools.azurite import Azurite
 
 
 class _SendThenFail(FanoutQueue):

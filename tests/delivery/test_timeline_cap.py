@@ -22,7 +22,7 @@ from timeline.metrics import TRIM_REQUESTS
 from timeline.model.keys import new_post_id, now_ticks
 from timeline.model.tokens import TokenSigner
 from timeline.storage.accounts import Storage
-from timeline.storage.azurite import Azurite
+from timeline.tools.azurite import Azurite
 
 CAP = 10
 

@@ -28,7 +28,7 @@ from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
 
 from tests.conftest import program_env
-from timeline.storage.azurite import free_ports
+from timeline.tools.azurite import free_ports
 
 ROOT = Path(__file__).resolve().parents[2]
 OUTPUT = Path(os.environ.get("E2E_OUTPUT_DIR", ROOT / "build" / "e2e"))

@@ -14,9 +14,9 @@ from aiohttp.test_utils import TestClient
 from tests.conftest import api_client, eventually, make_settings, running_worker, unique
 from tests.helpers import Api, bearer
 from timeline.storage.accounts import Storage
-from timeline.storage.azurite import Azurite
 from timeline.tables.audience import MERGED
 from timeline.tables.repositories import Repositories
+from timeline.tools.azurite import Azurite
 
 THRESHOLD = 3
 LOOKBACK_S = 300

@@ -29,8 +29,8 @@ from timeline.model.entities import Post
 from timeline.model.keys import new_post_id, now_ticks
 from timeline.model.tokens import TokenSigner
 from timeline.storage.accounts import Storage
-from timeline.storage.azurite import Azurite, free_ports
 from timeline.tables.repositories import Repositories
+from timeline.tools.azurite import Azurite, free_ports
 
 
 async def test_since_returns_only_newer_posts_paged_down_to_it(live: Live) -> None:

@@ -10,7 +10,7 @@ from aiohttp import ClientResponse
 from tests.conftest import api_client, make_settings, unique
 from tests.helpers import Api, bearer
 from timeline.storage.accounts import Storage
-from timeline.storage.azurite import Azurite
+from timeline.tools.azurite import Azurite
 
 
 async def _ended(stream: ClientResponse) -> bool:

@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from timeline.storage.azurite import HOST
+from timeline.tools.azurite import HOST
 
 TENANT = "72f988bf-86f1-41af-91ab-2d7cd011db47"
 IDENTITY_SECRET = "test-identity-header"

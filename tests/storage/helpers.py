@@ -9,7 +9,7 @@ import aiohttp
 from aiohttp import web
 from yarl import URL
 
-from timeline.storage.azurite import ACCOUNT, ACCOUNT_KEY, HOST, Azurite
+from timeline.tools.azurite import ACCOUNT, ACCOUNT_KEY, HOST, Azurite
 
 
 class BusyFront:

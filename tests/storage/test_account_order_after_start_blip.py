@@ -17,8 +17,8 @@ import pytest
 
 from timeline.errors import ConfigurationError, StorageUnavailableError
 from timeline.storage.accounts import Storage, StorageOptions
-from timeline.storage.azurite import Azurite
 from timeline.storage.names import USERS
+from timeline.tools.azurite import Azurite
 
 
 async def test_a_misordered_list_is_refused_even_after_a_blip_at_start(

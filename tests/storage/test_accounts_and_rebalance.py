@@ -27,11 +27,11 @@ from tests.helpers import Api, bearer
 from timeline.config import Settings
 from timeline.errors import ConfigurationError
 from timeline.storage.accounts import Storage
-from timeline.storage.azurite import Azurite
 from timeline.storage.names import TABLES, TIMELINES, USERS
 from timeline.storage.placement import Placement, hash64, jump_hash
 from timeline.storage.queue import FanoutQueues
 from timeline.storage.rebalance import RebalanceError, Rebalancer
+from timeline.tools.azurite import Azurite
 
 
 def _strings(servers: list[Azurite]) -> str:

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-import timeline.storage.azurite as azurite_module
-from timeline.storage.azurite import HOST, Azurite
+import timeline.tools.azurite as azurite_module
+from timeline.tools.azurite import HOST, Azurite
 
 
 @pytest.fixture

@@ -26,11 +26,11 @@ from tests.conftest import storage_on
 from tests.faults import HookedSender
 from timeline.errors import StorageUnavailableError
 from timeline.storage.accounts import Storage
-from timeline.storage.azurite import Azurite
 from timeline.storage.calls import Operation, submit_batch
 from timeline.storage.names import TIMELINES
 from timeline.storage.placement import Placement, hash64
 from timeline.storage.rebalance import Rebalancer
+from timeline.tools.azurite import Azurite
 
 LEASE_S, TIMEOUT_S, MARGIN_S = 1.5, 1.0, 0.1
 """Every process here runs with this lease and timeout, so each fence is 2.6 s."""

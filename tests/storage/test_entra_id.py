@@ -16,7 +16,7 @@ from tests.helpers import Api
 from tests.storage.entra import IDENTITY_SECRET, IdentityEndpoint, self_signed
 from timeline.config import Settings
 from timeline.errors import ConfigurationError
-from timeline.storage.azurite import Azurite
+from timeline.tools.azurite import Azurite
 
 
 @pytest.fixture(scope="module")

@@ -23,8 +23,8 @@ from tests.storage.helpers import busy_front_on
 from tests.storage.sdk import QUEUE_PATHS
 from timeline.storage import queue_calls
 from timeline.storage.accounts import StorageOptions
-from timeline.storage.azurite import Azurite
 from timeline.storage.clients import Clients
+from timeline.tools.azurite import Azurite
 
 PATHS = list(QUEUE_PATHS)
 CONTENTS = {

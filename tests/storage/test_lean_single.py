@@ -29,9 +29,9 @@ from tests.storage.sdk import TABLE_PATHS
 from timeline.config import Settings
 from timeline.storage import calls
 from timeline.storage.accounts import Storage, StorageOptions
-from timeline.storage.azurite import Azurite
 from timeline.storage.clients import Clients
 from timeline.storage.names import TIMELINES
+from timeline.tools.azurite import Azurite
 
 LONGEST_POST = "😀" * Settings.model_fields["max_post_chars"].metadata[-1].le
 ODD_KEYS = ["o'brien", "''", "100%", "%27", "a b", "é😀", "&=+;,:@!$()*", '"q"']

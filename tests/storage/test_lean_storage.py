@@ -25,9 +25,9 @@ from azure.data.tables import (
 from tests.conftest import unique
 from tests.storage.sdk import TABLE_PATHS
 from timeline.storage.accounts import Storage
-from timeline.storage.azurite import ACCOUNT, ACCOUNT_KEY, Azurite
 from timeline.storage.calls import Operation, TransactionOperation, submit_batch, transact
 from timeline.storage.names import TIMELINES
+from timeline.tools.azurite import ACCOUNT, ACCOUNT_KEY, Azurite
 
 PATHS = list(TABLE_PATHS)
 ALL = "PartitionKey eq @pk"

@@ -25,12 +25,12 @@ from tests.worker.helpers import author_with_followers, timeline_ids
 from timeline.config import Settings
 from timeline.model.messages import PostCreated
 from timeline.storage.accounts import Storage, StorageOptions
-from timeline.storage.azurite import Azurite
 from timeline.storage.clients import Clients
 from timeline.storage.names import TIMELINES
 from timeline.storage.queue import FanoutQueue
 from timeline.storage.wire import lean
 from timeline.tables.repositories import Repositories
+from timeline.tools.azurite import Azurite
 
 PATHS = list(TABLE_PATHS)
 LONGEST_POST = "😀" * Settings.model_fields["max_post_chars"].metadata[-1].le

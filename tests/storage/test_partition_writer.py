@@ -16,9 +16,9 @@ from timeline.metrics import WRITE_RETRIES
 from timeline.model.entities import Post
 from timeline.model.keys import new_post_id, now_ticks
 from timeline.storage.accounts import Storage
-from timeline.storage.azurite import Azurite
 from timeline.storage.names import TIMELINES
 from timeline.tables.repositories import Repositories
+from timeline.tools.azurite import Azurite
 
 
 def _posts(count: int) -> list[Post]:

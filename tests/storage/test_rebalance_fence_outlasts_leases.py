@@ -25,10 +25,10 @@ from tests.conftest import make_settings, storage_on
 from tests.faults import UnreachableTable
 from timeline.errors import StorageUnavailableError
 from timeline.storage.accounts import Storage
-from timeline.storage.azurite import Azurite
 from timeline.storage.names import USERS
 from timeline.storage.placement import PLACEMENT_TABLE, Placement, hash64
 from timeline.storage.rebalance import Rebalancer
+from timeline.tools.azurite import Azurite
 
 TIMEOUT_S, ADMIN_LEASE_S, SERVICE_LEASE_S, MARGIN_S = 1.0, 1.0, 8.0, 0.5
 

@@ -26,10 +26,10 @@ from tests.conftest import storage_on
 from tests.faults import UnreachableTable
 from timeline.errors import StorageUnavailableError
 from timeline.storage.accounts import Storage
-from timeline.storage.azurite import Azurite
 from timeline.storage.names import SUBJECT_FOLLOWERS
 from timeline.storage.placement import PLACEMENT_TABLE, Placement, hash64, slot_of
 from timeline.storage.rebalance import RebalanceError, Rebalancer
+from timeline.tools.azurite import Azurite
 
 LEASE_S, TIMEOUT_S, MARGIN_S = 3.0, 1.0, 0.5
 """Every process here runs with this lease and timeout, so each fence is 4.5 s."""

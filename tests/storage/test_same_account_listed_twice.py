@@ -14,9 +14,9 @@ import pytest
 
 from timeline.errors import ConfigurationError
 from timeline.storage.accounts import Storage, StorageOptions
-from timeline.storage.azurite import Azurite
 from timeline.storage.names import USERS
 from timeline.storage.rebalance import Rebalancer
+from timeline.tools.azurite import Azurite
 
 
 def _same_account_other_string(connection_string: str) -> str:

@@ -18,8 +18,8 @@ import pytest
 
 from tests.conftest import eventually, make_settings, running_worker
 from timeline.storage.accounts import Storage, StorageOptions
-from timeline.storage.azurite import Azurite
 from timeline.storage.queue import FanoutQueue
+from timeline.tools.azurite import Azurite
 
 
 @pytest.mark.parametrize("blip", [False, True], ids=["control", "blip"])

@@ -26,7 +26,7 @@ from tests.conftest import TEST_SECRET, eventually, program_env
 from timeline.config import Settings
 from timeline.logs import LogFormat, log_handler
 from timeline.storage.accounts import Storage
-from timeline.storage.azurite import Azurite, free_ports
+from timeline.tools.azurite import Azurite, free_ports
 
 Client = TestClient[Any, Any]
 GENERATED = re.compile(r"[0-9a-f]{32}")

@@ -24,7 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import eventually, program_env, unique
 from tests.helpers import Api, bearer, error_of
-from timeline.storage.azurite import Azurite, free_ports
+from timeline.tools.azurite import Azurite, free_ports
 
 STORAGE_TIMEOUT_S = 2.0
 """Every storage call gives up after this long, so no request may hang much longer."""

@@ -21,11 +21,11 @@ from timeline.model.entities import Post
 from timeline.model.keys import new_post_id, now_ticks
 from timeline.model.tokens import TokenSigner
 from timeline.storage.accounts import Storage
-from timeline.storage.azurite import Azurite
 from timeline.storage.names import POSTS, SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING
 from timeline.tables import counters
 from timeline.tables.counters import count_of
 from timeline.tables.repositories import Repositories
+from timeline.tools.azurite import Azurite
 
 Client = TestClient[Any, Any]
 CLIENTS = 64

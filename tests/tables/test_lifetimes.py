@@ -20,7 +20,6 @@ from timeline.model.tokens import TokenSigner
 from timeline.reads.home import HomeTimeline
 from timeline.service.operations import TimelineService
 from timeline.storage.accounts import Storage
-from timeline.storage.azurite import Azurite
 from timeline.storage.names import EXPIRIES, POSTS, RATE_LIMITS, SUBJECT_FOLLOWERS
 from timeline.storage.placement import hash64
 from timeline.storage.queue import FanoutQueue
@@ -31,6 +30,7 @@ from timeline.tables.posts import KEY_ROWS
 from timeline.tables.ratelimits import RateLimits, TableWindowStorage, partition_of
 from timeline.tables.repositories import Repositories
 from timeline.tables.rows import get_entity
+from timeline.tools.azurite import Azurite
 
 TOGGLES = [pytest.param(50, 100, marks=[pytest.mark.long, pytest.mark.timeout(600)]), (10, 20)]
 """Followers toggling so many times each, half then following again: 10,025 requests in

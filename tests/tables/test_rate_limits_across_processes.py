@@ -16,9 +16,9 @@ from tests.helpers import Api, bearer, error_of
 from timeline.config import Settings
 from timeline.errors import RateLimitedError, StorageUnavailableError
 from timeline.storage.accounts import Storage
-from timeline.storage.azurite import Azurite
 from timeline.storage.names import EXPIRIES, RATE_LIMITS
 from timeline.tables.ratelimits import RateLimits, TableWindowStorage
+from timeline.tools.azurite import Azurite
 
 
 async def test_a_rate_limit_holds_across_two_api_processes(

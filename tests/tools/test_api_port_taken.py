@@ -11,7 +11,7 @@ from pathlib import Path
 from tests.conftest import program_env
 from timeline.config import Settings
 from timeline.storage.accounts import Storage
-from timeline.storage.azurite import free_ports
+from timeline.tools.azurite import free_ports
 
 
 def test_a_taken_api_port_stops_the_stack_before_anything_starts(tmp_path: Path) -> None:

@@ -13,12 +13,12 @@ from tests.helpers import Api
 from timeline.model.entities import PROFILE_ROW_KEY
 from timeline.model.keys import new_post_id, now_ticks, post_row_key
 from timeline.storage.accounts import Storage
-from timeline.storage.azurite import Azurite
 from timeline.storage.names import POSTS, TIMELINES, USERS
 from timeline.storage.queue import FanoutQueue
 from timeline.tables.activity import STAMP_ROW
 from timeline.tables.counters import shard_key
 from timeline.tables.users import IDENTITY_ROW_KEY
+from timeline.tools.azurite import Azurite
 from timeline.tools.views import POISON_HEADER
 
 

@@ -13,7 +13,7 @@ import pytest
 from tests.conftest import eventually
 from tests.tools.stack_helpers import StackProcess, alice_posts_to_bob, line_with, ready, request
 from timeline.config import CONNECTION_FILE
-from timeline.storage.azurite import free_ports
+from timeline.tools.azurite import free_ports
 from timeline.tools.stack import port_taken
 
 

@@ -17,7 +17,7 @@ import pytest
 
 from tests.conftest import eventually, program_env
 from tests.tools.stack_helpers import StackProcess, ready, start_until_ready
-from timeline.storage.azurite import free_ports
+from timeline.tools.azurite import free_ports
 from timeline.tools.lock import STACK_LOCK
 
 

@@ -20,7 +20,7 @@ from tests.tools.stack_helpers import (
     stop_stack,
 )
 from timeline.config import CONNECTION_FILE
-from timeline.storage.azurite import PORTS_FILE, free_ports
+from timeline.tools.azurite import PORTS_FILE, free_ports
 from timeline.tools.stack import port_taken
 
 

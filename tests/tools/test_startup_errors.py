@@ -14,8 +14,8 @@ import pytest
 
 from tests.conftest import program_env
 from tests.tools.stack_helpers import StackProcess, start_until_ready, stop_stack
-from timeline.storage.azurite import free_ports
 from timeline.storage.endpoints import COSMOS_REFUSED
+from timeline.tools.azurite import free_ports
 
 
 def run(module: str, *args: str, **settings: object) -> subprocess.CompletedProcess[str]:

@@ -10,9 +10,9 @@ from fanout_worker.worker import Worker
 from tests.conftest import make_settings, opened
 from tests.worker.helpers import author_with_followers, timeline_ids
 from timeline.model.messages import PostCreated
-from timeline.storage.azurite import Azurite
 from timeline.storage.queue import FanoutQueue
 from timeline.tables.repositories import Repositories
+from timeline.tools.azurite import Azurite
 
 
 async def test_burst_returns_once_every_page_is_delivered(

@@ -18,8 +18,8 @@ import orjson
 from tests.conftest import TEST_SECRET, eventually, make_settings, opened, program_env, unique
 from timeline.model.keys import new_post_id, now_ticks
 from timeline.model.messages import Followed, PostCreated
-from timeline.storage.azurite import Azurite
 from timeline.storage.queue import FanoutQueue
+from timeline.tools.azurite import Azurite
 
 INNOCENTS = 40
 VISIBILITY_S = 2

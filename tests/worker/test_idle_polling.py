@@ -16,8 +16,8 @@ from fanout_worker.idle import JITTER, IdlePace
 from fanout_worker.worker import Worker
 from tests.conftest import eventually, make_settings, opened, running_worker
 from timeline.model.priority import Priority
-from timeline.storage.azurite import Azurite
 from timeline.storage.queue import FanoutQueue
+from timeline.tools.azurite import Azurite
 
 BASE_S = 0.05
 CAP_S = 0.4

@@ -22,8 +22,8 @@ from timeline.delivery.outcomes import Outcome
 from timeline.delivery.processor import FanoutProcessor
 from timeline.model.keys import now_ticks
 from timeline.model.messages import FanoutMessage, Followed
-from timeline.storage.azurite import Azurite
 from timeline.storage.queue import FanoutQueue, Lane
+from timeline.tools.azurite import Azurite
 
 HANDLED: list[float] = []
 SLOW_ONCE: list[int] = []

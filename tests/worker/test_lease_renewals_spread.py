@@ -12,8 +12,8 @@ from fanout_worker.lease import Lease
 from tests.conftest import make_settings, opened
 from timeline.model.messages import Followed
 from timeline.model.priority import Priority
-from timeline.storage.azurite import Azurite
 from timeline.storage.queue import FanoutQueue, Lane
+from timeline.tools.azurite import Azurite
 
 LEASES = 16
 VISIBILITY_S = 4

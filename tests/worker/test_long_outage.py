@@ -23,8 +23,8 @@ from timeline.errors import StorageUnavailableError
 from timeline.model.keys import now_ticks
 from timeline.model.messages import FanoutMessage, Followed
 from timeline.retry import RetryPolicy, backoff_delay
-from timeline.storage.azurite import Azurite
 from timeline.storage.queue import FanoutQueue, Lane
+from timeline.tools.azurite import Azurite
 
 
 def test_backoff_at_attempt_ten_thousand_is_capped() -> None:

@@ -16,8 +16,8 @@ from tests.conftest import eventually, make_settings, opened, running_worker, un
 from timeline.errors import StorageUnavailableError
 from timeline.model.keys import now_ticks
 from timeline.model.messages import Followed
-from timeline.storage.azurite import Azurite
 from timeline.storage.queue import FanoutQueue, Lane
+from timeline.tools.azurite import Azurite
 
 FAILS = [3]
 

@@ -47,10 +47,10 @@ from timeline.model.messages import (
 )
 from timeline.model.priority import Priority
 from timeline.storage.accounts import Storage
-from timeline.storage.azurite import Azurite, free_ports
 from timeline.storage.calls import chunked, submit_batch
 from timeline.storage.names import POSTS, SUBJECT_FOLLOWERS
 from timeline.storage.queue import FanoutQueue, Lane
+from timeline.tools.azurite import Azurite, free_ports
 
 BACKFILLS = [pytest.param(5000, marks=pytest.mark.long), 1000]
 CURSOR = {"PartitionKey": "a", "RowKey": "b"}

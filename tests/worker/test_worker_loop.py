@@ -22,10 +22,10 @@ from timeline.delivery.processor import FanoutProcessor
 from timeline.metrics import DELIVERIES, STORAGE_UNAVAILABLE
 from timeline.model.messages import PostCreated, PostDeleted
 from timeline.storage.accounts import Storage
-from timeline.storage.azurite import Azurite
 from timeline.storage.names import TIMELINES
 from timeline.storage.queue import FanoutQueue
 from timeline.tables.repositories import Repositories
+from timeline.tools.azurite import Azurite
 
 SLOW_WRITES = {"worker_write_deadline_s": 60.0, "worker_sweep_delay_s": 70.0}
 """For tests that push thousands of writes through one or a few request slots on a busy

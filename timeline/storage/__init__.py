@@ -1,2 +1,2 @@
-"""Storage plumbing: accounts and placement, queues, the partition writer, rebalance and the
-embedded Azurite."""
+"""Storage: accounts and placement, the calls routed to them, the queues and rebalance; the
+lean wire path (``wire``) and flow control (``flow``) beneath them."""

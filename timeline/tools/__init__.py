@@ -1,1 +1,1 @@
-"""Operations tooling: ``make run``'s stack and the admin command line."""
+"""Operations tooling: ``make run``'s stack, the embedded Azurite and the admin command line."""

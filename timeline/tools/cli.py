@@ -15,13 +15,13 @@ from timeline.logs import configure_logging
 from timeline.model.tokens import TokenSigner
 from timeline.startup import load_settings
 from timeline.storage.accounts import Storage
-from timeline.storage.poison import drop_poison, requeue_one_poison
 from timeline.storage.queue import FanoutQueues
 from timeline.storage.rebalance import Rebalancer
 from timeline.tables.credentials import CredentialsRepository
 from timeline.tables.repositories import Repositories
 from timeline.tables.secret import list_keys, load_key_ring, retire_key, rotate_key
 from timeline.tables.users import UsersRepository
+from timeline.tools.poison import drop_poison, requeue_one_poison
 from timeline.tools.stack import Stack, init_storage
 from timeline.tools.views import one_line, poison_lines, stats_lines
 

@@ -30,7 +30,7 @@ from timeline.config import CONNECTION_FILE, Settings
 from timeline.errors import ConfigurationError
 from timeline.startup import api_port_taken
 from timeline.storage.accounts import Storage
-from timeline.storage.azurite import HOST, Azurite, free_ports, remembered_ports
+from timeline.tools.azurite import HOST, Azurite, free_ports, remembered_ports
 from timeline.tools.lock import StackLock
 
 log = logging.getLogger(__name__)
