@@ -29,6 +29,7 @@ from azure.storage.queue import QueueServiceClient
 from api.app import create_app
 from fanout_worker.metrics import MESSAGES
 from fanout_worker.worker import Worker
+from tests.faults import StorageFront, front_on
 from timeline.config import Settings
 from timeline.errors import ConfigurationError, StorageUnavailableError
 from timeline.storage.accounts import Storage, StorageOptions
@@ -300,6 +301,22 @@ async def storage_on(servers: list[Azurite], **options: Any) -> AsyncIterator[St
 async def own(private_azurite: Azurite) -> AsyncIterator[Storage]:
     """An initialised ``Storage`` on an Azurite of the test's own."""
     async with storage_on([private_azurite]) as storage:
+        await storage.create_all()
+        yield storage
+
+
+@pytest.fixture
+async def front(private_azurite: Azurite) -> AsyncIterator[StorageFront]:
+    """A ``StorageFront`` (``tests/faults.py``) before an empty Azurite of the test's own,
+    whose storage the test makes and reaches only through it."""
+    async with front_on(private_azurite) as started:
+        yield started
+
+
+@pytest.fixture
+async def fronted(front: StorageFront) -> AsyncIterator[Storage]:
+    """An initialised ``Storage`` through ``front``, with the default options."""
+    async with Storage(front.connection_string()) as storage:
         await storage.create_all()
         yield storage
 

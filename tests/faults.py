@@ -1,12 +1,22 @@
-"""Fault injection in front of a real storage account: fail, hold or shorten chosen calls.
+"""Faults injected at the HTTP transport: a front between storage clients and Azurite's table
+(or queue) port that loses, holds, throttles or shortens chosen requests.
 
-Nothing here fakes storage: every call still goes to Azurite, unless a test asked for that
-call to fail (as a lost connection does) or to wait until the test lets it go.
+Nothing here fakes storage: every request goes to Azurite as it came, unless a test asked
+the front to lose it (the connection closes with no answer, as a dropped connection does:
+the client sees ``ServiceRequestError``), to answer it ``503 ServerBusy`` (as Azure does
+when throttling), to hold it until the test lets it go, or to page a query short (its
+``$top`` lowered, as real Azure may end a page early). The clients are the production ones
+(a plain ``Storage`` on ``StorageFront.connection_string``), so every fault test runs the
+path production runs.
 
-A proxy of a table client sees two kinds of call: the SDK's own methods (``upsert_entity``,
-``query_entities``, ...), and the lean requests ``timeline.storage.calls`` sends, which go
-through the client's ``lean_sender``: a proxy's ``HookedSender`` names each by the SDK call
-whose work it does (``sdk_call``), so one filter sees both.
+A process names an account by its table endpoint, and the stored placement must name the
+same ones: a ``Storage`` behind a front only routes on a placement made through that front.
+So a test puts the front before an Azurite of its own (``front`` in ``tests/conftest.py``)
+and reaches that storage only through it; the faults are chosen per table.
+
+Tables are told by a request's path (``/{account}/{table}...``); an Entity Group Transaction
+(``POST /{account}/$batch``) names its table, and whether it deletes, in the request line
+of each operation in its multipart body (``operations``).
 """
 
 from __future__ import annotations
@@ -14,22 +24,201 @@ from __future__ import annotations
 import asyncio
 import re
 from collections import Counter
-from collections.abc import Awaitable, Callable
-from typing import Any, cast
-from urllib.parse import urlsplit
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from contextlib import asynccontextmanager
+from urllib.parse import unquote, urlsplit
 
-from azure.core.exceptions import ServiceRequestError
+import aiohttp
+from aiohttp import web
 from azure.core.rest import AsyncHttpResponse, HttpRequest
 from azure.data.tables.aio import TableClient
+from yarl import URL
 
-from timeline.storage.accounts import Storage, StorageOptions
 from timeline.storage.wire import lean
+from timeline.tools.azurite import HOST, Azurite, connection_string
 
-WRITES = frozenset(
-    {"create_entity", "upsert_entity", "update_entity", "delete_entity", "submit_transaction"}
-)
-DELETES = frozenset({"delete_entity", "submit_transaction"})
-READS = frozenset({"get_entity", "query_entities", "list_entities"})
+WRITES = frozenset({"POST", "PUT", "MERGE", "PATCH", "DELETE"})
+_BATCH_LINE = re.compile(rb"^(GET|POST|PUT|MERGE|PATCH|DELETE) (\S+) HTTP/1\.1\r?$", re.M)
+_TOP = re.compile(r"(^|&)(\$top|%24top)=(\d+)", re.I)
+
+
+def table_of(path: str) -> str:
+    """The table (or queue) a request path names: ``/{account}/{name}(...)...``; ``$batch``
+    for a transaction, ``Tables`` for the table service's own calls, ``""`` for the
+    account's."""
+    segments = path.split("?", 1)[0].split("/")
+    name = segments[2] if len(segments) > 2 else ""
+    return unquote(name.split("(", 1)[0])
+
+
+def operations(method: str, path: str, body: bytes) -> list[tuple[str, str]]:
+    """``(method, table)`` of each operation a request carries: itself, or each request line
+    inside a ``$batch`` body."""
+    if method == "POST" and table_of(path) == "$batch":
+        return [
+            (verb.decode(), table_of(urlsplit(url.decode("latin-1")).path))
+            for verb, url in _BATCH_LINE.findall(body)
+        ]
+    return [(method, table_of(path))]
+
+
+class StorageFront:
+    """An HTTP front to Azurite's table (or ``queue``) port; every fault is off until a test
+    sets it, and each may be set or cleared at any time.
+
+    ``busy``: the next ``busy`` requests of ``busy_methods`` are answered ``503 ServerBusy``
+    (``hits`` counts the requests of those methods, ``request_ids`` keeps their
+    ``x-ms-client-request-id``). A lost request is one try: the client resends a ``PUT``,
+    ``DELETE`` or ``GET`` (aiohttp once, then its retry policy), and each try is lost again
+    for as long as its table is in the set."""
+
+    def __init__(
+        self, azurite: Azurite, busy_methods: Iterable[str] = ("PUT",), *, queue: bool = False
+    ) -> None:
+        self.azurite = azurite
+        self.queue = queue
+        self.target = f"http://{HOST}:{azurite.ports[1 if queue else 2]}"
+        self.port = 0
+        self.busy = 0
+        self.busy_methods = set(busy_methods)
+        self.hits = 0
+        self.request_ids: list[str | None] = []
+        self.lose_writes: set[str] = set()
+        """Tables whose writes (a transaction holding one included) are lost."""
+        self.down = False
+        """Every request is lost, as an unreachable account's are, but those that only
+        touch ``answering`` tables."""
+        self.answering: set[str] = set()
+        self.hold_writes: set[str] = set()
+        """Tables whose writes wait at ``gate`` (``held`` is set once one waits)."""
+        self.hold_deletes: set[str] = set()
+        """Tables whose deletes (a transaction holding one included) wait at ``gate``."""
+        self.hang = False
+        """Every request waits at ``gate``, as on a slow account."""
+        self.gate = asyncio.Event()
+        self.held = asyncio.Event()
+        self.holding: Counter[str] = Counter()
+        """How many requests wait at ``gate`` now, by table (a transaction's first)."""
+        self.page_limit: int | None = None
+        """Cap on a query's ``$top``: storage then pages short, with a continuation."""
+        self._closing = False
+        self._session: aiohttp.ClientSession | None = None
+
+    def connection_string(self) -> str:
+        """Azurite's, with the fronted service's endpoint on the front."""
+        blob, queue, table = self.azurite.ports
+        if self.queue:
+            return connection_string((blob, self.port, table))
+        return connection_string((blob, queue, self.port))
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        if request.method in self.busy_methods:
+            self.hits += 1
+            self.request_ids.append(request.headers.get("x-ms-client-request-id"))
+            if self.busy > 0:
+                self.busy -= 1
+                return _busy(self.queue)
+        carried = operations(request.method, request.raw_path, body)
+        if self._lost(carried):
+            return _lose(request)
+        if self.hang or self._held(carried):
+            self.held.set()
+            self.holding[carried[0][1]] += 1
+            try:
+                await self.gate.wait()
+            finally:
+                self.holding[carried[0][1]] -= 1
+            if self._closing:
+                return _lose(request)
+        return await self._forward(request, body)
+
+    def _lost(self, carried: list[tuple[str, str]]) -> bool:
+        if self.down and any(table not in self.answering for _, table in carried):
+            return True
+        return any(method in WRITES and table in self.lose_writes for method, table in carried)
+
+    def _held(self, carried: list[tuple[str, str]]) -> bool:
+        return any(
+            (method in WRITES and table in self.hold_writes)
+            or (method == "DELETE" and table in self.hold_deletes)
+            for method, table in carried
+        )
+
+    async def _forward(self, request: web.Request, body: bytes) -> web.Response:
+        path = request.raw_path
+        if self.page_limit is not None and request.method == "GET" and "?" in path:
+            route, query = path.split("?", 1)
+            path = f"{route}?{_TOP.sub(self._shorter, query)}"
+        headers = {k: v for k, v in request.headers.items() if k.lower() != "host"}
+        assert self._session is not None, "the front is not running"
+        async with self._session.request(
+            request.method,
+            URL(self.target + path, encoded=True),
+            headers=headers,
+            data=body or None,
+            skip_auto_headers=("Content-Type",),
+        ) as answer:
+            passed = {
+                k: v
+                for k, v in answer.headers.items()
+                if k.lower() not in ("transfer-encoding", "content-length", "connection")
+            }
+            return web.Response(status=answer.status, body=await answer.read(), headers=passed)
+
+    def _shorter(self, match: re.Match[str]) -> str:
+        assert self.page_limit is not None
+        return f"{match[1]}{match[2]}={min(int(match[3]), self.page_limit)}"
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[StorageFront]:
+        """Serve on a free port until the block ends; then requests still held are lost."""
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self.handle)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, HOST, 0)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self._session = aiohttp.ClientSession(auto_decompress=False)
+        try:
+            yield self
+        finally:
+            self._closing = True
+            self.gate.set()
+            await runner.cleanup()
+            await self._session.close()
+
+
+def _lose(request: web.Request) -> web.Response:
+    """Close the connection with no answer (what is returned is never written)."""
+    if request.transport is not None:  # None: the client has gone already
+        request.transport.abort()
+    return web.Response(status=204)
+
+
+def _busy(queue: bool) -> web.Response:
+    """Azure's ``503 ServerBusy``: XML from the queue service, JSON from the table service."""
+    if queue:
+        body = (
+            b'<?xml version="1.0" encoding="utf-8"?><Error><Code>ServerBusy</Code>'
+            b"<Message>busy</Message></Error>"
+        )
+        content_type = "application/xml"
+    else:
+        body = b'{"odata.error":{"code":"ServerBusy","message":{"value":"busy"}}}'
+        content_type = "application/json"
+    headers = {"x-ms-error-code": "ServerBusy", "Content-Type": content_type}
+    return web.Response(status=503, body=body, headers=headers)
+
+
+@asynccontextmanager
+async def front_on(
+    azurite: Azurite, busy_methods: Iterable[str] = ("PUT",), *, queue: bool = False
+) -> AsyncIterator[StorageFront]:
+    """A running ``StorageFront`` before ``azurite`` on a free port, stopped on exit."""
+    async with StorageFront(azurite, busy_methods, queue=queue).running() as front:
+        yield front
 
 
 def sdk_call(request: HttpRequest) -> str:
@@ -66,100 +255,3 @@ class HookedSender:
     async def send(self, request: HttpRequest) -> AsyncHttpResponse:
         await self._hook(sdk_call(request), request)
         return await self._sender.send(request)
-
-
-class FaultyStorage(Storage):
-    """A ``Storage`` whose table calls can be failed, held at a gate, or paged short."""
-
-    def __init__(self, connection_string: str, options: StorageOptions | None = None) -> None:
-        super().__init__(connection_string, options)
-        self.tables_down = False
-        """Every table call fails as an unreachable account would (the placement, read on
-        its own connection pool, still answers)."""
-        self.fail_writes: Counter[str] = Counter()
-        """Table name -> how many of its next write calls fail as a lost connection would."""
-        self.held_tables: set[str] = set()
-        """Tables whose deletes wait at ``gate`` (``held`` is set once one is waiting)."""
-        self.gate = asyncio.Event()
-        self.held = asyncio.Event()
-        self.page_limit: int | None = None
-        """Cap on ``results_per_page``: storage then pages short, as real Azure may."""
-
-    async def __aenter__(self) -> FaultyStorage:
-        await self.open()
-        return self
-
-    def table(self, name: str, partition_key: str) -> TableClient:
-        return cast(TableClient, _TableProxy(super().table(name, partition_key), name, self))
-
-    def reader(self, name: str, partition_key: str) -> TableClient:
-        return cast(TableClient, _TableProxy(super().reader(name, partition_key), name, self))
-
-
-class _TableProxy:
-    def __init__(self, client: TableClient, table: str, faults: FaultyStorage) -> None:
-        self._client = client
-        self._table = table
-        self._faults = faults
-
-    @property
-    def lean_sender(self) -> HookedSender:
-        return HookedSender(self._client, self._before_lean)
-
-    async def _before_lean(self, name: str, request: HttpRequest) -> None:
-        if self._faults.tables_down:
-            raise ServiceRequestError(f"injected: {self._table} is unreachable")
-        if name in WRITES:
-            await self._before_write(name)
-        limit = self._faults.page_limit
-        if name == "query_entities" and limit is not None:
-            request.url = re.sub(
-                r"([?&]\$top=)(\d+)", lambda m: f"{m[1]}{min(limit, int(m[2]))}", request.url
-            )
-
-    def __getattr__(self, name: str) -> Any:
-        attribute = getattr(self._client, name)
-        if self._faults.tables_down and name in WRITES | READS:
-            raise ServiceRequestError(f"injected: {self._table} is unreachable")
-        if name == "query_entities":
-            return self._query
-        if name not in WRITES:
-            return attribute
-
-        async def call(*args: Any, **kwargs: Any) -> Any:
-            await self._before_write(name)
-            return await attribute(*args, **kwargs)
-
-        return call
-
-    async def _before_write(self, method: str) -> None:
-        faults = self._faults
-        if faults.fail_writes[self._table] > 0:
-            faults.fail_writes[self._table] -= 1
-            raise ServiceRequestError(f"injected: {self._table}.{method} lost its connection")
-        if self._table in faults.held_tables and method in DELETES:
-            faults.held.set()
-            await faults.gate.wait()
-
-    def _query(self, *args: Any, **kwargs: Any) -> Any:
-        limit = self._faults.page_limit
-        if limit is not None:
-            kwargs["results_per_page"] = min(limit, kwargs.get("results_per_page") or limit)
-        return self._client.query_entities(*args, **kwargs)
-
-
-class UnreachableTable:
-    """A table client whose every call fails as an unreachable account would (e.g. the
-    placement table of a placement home this process cannot reach any more)."""
-
-    def __init__(self, client: TableClient) -> None:
-        self._client = client
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "close":
-            return self._client.close
-
-        def unreachable(*_args: Any, **_kwargs: Any) -> Any:
-            raise ServiceRequestError("injected: the account is unreachable")
-
-        return unreachable

@@ -7,8 +7,7 @@ import asyncio
 
 from tests.conftest import eventually
 from tests.delivery.helpers import add_follow, author_and_reader, remove_follow, timeline_ids
-from tests.faults import FaultyStorage
-from timeline.config import Settings
+from tests.faults import StorageFront
 from timeline.delivery.batching.writer import PartitionWriter
 from timeline.delivery.outcomes import DONE, Continue
 from timeline.delivery.processor import FanoutProcessor
@@ -18,42 +17,37 @@ from timeline.storage.names import TIMELINES
 from timeline.tables.repositories import Repositories
 
 
-async def test_purge_keeps_a_refollows_backfill(
-    settings: Settings, storage: Storage, repos: Repositories
-) -> None:
+async def test_purge_keeps_a_refollows_backfill(front: StorageFront, fronted: Storage) -> None:
+    repos = Repositories.on(fronted)
     author, reader, posts = await author_and_reader(repos, 3)
-    async with PartitionWriter(storage, TIMELINES, linger_s=0) as writer:
-        prompt = FanoutProcessor.on(storage, writer)
+    async with PartitionWriter(fronted, TIMELINES, linger_s=0) as writer:
+        prompt = FanoutProcessor.on(fronted, writer)
         await prompt.backfill(Followed(follower=reader, subject=author))
         await remove_follow(repos, reader, author)
-        async with (
-            FaultyStorage(settings.connection_string()) as faulty,
-            PartitionWriter(faulty, TIMELINES, linger_s=0) as held_writer,
-        ):
-            faulty.held_tables.add(TIMELINES)
-            purging = asyncio.create_task(FanoutProcessor.on(faulty, held_writer).purge(
+        async with PartitionWriter(fronted, TIMELINES, linger_s=0) as held_writer:
+            front.hold_deletes.add(TIMELINES)
+            purging = asyncio.create_task(FanoutProcessor.on(fronted, held_writer).purge(
                 reader, author
             ))  # fmt: skip
-            await asyncio.wait_for(faulty.held.wait(), 10)  # read the rows, about to delete
+            await asyncio.wait_for(front.held.wait(), 10)  # read the rows, about to delete
             await add_follow(repos, reader, author)
             backfilled = await prompt.backfill(Followed(follower=reader, subject=author))
-            faulty.gate.set()
+            front.gate.set()
             await purging
         if isinstance(backfilled, Continue):  # damped (a re-follow): its second pass
             await prompt.handle(backfilled.message)
     assert sorted(await timeline_ids(repos, reader)) == sorted(post.post_id for post in posts)
 
 
-async def test_backfill_reads_through_short_pages(
-    settings: Settings, storage: Storage, repos: Repositories
-) -> None:
+async def test_backfill_reads_through_short_pages(front: StorageFront, fronted: Storage) -> None:
+    repos = Repositories.on(fronted)
     author, reader, posts = await author_and_reader(repos, 20)
-    async with (
-        FaultyStorage(settings.connection_string()) as faulty,
-        PartitionWriter(faulty, TIMELINES, linger_s=0) as writer,
-    ):
-        faulty.page_limit = 7  # as real Azure may: short pages with a continuation
-        await FanoutProcessor.on(faulty, writer).backfill(Followed(follower=reader, subject=author))
+    async with PartitionWriter(fronted, TIMELINES, linger_s=0) as writer:
+        front.page_limit = 7  # as real Azure may: short pages with a continuation
+        await FanoutProcessor.on(fronted, writer).backfill(
+            Followed(follower=reader, subject=author)
+        )
+    front.page_limit = None
     assert sorted(await timeline_ids(repos, reader)) == sorted(post.post_id for post in posts)
 
 

@@ -10,8 +10,7 @@ import pytest
 
 from tests.delivery.helpers import add_follow, timeline_ids, unlimited_service
 from tests.delivery.hybrid_helpers import HYBRID, add_post, new_users
-from tests.faults import FaultyStorage
-from timeline.config import Settings
+from tests.faults import StorageFront
 from timeline.delivery.batching.writer import PartitionWriter
 from timeline.delivery.outcomes import Continue
 from timeline.delivery.processor import FanoutProcessor
@@ -89,22 +88,22 @@ async def test_the_blocked_side_stops_seeing_the_blocker_at_once(
 
 
 async def test_a_block_racing_a_follow_ends_the_follow(
-    settings: Settings, storage: Storage, repos: Repositories
+    front: StorageFront, fronted: Storage
 ) -> None:
     """The follow checked for a block and is about to write its row when the block lands
     and ends follows (finding none): the follow's re-check after its write ends it."""
+    repos = Repositories.on(fronted)
     follower, subject = await new_users(repos, "follower", "subject")
-    async with FaultyStorage(settings.connection_string()) as faulty:
-        faulty.held_tables.add(SUBJECT_FOLLOWERS)  # the follow's transaction waits
-        following = asyncio.create_task(
-            _service(faulty).follows.follow(follower, follower, subject)
-        )
-        await asyncio.wait_for(faulty.held.wait(), 10)
-        await _service(storage).relations.block(subject, subject, follower)
-        assert not await repos.follows.is_following(follower, subject)  # not landed yet
-        faulty.gate.set()
-        with pytest.raises(PermissionDeniedError):
-            await following
+    service = _service(fronted)
+    front.hold_writes.add(SUBJECT_FOLLOWERS)  # the follow's transaction waits
+    following = asyncio.create_task(service.follows.follow(follower, follower, subject))
+    await asyncio.wait_for(front.held.wait(), 10)
+    front.hold_writes.clear()  # only that one
+    await service.relations.block(subject, subject, follower)
+    assert not await repos.follows.is_following(follower, subject)  # not landed yet
+    front.gate.set()
+    with pytest.raises(PermissionDeniedError):
+        await following
     assert not await repos.follows.is_following(follower, subject)
     assert await repos.follows.following_ids(follower) == []
 

@@ -9,11 +9,11 @@ from aiohttp.test_utils import TestClient
 
 from tests.conftest import unique
 from tests.delivery.helpers import add_users, unlimited_service
-from tests.faults import FaultyStorage
+from tests.faults import StorageFront
 from tests.helpers import Api, bearer
-from timeline.config import Settings
 from timeline.errors import StorageUnavailableError
 from timeline.metrics import MESSAGES_SENT
+from timeline.storage.accounts import Storage
 from timeline.storage.names import SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING
 from timeline.tables.repositories import Repositories
 
@@ -26,22 +26,24 @@ def _sent(kind: str) -> float:
 
 @pytest.mark.parametrize("failing", [SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING])
 async def test_follow_half_written_then_retried_is_whole_and_counted(
-    settings: Settings, repos: Repositories, failing: str
+    front: StorageFront, fronted: Storage, failing: str
 ) -> None:
+    repos = Repositories.on(fronted)
     follower, subject = unique("f"), unique("s")
     await add_users(repos, follower, subject)
-    async with FaultyStorage(settings.connection_string()) as faulty:
-        service = unlimited_service(faulty)
-        faulty.fail_writes[failing] = 1
-        with pytest.raises(StorageUnavailableError):
-            await service.follows.follow(follower, follower, subject)
+    service = unlimited_service(fronted)
+    front.lose_writes.add(failing)
+    with pytest.raises(StorageUnavailableError):
         await service.follows.follow(follower, follower, subject)
-        await _assert_follow(repos, follower, subject, following=True)
-        faulty.fail_writes[failing] = 1
-        with pytest.raises(StorageUnavailableError):
-            await service.follows.unfollow(follower, follower, subject)
+    front.lose_writes.clear()
+    await service.follows.follow(follower, follower, subject)
+    await _assert_follow(repos, follower, subject, following=True)
+    front.lose_writes.add(failing)
+    with pytest.raises(StorageUnavailableError):
         await service.follows.unfollow(follower, follower, subject)
-        await _assert_follow(repos, follower, subject, following=False)
+    front.lose_writes.clear()
+    await service.follows.unfollow(follower, follower, subject)
+    await _assert_follow(repos, follower, subject, following=False)
 
 
 async def _assert_follow(

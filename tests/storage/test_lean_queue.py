@@ -18,8 +18,8 @@ from azure.storage.queue import QueueMessage, TextBase64DecodePolicy, TextBase64
 from azure.storage.queue.aio import QueueClient
 
 from tests.conftest import unique
+from tests.faults import front_on
 from tests.storage import sdk
-from tests.storage.helpers import busy_front_on
 from tests.storage.sdk import QUEUE_PATHS
 from timeline.storage import queue_calls
 from timeline.storage.accounts import StorageOptions
@@ -218,7 +218,7 @@ async def test_a_busy_server_is_retried_as_the_sdk_retries(azurite: Azurite, pat
     (``StorageOptions.retries``, 2, plus the first: 3 requests), then the 503. Every request
     carries a client request id, none the same."""
     methods = ("GET", "POST", "PUT", "DELETE")
-    async with busy_front_on(azurite, methods, queue=True) as front:
+    async with front_on(azurite, methods, queue=True) as front:
         clients = Clients([front.connection_string()], StorageOptions())
         clients.open()
         try:

@@ -23,8 +23,8 @@ from azure.data.tables import EdmType, EntityProperty, TableEntity, UpdateMode
 from azure.data.tables.aio import TableClient
 
 from tests.conftest import unique
+from tests.faults import front_on
 from tests.storage import sdk
-from tests.storage.helpers import busy_front_on
 from tests.storage.sdk import TABLE_PATHS
 from timeline.config import Settings
 from timeline.storage import calls
@@ -279,7 +279,7 @@ async def test_a_busy_server_is_retried_as_the_sdk_retries(azurite: Azurite, pat
     """Each call, two 503s then success: three requests. Always busy: the client's retry
     budget (``StorageOptions.retries``, 2, plus the first: 3 requests), then the 503. Each
     call has one request id, kept over its retries."""
-    async with busy_front_on(azurite, ("GET", "POST", "PATCH", "PUT", "DELETE")) as front:
+    async with front_on(azurite, ("GET", "POST", "PATCH", "PUT", "DELETE")) as front:
         clients = Clients([front.connection_string()], StorageOptions())
         clients.open()  # the clients the API builds (retries, backoff), on the front
         try:

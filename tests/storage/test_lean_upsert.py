@@ -19,7 +19,7 @@ from azure.data.tables.aio import TableClient
 
 from fanout_worker.worker import Worker
 from tests.conftest import make_settings, opened, unique
-from tests.storage.helpers import BusyFront, busy_front_on
+from tests.faults import StorageFront, front_on
 from tests.storage.sdk import TABLE_PATHS
 from tests.worker.helpers import author_with_followers, timeline_ids
 from timeline.config import Settings
@@ -153,14 +153,14 @@ async def test_a_bare_int_beyond_int32_is_refused_alike(storage: Storage) -> Non
 
 
 @pytest.fixture
-async def busy_front(azurite: Azurite) -> AsyncIterator[BusyFront]:
-    async with busy_front_on(azurite) as front:
+async def busy_front(azurite: Azurite) -> AsyncIterator[StorageFront]:
+    async with front_on(azurite) as front:
         yield front
 
 
 @pytest.mark.parametrize("path", PATHS)
 async def test_a_busy_server_is_retried_as_the_sdk_retries(
-    busy_front: BusyFront, storage: Storage, path: str
+    busy_front: StorageFront, storage: Storage, path: str
 ) -> None:
     """Two 503s, then success: three PUTs, one row. Always busy: the client's retry budget
     (``StorageOptions.retries``, 2, plus the first: 3 PUTs), then the same 503 error."""

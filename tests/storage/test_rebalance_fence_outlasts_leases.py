@@ -22,7 +22,7 @@ from typing import cast
 from azure.data.tables.aio import TableClient
 
 from tests.conftest import make_settings, storage_on
-from tests.faults import UnreachableTable
+from tests.storage.helpers import UnreachableTable
 from timeline.errors import StorageUnavailableError
 from timeline.storage.accounts import Storage
 from timeline.storage.names import USERS

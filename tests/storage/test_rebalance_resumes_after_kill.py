@@ -23,7 +23,7 @@ import pytest
 from azure.data.tables.aio import TableClient
 
 from tests.conftest import storage_on
-from tests.faults import UnreachableTable
+from tests.storage.helpers import UnreachableTable
 from timeline.errors import StorageUnavailableError
 from timeline.storage.accounts import Storage
 from timeline.storage.names import SUBJECT_FOLLOWERS

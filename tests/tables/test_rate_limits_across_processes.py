@@ -11,7 +11,7 @@ import pytest
 from azure.data.tables.aio import TableClient
 
 from tests.conftest import api_client, make_settings, unique
-from tests.faults import FaultyStorage
+from tests.faults import StorageFront
 from tests.helpers import Api, bearer, error_of
 from timeline.config import Settings
 from timeline.errors import RateLimitedError, StorageUnavailableError
@@ -108,12 +108,13 @@ async def test_limiters_and_their_limits_keep_separate_counts(storage: Storage) 
         await one.posts.check(user)
 
 
-async def test_an_outage_is_a_retryable_storage_error(settings: Settings, storage: Storage) -> None:
-    async with FaultyStorage(settings.connection_string()) as faulty:
-        limiter = RateLimits.per_minute(faulty, posts=5, writes=0, registrations=0).posts
-        faulty.fail_writes[RATE_LIMITS] = 1
-        with pytest.raises(StorageUnavailableError):
-            await limiter.check(unique())
+async def test_an_outage_is_a_retryable_storage_error(
+    front: StorageFront, fronted: Storage
+) -> None:
+    limiter = RateLimits.per_minute(fronted, posts=5, writes=0, registrations=0).posts
+    front.lose_writes.add(RATE_LIMITS)
+    with pytest.raises(StorageUnavailableError):
+        await limiter.check(unique())
 
 
 async def test_clear_and_reset_forget_counts(private_azurite: Azurite) -> None:
