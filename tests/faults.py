@@ -17,24 +17,27 @@ and reaches that storage only through it; the faults are chosen per table.
 Tables are told by a request's path (``/{account}/{table}...``); an Entity Group Transaction
 (``POST /{account}/$batch``) names its table, and whether it deletes, in the request line
 of each operation in its multipart body (``operations``).
+
+A fault that must hit one process alone (a front hits every process behind it, and a
+process not behind it names another account) is a hook on that process's own table
+connections instead (``Delay``, through ``StorageOptions.trace_configs``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
+import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import aiohttp
 from aiohttp import web
-from azure.core.rest import AsyncHttpResponse, HttpRequest
-from azure.data.tables.aio import TableClient
 from yarl import URL
 
-from timeline.storage.wire import lean
 from timeline.tools.azurite import HOST, Azurite, connection_string
 
 WRITES = frozenset({"POST", "PUT", "MERGE", "PATCH", "DELETE"})
@@ -99,6 +102,8 @@ class StorageFront:
         self.held = asyncio.Event()
         self.holding: Counter[str] = Counter()
         """How many requests wait at ``gate`` now, by table (a transaction's first)."""
+        self.written: Counter[str] = Counter()
+        """Write operations passed on to storage, by table (each of a transaction's)."""
         self.page_limit: int | None = None
         """Cap on a query's ``$top``: storage then pages short, with a continuation."""
         self._closing = False
@@ -131,6 +136,7 @@ class StorageFront:
                 self.holding[carried[0][1]] -= 1
             if self._closing:
                 return _lose(request)
+        self.written.update(table for method, table in carried if method in WRITES)
         return await self._forward(request, body)
 
     def _lost(self, carried: list[tuple[str, str]]) -> bool:
@@ -221,37 +227,28 @@ async def front_on(
         yield front
 
 
-def sdk_call(request: HttpRequest) -> str:
-    """The SDK table call whose work a lean request does."""
-    path = urlsplit(request.url).path
-    if path.endswith("/$batch"):
-        return "submit_transaction"
-    if request.method == "GET":
-        return "query_entities" if path.endswith("()") else "get_entity"
-    if request.method == "POST":
-        return "create_entity"
-    if request.method == "DELETE":
-        return "delete_entity"
-    return "update_entity" if "If-Match" in request.headers else "upsert_entity"
+class Delay:
+    """A slow account for one process: each request of its table connections that
+    ``matches`` (method, URL) waits ``seconds`` before it is sent; ``started`` is set when
+    the first one waits, ``sent`` keeps when each went on (``time.monotonic``). Given to
+    that process as ``StorageOptions(trace_configs=(delay.config(),))``."""
 
+    def __init__(self, seconds: float, matches: Callable[[str, URL], bool]) -> None:
+        self.seconds = seconds
+        self.matches = matches
+        self.started = asyncio.Event()
+        self.sent: list[float] = []
 
-def entities_written(request: HttpRequest) -> int:
-    """The entities a lean write request writes: a batch's operations, else one."""
-    if sdk_call(request) != "submit_transaction":
-        return 1
-    return bytes(request.content).count(b"\r\nContent-ID: ")
+    def config(self) -> aiohttp.TraceConfig:
+        config = aiohttp.TraceConfig()
 
+        async def starting(
+            _session: Any, _context: Any, params: aiohttp.TraceRequestStartParams
+        ) -> None:
+            if self.matches(params.method, params.url):
+                self.started.set()
+                await asyncio.sleep(self.seconds)
+                self.sent.append(time.monotonic())
 
-class HookedSender:
-    """A table client's lean sender that first awaits ``hook(sdk_call(request), request)``
-    (once per call: the client's retries are inside the sender)."""
-
-    def __init__(
-        self, client: TableClient, hook: Callable[[str, HttpRequest], Awaitable[None]]
-    ) -> None:
-        self._sender = lean.sender(client)
-        self._hook = hook
-
-    async def send(self, request: HttpRequest) -> AsyncHttpResponse:
-        await self._hook(sdk_call(request), request)
-        return await self._sender.send(request)
+        config.on_request_start.append(starting)
+        return config

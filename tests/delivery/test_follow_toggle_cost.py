@@ -3,17 +3,12 @@ not a 250-post backfill and two purges each, and the timeline is still exactly r
 
 from __future__ import annotations
 
-from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, ClassVar, cast
-
-import pytest
-from azure.core.rest import HttpRequest
-from azure.data.tables.aio import TableClient
+from typing import Any
 
 from tests.conftest import eventually, make_settings, running_worker, unique
-from tests.faults import HookedSender, entities_written
+from tests.faults import StorageFront
 from timeline.model.entities import Post, User
 from timeline.model.keys import new_post_id, now_ticks
 from timeline.model.tokens import TokenSigner
@@ -23,53 +18,11 @@ from timeline.storage.accounts import Storage
 from timeline.storage.queue import FanoutQueues
 from timeline.tables.ratelimits import RateLimits
 from timeline.tables.repositories import Repositories
-from timeline.tools.azurite import Azurite
 
 PAIRS = 10
 WRITES_PER_PAIR = 25
 """The bound per damped pair: the API's writes (claim index row, follow change, index sync:
 three per request) and the worker's (an index sync per message), with room."""
-
-
-class CountingStorage(Storage):
-    """A real ``Storage`` that counts the entities every table write call touches (the
-    SDK's calls and the lean requests alike), in every instance (the API's and the
-    worker's)."""
-
-    written: ClassVar[Counter[str]] = Counter()
-
-    def table(self, name: str, partition_key: str) -> TableClient:
-        return cast(TableClient, _Counted(super().table(name, partition_key), name))
-
-
-class _Counted:
-    _SINGLE = frozenset({"create_entity", "upsert_entity", "update_entity", "delete_entity"})
-
-    def __init__(self, client: TableClient, table: str) -> None:
-        self._client = client
-        self._table = table
-
-    @property
-    def lean_sender(self) -> HookedSender:
-        return HookedSender(self._client, self._count_lean)
-
-    async def _count_lean(self, name: str, request: HttpRequest) -> None:
-        if name in self._SINGLE or name == "submit_transaction":
-            CountingStorage.written[self._table] += entities_written(request)
-
-    def __getattr__(self, name: str) -> Any:
-        attribute = getattr(self._client, name)
-        if name in self._SINGLE:
-            CountingStorage.written[self._table] += 1
-        if name != "submit_transaction":
-            return attribute
-
-        async def submit(operations: Any, **kwargs: Any) -> Any:
-            batch = list(operations)
-            CountingStorage.written[self._table] += len(batch)
-            return await attribute(batch, **kwargs)
-
-        return submit
 
 
 async def _drained(storage: Storage) -> bool:
@@ -78,10 +31,11 @@ async def _drained(storage: Storage) -> bool:
 
 
 async def test_toggling_a_follow_costs_a_few_writes_per_pair(
-    private_azurite: Azurite, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    front: StorageFront, tmp_path: Path
 ) -> None:
+    """Every entity write of the API and the worker is counted at the front."""
     settings = make_settings(
-        private_azurite.connection_string,
+        front.connection_string(),
         tmp_path,
         worker_write_deadline_s=1.0,
         storage_timeout_s=2.0,
@@ -90,8 +44,7 @@ async def test_toggling_a_follow_costs_a_few_writes_per_pair(
         follow_cooldown_s=15.0,
         expiry_sweep_interval_s=0,
     )
-    monkeypatch.setattr("fanout_worker.worker.Storage", CountingStorage)
-    async with CountingStorage(settings.connection_string(), settings.storage_options()) as storage:
+    async with Storage(settings.connection_string(), settings.storage_options()) as storage:
         await storage.create_all()
         repos = Repositories.on(storage)
         service = TimelineService(
@@ -124,7 +77,7 @@ async def test_toggling_a_follow_costs_a_few_writes_per_pair(
             await follows.follow(reader, reader, author)  # lost 250: copies 250
             await eventually(lambda: _holds(timeline, 250), what="the second backfill")
 
-            CountingStorage.written.clear()
+            front.written.clear()
             for _ in range(PAIRS):
                 await follows.unfollow(reader, reader, author)
                 await follows.follow(reader, reader, author)
@@ -132,10 +85,8 @@ async def test_toggling_a_follow_costs_a_few_writes_per_pair(
             for post in deleted:
                 await service.posts.delete(author, author, post.post_id)
             await eventually(lambda: _drained(storage), timeout_s=60, what="every pass")
-            written = sum(CountingStorage.written.values())
-            print(
-                f"\n{PAIRS} toggle pairs: {written} entity writes {dict(CountingStorage.written)}"
-            )
+            written = sum(front.written.values())
+            print(f"\n{PAIRS} toggle pairs: {written} entity writes {dict(front.written)}")
             assert written <= PAIRS * WRITES_PER_PAIR + 20  # the two deletes, with room
             live = {post.post_id for post in posts[:-2]}
             assert await timeline() == live  # following: every live post, no deleted one

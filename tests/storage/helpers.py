@@ -1,8 +1,9 @@
-"""Shared set-up for the storage tests: a table client one process cannot reach.
+"""Shared set-up for the storage tests: a placement table one process cannot reach.
 
-A fault at the HTTP transport (``tests/faults.py``) cannot stand in for it: it would hit
-every process behind the front, and a process not behind it names a different account (an
-account is named by its table endpoint), so the two could not share a placement.
+No fault at the HTTP transport (``tests/faults.py``) can stand in for it: a front would
+hit every process behind it, and a process not behind it names a different account (an
+account is named by its table endpoint), so the two could not share a placement; and the
+placement is read on the control connections, which carry no ``trace_configs`` hooks.
 """
 
 from __future__ import annotations

@@ -17,13 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, cast
 
-from azure.core.rest import HttpRequest
-from azure.data.tables.aio import TableClient
+from yarl import URL
 
 from tests.conftest import storage_on
-from tests.faults import HookedSender
+from tests.faults import WRITES, Delay, table_of
 from timeline.errors import StorageUnavailableError
 from timeline.storage.accounts import Storage
 from timeline.storage.calls import Operation, submit_batch
@@ -35,27 +33,6 @@ from timeline.tools.azurite import Azurite
 LEASE_S, TIMEOUT_S, MARGIN_S = 1.5, 1.0, 0.1
 """Every process here runs with this lease and timeout, so each fence is 2.6 s."""
 OPTIONS = {"timeout_s": TIMEOUT_S, "placement_lease_s": LEASE_S}
-
-
-class _Slow:
-    """A table client whose every write takes 0.9 s (inside the 1 s storage timeout)."""
-
-    def __init__(self, client: Any) -> None:
-        self._client = client
-        self.sent = asyncio.Event()
-        """Set once a write is on its way."""
-
-    @property
-    def lean_sender(self) -> HookedSender:
-        return HookedSender(self._client, self._before)
-
-    async def _before(self, name: str, _request: HttpRequest) -> None:
-        if name in ("submit_transaction", "delete_entity", "upsert_entity"):
-            self.sent.set()
-            await asyncio.sleep(0.9)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._client, name)
 
 
 async def _until_acknowledged(storage: Storage, owner: str, batch: list[Operation]) -> int:
@@ -89,20 +66,31 @@ async def test_a_delete_batch_routed_before_a_freeze_never_lands_after_the_copy(
         for row in ("r1", "r2"):
             await client.upsert_entity({"PartitionKey": owner, "RowKey": row})
 
+    slow_ports: set[int] = set()
+
+    def to_the_old_home(method: str, url: URL) -> bool:
+        """A write of ``timelines`` (alone or in a transaction) to the old home."""
+        return (
+            method in WRITES
+            and url.port in slow_ports
+            and table_of(url.path) in (TIMELINES, "$batch")
+        )
+
+    # each such write of the process takes 0.9 s (inside the 1 s storage timeout)
+    slow = Delay(0.9, to_the_old_home)
     async with (
-        storage_on(three, **OPTIONS) as process,
+        storage_on(three, **OPTIONS, trace_configs=(slow.config(),)) as process,
         storage_on(three, **OPTIONS) as admin,
     ):
         old_home = process.placement.home(hash64(owner))
-        slow = _Slow(process.clients.tables[old_home][TIMELINES])
-        process.clients.tables[old_home][TIMELINES] = cast(TableClient, slow)
+        slow_ports.add(three[old_home].ports[2])
         await process.refresh_placement()  # a fresh read: the batch is routed well inside it
         missing: list[Operation] = [
             ("delete", {"PartitionKey": owner, "RowKey": f"m{n}"}) for n in range(4)
         ]
         batch = [*missing, ("delete", {"PartitionKey": owner, "RowKey": "r1"})]
         deleting = asyncio.create_task(_until_acknowledged(process, owner, batch))
-        await slow.sent.wait()  # the batch is on its way to the old home
+        await slow.started.wait()  # the batch is on its way to the old home
         await Rebalancer(admin, margin_s=MARGIN_S, steps=1, progress=False).run()
         refused = await deleting  # acknowledged
         assert await admin.refresh_placement() is not None

@@ -14,14 +14,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import Any, ClassVar, cast
 
-from azure.core.rest import HttpRequest
-from azure.data.tables.aio import TableClient
+from yarl import URL
 
 from tests.conftest import eventually
 from tests.delivery.helpers import author_and_reader, timeline_ids
-from tests.faults import HookedSender
+from tests.faults import Delay, table_of
 from timeline.config import Settings
 from timeline.delivery.batching.tracker import Tracker
 from timeline.delivery.batching.writer import PartitionWriter
@@ -38,37 +36,18 @@ TIMING = Timing(write_deadline_s=1.0, sweep_delay_s=2.5, arrival_window_s=3.0)
 RTT_S = 0.5
 
 
-class SlowEgtStorage(Storage):
-    def table(self, name: str, partition_key: str) -> TableClient:
-        client = super().table(name, partition_key)
-        return cast(TableClient, _Slow(client) if name == TIMELINES else client)
-
-
-class _Slow:
-    calls: ClassVar[list[float]] = []
-
-    def __init__(self, client: TableClient) -> None:
-        self._client = client
-
-    @property
-    def lean_sender(self) -> HookedSender:
-        return HookedSender(self._client, self._before)
-
-    async def _before(self, name: str, _request: HttpRequest) -> None:
-        if name == "submit_transaction":
-            await asyncio.sleep(RTT_S)  # a slow (throttled, far) storage round trip, < T
-            _Slow.calls.append(time.monotonic())
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._client, name)
+def _transaction(method: str, url: URL) -> bool:
+    return method == "POST" and table_of(url.path) == "$batch"
 
 
 async def test_upsert_lands_after_the_sweep(
     settings: Settings, storage: Storage, repos: Repositories
 ) -> None:
     author, reader, [post] = await author_and_reader(repos)
+    slow_egts = Delay(RTT_S, _transaction)  # a slow (throttled, far) round trip, < T
+    options = StorageOptions(timeout_s=1.0, trace_configs=(slow_egts.config(),))
     async with (
-        SlowEgtStorage(settings.connection_string(), StorageOptions(timeout_s=1.0)) as slow,
+        Storage(settings.connection_string(), options) as slow,
         PartitionWriter(slow, TIMELINES, linger_s=3600) as held,
         PartitionWriter(storage, TIMELINES, linger_s=0) as prompt,
     ):
@@ -104,11 +83,11 @@ async def test_upsert_lands_after_the_sweep(
         assert await deleting.handle(first.message) is not None  # the sweep, DONE
         sweep_done = time.monotonic()
         await flushing
-        landed = _Slow.calls[-1]
+        landed = slow_egts.sent[-1]
     print(
         f"\nfirst pass done at +{first_done - started:.2f}s, sweep done at "
         f"+{sweep_done - started:.2f}s, delivery upsert committed at +{landed - started:.2f}s "
-        f"(deadline D={TIMING.write_deadline_s}s, T=1s, D+T=2s); EGT calls: {len(_Slow.calls)}"
+        f"(deadline D={TIMING.write_deadline_s}s, T=1s, D+T=2s); EGT calls: {len(slow_egts.sent)}"
     )
     print("post source row:", await repos.posts.get(author, post.post_id))
     print("reader timeline:", await timeline_ids(repos, reader), " deleted post:", post.post_id)
