@@ -1,5 +1,6 @@
 """Faults injected at the HTTP transport: a front between storage clients and Azurite's table
-(or queue) port that loses, holds, throttles or shortens chosen requests.
+(or queue) port that loses, holds, throttles or shortens chosen requests, and counts the
+writes it passes on.
 
 Nothing here fakes storage: every request goes to Azurite as it came, unless a test asked
 the front to lose it (the connection closes with no answer, as a dropped connection does:
@@ -20,7 +21,9 @@ of each operation in its multipart body (``operations``).
 
 A fault that must hit one process alone (a front hits every process behind it, and a
 process not behind it names another account) is a hook on that process's own table
-connections instead (``Delay``, through ``StorageOptions.trace_configs``).
+connections instead (``Delay``, through ``StorageOptions.trace_configs``), or, for its
+placement reads (on its control connections, which carry no hooks), a placement client of
+its own on a front that refuses everything (``PlacementCutOff``).
 """
 
 from __future__ import annotations
@@ -30,14 +33,19 @@ import re
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterable
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
+from types import TracebackType
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import aiohttp
 from aiohttp import web
+from azure.data.tables.aio import TableClient
 from yarl import URL
 
+from timeline.storage.accounts import Storage
+from timeline.storage.clients import Clients
+from timeline.storage.placement import PLACEMENT_TABLE
 from timeline.tools.azurite import HOST, Azurite, connection_string
 
 WRITES = frozenset({"POST", "PUT", "MERGE", "PATCH", "DELETE"})
@@ -252,3 +260,45 @@ class Delay:
 
         config.on_request_start.append(starting)
         return config
+
+
+class PlacementCutOff:
+    """``cut()`` gives ``storage`` (one process) a placement table client built as its own
+    (``Clients``, its options) on an account whose front refuses everything, so its
+    placement reads fail as an unreachable home's would, while every other process (the
+    admin's) still reads that placement. A front before the home itself cannot do that: it
+    would cut off every process behind it, and a process not behind it names another
+    account (an account is named by its table endpoint). On exit the process gets its own
+    client back."""
+
+    def __init__(self, storage: Storage, home: Azurite) -> None:
+        self._storage = storage
+        self._home = home
+        self._stack = AsyncExitStack()
+        self._own: TableClient | None = None
+        self._refused: TableClient | None = None
+
+    async def __aenter__(self) -> PlacementCutOff:
+        front = await self._stack.enter_async_context(front_on(self._home))
+        front.down = True
+        clients = Clients([front.connection_string()], self._storage.options)
+        clients.open()
+        self._stack.push_async_callback(clients.close)
+        self._refused = clients.tables[0][PLACEMENT_TABLE]
+        return self
+
+    def cut(self) -> None:
+        assert self._refused is not None, "not entered"
+        tables = self._storage.clients.tables[0]
+        self._own = tables[PLACEMENT_TABLE]
+        tables[PLACEMENT_TABLE] = self._refused
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        if self._own is not None and self._storage.clients.tables:
+            self._storage.clients.tables[0][PLACEMENT_TABLE] = self._own
+        await self._stack.aclose()

@@ -17,16 +17,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from pathlib import Path
-from typing import cast
-
-from azure.data.tables.aio import TableClient
 
 from tests.conftest import make_settings, storage_on
-from tests.storage.helpers import UnreachableTable
+from tests.faults import PlacementCutOff
 from timeline.errors import StorageUnavailableError
 from timeline.storage.accounts import Storage
 from timeline.storage.names import USERS
-from timeline.storage.placement import PLACEMENT_TABLE, Placement, hash64
+from timeline.storage.placement import Placement, hash64
 from timeline.storage.rebalance import Rebalancer
 from timeline.tools.azurite import Azurite
 
@@ -57,11 +54,11 @@ async def test_a_rebalance_cannot_fence_shorter_than_the_services_lease(
 
     async with (
         storage_on(three, timeout_s=TIMEOUT_S, placement_lease_s=SERVICE_LEASE_S) as service,
+        PlacementCutOff(service, three[0]) as cut_off,
         Storage(admin_settings.connection_string(), admin_settings.storage_options()) as admin,
     ):
         assert await service.refresh_placement() is not None  # its last good read: on 2
-        tables = service.clients.tables[0]
-        tables[PLACEMENT_TABLE] = cast(TableClient, UnreachableTable(tables[PLACEMENT_TABLE]))
+        cut_off.cut()
         await Rebalancer(admin, margin_s=MARGIN_S, steps=1, progress=False, sleep=fence).run()
         # A write of a moved partition, by the service's last placement read if it may still
         # route by it (then it must land where the partition lives now), else refused.

@@ -17,17 +17,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import cast
 
 import pytest
-from azure.data.tables.aio import TableClient
 
 from tests.conftest import storage_on
-from tests.storage.helpers import UnreachableTable
+from tests.faults import PlacementCutOff
 from timeline.errors import StorageUnavailableError
 from timeline.storage.accounts import Storage
 from timeline.storage.names import SUBJECT_FOLLOWERS
-from timeline.storage.placement import PLACEMENT_TABLE, Placement, hash64, slot_of
+from timeline.storage.placement import Placement, hash64, slot_of
 from timeline.storage.rebalance import RebalanceError, Rebalancer
 from timeline.tools.azurite import Azurite
 
@@ -72,6 +70,7 @@ async def test_rerun_after_a_kill_in_the_last_flip_fence_waits_before_deleting(
 
     async with (
         storage_on(three, **OPTIONS) as process_p,
+        PlacementCutOff(process_p, three[0]) as cut_off,
         storage_on(three, **OPTIONS) as admin,
     ):
         assert await _followers(process_p, subject) == 5
@@ -85,10 +84,7 @@ async def test_rerun_after_a_kill_in_the_last_flip_fence_waits_before_deleting(
             await asyncio.sleep(seconds)  # every other fence really waits
             if fences == 3:  # the last range is frozen: P reads the placement (not moved yet)
                 assert await process_p.refresh_placement() is not None
-                tables = process_p.clients.tables[0]
-                tables[PLACEMENT_TABLE] = cast(
-                    TableClient, UnreachableTable(tables[PLACEMENT_TABLE])
-                )
+                cut_off.cut()
 
         with pytest.raises(RebalanceError):
             await Rebalancer(admin, margin_s=MARGIN_S, steps=2, sleep=first_run_sleep).run()
