@@ -250,6 +250,12 @@ def sender(client: TableClient) -> LeanSender:
         found = table_sender(client)
         client.lean_sender = found  # type: ignore[attr-defined]
     return found
+    """Through the client's lean sender (``timeline.storage.wire.pipeline``), read whole."""
+    sender: LeanSender | None = getattr(client, "lean_sender", None)
+    if sender is None:
+        sender = table_sender(client)
+        client.lean_sender = sender  # type: ignore[attr-defined]
+    return await sender.send(request)
 
 
 def _raise_for_batch(response: AsyncHttpResponse, table: str) -> None:
