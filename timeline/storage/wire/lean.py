@@ -239,18 +239,6 @@ def _endpoint(client: TableClient) -> str:
 
 async def _send(client: TableClient, request: HttpRequest) -> AsyncHttpResponse:
     """Through the client's lean sender (``timeline.storage.wire.pipeline``), read whole."""
-    return await sender(client).send(request)
-
-
-def sender(client: TableClient) -> LeanSender:
-    """The client's lean sender, built on first use and kept on the client as
-    ``lean_sender`` (where a wrapper of the client may put its own)."""
-    found: LeanSender | None = getattr(client, "lean_sender", None)
-    if found is None:
-        found = table_sender(client)
-        client.lean_sender = found  # type: ignore[attr-defined]
-    return found
-    """Through the client's lean sender (``timeline.storage.wire.pipeline``), read whole."""
     sender: LeanSender | None = getattr(client, "lean_sender", None)
     if sender is None:
         sender = table_sender(client)
