@@ -21,6 +21,7 @@ from timeline.model.tokens import KeyRing, TokenSigner
 from timeline.reads.activity import Attendance
 from timeline.reads.home import HomeTimeline
 from timeline.service.operations import TimelineService
+from timeline.service.outbox import Outbox
 from timeline.storage.accounts import Storage
 from timeline.storage.queue import FanoutQueues
 from timeline.tables.activity import ActivityRepository
@@ -73,7 +74,6 @@ def create_app(settings: Settings, connection_string: str) -> web.Application:
 
 
 def _build_service(settings: Settings, storage: Storage, ring: KeyRing) -> TimelineService:
-    settings.claim_lifetime()  # the API's writes are bounded by it too: refuse a bad one
     limits = RateLimits.per_minute(
         storage,
         posts=settings.posts_per_minute,
@@ -103,5 +103,10 @@ def _build_service(settings: Settings, storage: Storage, ring: KeyRing) -> Timel
         credentials_cache_s=settings.credentials_cache_s,
         load_ring=partial(load_key_ring, storage, settings.auth_secret),
         idempotency_window_s=settings.idempotency_window_s,
-        arrival_window_s=settings.worker_arrival_window_s,
+        outbox=Outbox(
+            queue,
+            write_deadline_s=settings.api_write_deadline_s,
+            hidden_s=settings.hidden_message_s(),
+            kill_before_release=settings.fault_kill_before_release,
+        ),
     )

@@ -30,7 +30,7 @@ IN_FLIGHT = Gauge("fanout_in_flight_messages", "Messages being worked on", regis
 OLDEST_DUE = Gauge(
     "fanout_expiry_oldest_due_seconds",
     "How long past its due time the oldest index row the last expiry sweep found was (by "
-    "its bucket, before the grace), by group: c (claims, void posts), d (keys, windows), "
+    "its bucket, before the grace), by group: d (keys, windows, mutes), "
     "a (dormancy checks; not swept while inactive readers are off)",
     ["group"],
     registry=FANOUT,

@@ -1,18 +1,11 @@
 """The end of every auxiliary row: the worker's sweep of the ``expiries`` index.
 
-Every round reads, on each account, the index rows that are due (a claim or a void post
-older than ``claim_lifetime_s``; an idempotency key or a rate-limit window past its stored
-end), each plus ``GRACE_S``; for each it judges the row it names from storage, deletes it
-when it can no longer matter, then deletes the index row. Nothing is decided from memory:
-
-- a claim (``~req-…``) is removed unconditionally once due: by then the API request it
-  guards gave up long ago (the API sends no write past the arrival window, and a write sent
-  is one storage call, bounded by the storage timeout) and the worker has judged it
-  (``arrival_window_s``);
-- a void post row is removed only while it is still void;
-- an idempotency key row only while its stored record has expired, and a rate-limit row
-  only while its stored window has ended, each on the condition that it is unchanged since
-  read (a key reused or a window reopened meanwhile is a new row, filed anew).
+Every round reads, on each account, the index rows that are due (an idempotency key, a
+rate-limit window or a mute past its stored end, plus ``GRACE_S``; a reader's dormancy
+check at its time); for each it judges the row it names from storage, deletes it only when
+it can no longer matter (each delete on the condition that the row is unchanged since read:
+a key reused or a window reopened meanwhile is a new row, filed anew), then deletes the
+index row. Nothing is decided from memory.
 
 Two sweepers, or one killed between any two calls, only repeat work: every delete is of a
 row that is due either way, or conditional on the etag read, and a missing row is fine.
@@ -40,14 +33,11 @@ from timeline.storage.accounts import Storage
 from timeline.storage.names import TABLES
 from timeline.tables.expiries import (
     ACTIVITY,
-    CLAIM,
-    CREATED,
     DORMANCY,
     DUE,
     IDEMPOTENCY,
     MUTE,
     RATE_LIMIT,
-    VOID,
     ExpiriesRepository,
     Expiry,
     filed_at,
@@ -61,8 +51,8 @@ GRACE_S = 120.0
 (the one that writes the named row after its index row) can still be landing."""
 MAX_ROWS = 20_000
 """Index rows one round handles at most per account and group (the next round takes the
-rest): each has its own budget, so a steady inflow of claims starves neither the rows filed
-by due time nor a later account."""
+rest): each has its own budget, so a steady inflow of one group starves neither the other
+nor a later account."""
 _AT_ONCE = 16
 
 
@@ -79,12 +69,9 @@ class SweepReport:
 class Sweeper:
     """Removes what ``expiries`` says is due, judging each row from storage."""
 
-    def __init__(
-        self, storage: Storage, *, claim_lifetime_s: float, dormancy: Dormancy | None = None
-    ) -> None:
+    def __init__(self, storage: Storage, *, dormancy: Dormancy | None = None) -> None:
         self._storage = storage
         self._expiries = ExpiriesRepository(storage)
-        self._claim_lifetime_s = claim_lifetime_s
         self._dormancy = dormancy
 
     async def run(self, stopping: asyncio.Event, interval_s: float) -> None:
@@ -105,17 +92,17 @@ class Sweeper:
         and group)."""
         moment = time.time() if now is None else now
         report = SweepReport()
-        lifetimes = {CREATED: self._claim_lifetime_s, DUE: 0.0}
+        groups = [DUE]
         if self._dormancy is not None and self._dormancy.enabled:
-            lifetimes[ACTIVITY] = 0.0  # with it off, checks wait untouched for it to be on
-        for group, lifetime in lifetimes.items():
+            groups.append(ACTIVITY)  # with it off, checks wait untouched for it to be on
+        for group in groups:
             grace = 0.0 if group == ACTIVITY else GRACE_S  # a check names no write in flight
-            before = moment - lifetime - grace
+            before = moment - grace
             oldest = 0.0
             for account in range(len(self._storage.account_ids)):
                 filed = await self._sweep_group(account, group, before, moment, report)
                 if filed is not None:
-                    oldest = max(oldest, moment - lifetime - filed)
+                    oldest = max(oldest, moment - filed)
             OLDEST_DUE.labels(group=group).set(oldest)
         return report
 
@@ -158,8 +145,6 @@ class Sweeper:
         if expiry.table not in TABLES:
             log.warning("an expiry names an unknown table: %r", expiry)
             return False
-        if expiry.kind == CLAIM:
-            return await self._delete(expiry, None)
         row = await self._read(expiry)
         if row is None or not _removable(expiry.kind, row, now):
             return False
@@ -173,9 +158,9 @@ class Sweeper:
             except ResourceNotFoundError:
                 return None
 
-    async def _delete(self, expiry: Expiry, read: TableEntity | None) -> bool:
-        """Delete the named row (only if unchanged since ``read``, when given)."""
-        condition = {} if read is None else if_unchanged(read)
+    async def _delete(self, expiry: Expiry, read: TableEntity) -> bool:
+        """Delete the named row, only if unchanged since ``read``."""
+        condition = if_unchanged(read)
         async with self._storage.guard(kind="write-1"):
             client = self._storage.table(expiry.table, expiry.pk)
             try:
@@ -187,8 +172,6 @@ class Sweeper:
 
 def _removable(kind: str, row: TableEntity, now: float) -> bool:
     """Whether a named row, as read, can no longer matter."""
-    if kind == VOID:
-        return bool(row.get("void"))
     if kind == IDEMPOTENCY:
         return not is_live(row, now)
     if kind == RATE_LIMIT:

@@ -126,7 +126,7 @@ class Worker:
             settings.inactivity(),
             flag_window_s=settings.fanout_timing().write_deadline_s,
         )
-        sweeper = Sweeper(storage, claim_lifetime_s=settings.claim_lifetime(), dormancy=dormancy)
+        sweeper = Sweeper(storage, dormancy=dormancy)
         return asyncio.create_task(sweeper.run(self._stopping, interval))
 
     async def _shards(self, storage: Storage) -> list[FanoutQueue]:

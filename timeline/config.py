@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -18,8 +19,9 @@ from timeline.storage.endpoints import account_lines
 from timeline.storage.flow.limiter import AdaptiveLimiter, LimiterSettings
 from timeline.storage.queue import MessageSender
 from timeline.tables.activity import Inactivity
-from timeline.tables.counters import WRITE_BUDGET_TIMEOUTS
 
+MAX_HIDDEN_S = 7 * 24 * 3600
+"""The longest a queue message can be sent hidden (Azure Queue Storage's limit)."""
 CONNECTION_FILE = "storage-connection-string"
 """Written by the running embedded stack so admin commands find its Azurites (one per line)."""
 
@@ -119,6 +121,15 @@ class Settings(BaseSettings):
     max_connections: int = Field(default=1000, ge=1)
     """Connections one API process holds at once; one more gets a 503 and is closed."""
     api_shutdown_grace_s: float = Field(default=10.0, gt=0)
+    api_write_deadline_s: float = Field(default=10.0, gt=0)
+    """An API write's storage calls are all sent within this of its start, or it fails
+    (503): its message, sent hidden, shows up by itself after ``hidden_message_s``."""
+    api_hidden_message_s: int | None = Field(default=None, ge=1)
+    """How long an API write's message stays hidden unless released (default: the write
+    deadline plus the storage timeout plus 30 s)."""
+    fault_kill_before_release: float = Field(default=0.0, ge=0, le=1)
+    """Test builds only (the chaos test): the chance an API process kills itself between a
+    write and its message's release. 0 everywhere else."""
     """A stopping API process has exited within this, whatever its clients do."""
     storage_timeout_s: float = Field(default=5.0, gt=0)
     storage_retries: int = Field(default=2, ge=0)
@@ -149,14 +160,11 @@ class Settings(BaseSettings):
     worker_retry_cap_s: float = Field(default=60.0, gt=0)
     worker_write_deadline_s: float = Field(default=300.0, gt=0)
     worker_sweep_delay_s: float | None = Field(default=None, gt=0)
-    worker_arrival_window_s: float = Field(default=30.0, gt=0)
     worker_idle_sleep_s: float = Field(default=0.5, ge=0)
     worker_idle_max_sleep_s: float = Field(default=2.0, ge=0)
     """Idle receivers' rest doubles from ``worker_idle_sleep_s`` up to this (no less than
     it): the longest a first message after a quiet spell waits to be leased."""
     worker_shutdown_grace_s: float = Field(default=10.0, ge=0)
-    claim_lifetime_s: float = Field(default=3600.0, gt=0)
-    """How long a follow request's claim row and a void post row are kept."""
     expiry_sweep_interval_s: float = Field(default=60.0, ge=0)
     """How often each worker sweeps the ``expiries`` index (0: never)."""
     inactive_days: float = Field(default=14.0, ge=0)
@@ -290,27 +298,32 @@ class Settings(BaseSettings):
         return Timing(
             write_deadline_s=self.worker_write_deadline_s,
             sweep_delay_s=sweep,
-            arrival_window_s=self.worker_arrival_window_s,
-            claim_lifetime_s=self.claim_lifetime(),
             follow_cooldown_s=self.follow_cooldown_s,
         )
 
     def inactivity(self) -> Inactivity:
         return Inactivity.days(self.inactive_days)
 
-    def claim_lifetime(self) -> float:
-        """A claim must outlive the wait for the request it guards (the arrival window)
-        and the counted transaction that may still carry that request's write (its retries
-        on counter conflicts take up to ``WRITE_BUDGET_TIMEOUTS`` storage timeouts, then one
-        last send)."""
-        write_s = (WRITE_BUDGET_TIMEOUTS + 1) * self.storage_timeout_s
-        earliest = self.worker_arrival_window_s + write_s
-        if self.claim_lifetime_s <= earliest:
+    def hidden_message_s(self) -> int:
+        """How long an API write's message stays hidden unless released: past the write
+        deadline plus one whole storage call, with margin (by default 30 s, the longest Azure
+        itself works on a request its client has given up on); a queue hides a message for
+        at most 7 days."""
+        earliest = self.api_write_deadline_s + self.storage_timeout_s
+        hidden = self.api_hidden_message_s
+        if hidden is None:
+            hidden = math.ceil(earliest + 30)
+        elif hidden <= earliest:
             raise ConfigurationError(
-                f"TIMELINE_CLAIM_LIFETIME_S must exceed the arrival window plus "
-                f"{WRITE_BUDGET_TIMEOUTS + 1} storage timeouts ({earliest:g} s)"
+                f"TIMELINE_API_HIDDEN_MESSAGE_S must exceed the API write deadline plus the "
+                f"storage timeout ({earliest:g} s)"
             )
-        return self.claim_lifetime_s
+        if hidden > MAX_HIDDEN_S:
+            raise ConfigurationError(
+                f"an API write's message can stay hidden {MAX_HIDDEN_S} s at most (7 days): "
+                f"lower TIMELINE_API_WRITE_DEADLINE_S or TIMELINE_API_HIDDEN_MESSAGE_S"
+            )
+        return hidden
 
     def connection_string(self) -> str:
         """Every configured account, one per line (``Storage`` splits them), else the

@@ -100,16 +100,6 @@ def contention(what: str = "one partition") -> StorageUnavailableError:
     return StorageUnavailableError(f"too much contention on {what}", retry_after=1)
 
 
-class ArrivalWindowPassedError(StorageUnavailableError):
-    """An API write reached its transaction after its message's arrival window: sent now, it
-    could land after the row that makes a late write fail (a claim, a void row) has ended."""
-
-    code = "arrival_window_passed"
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message, retry_after=1)
-
-
 class OverloadedError(RetryableError):
     """This process serves as many long-lived requests (streams) as it is allowed to."""
 

@@ -50,7 +50,7 @@ def _given(field: str, env: Mapping[str, str]) -> str:
 def derived_problems(settings: Settings) -> list[str]:
     """The rules between settings that ``Settings`` checks only when asked."""
     problems = []
-    for check in (settings.fanout_timing, settings.claim_lifetime):
+    for check in (settings.fanout_timing, settings.hidden_message_s):
         try:
             check()
         except ConfigurationError as error:

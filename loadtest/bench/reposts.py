@@ -68,9 +68,7 @@ async def _repost_all(
     for reposter in reposters:
         repost_id = new_post_id(now_ticks())
         await repository.note_index(original.author, original.post_id, reposter, repost_id)
-        await repository.create(
-            reposter, original.author, original.post_id, repost_id, not_after=time.time() + 60
-        )
+        await repository.create(reposter, original.author, original.post_id, repost_id)
         messages.append(
             Reposted(
                 reposter=reposter,

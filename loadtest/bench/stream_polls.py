@@ -15,7 +15,7 @@ import aiohttp
 
 from loadtest.bench.harness import TEXT
 from timeline.model.entities import Post
-from timeline.model.keys import new_post_id, now_ticks
+from timeline.model.keys import TICKS_PER_SECOND, new_post_id, now_ticks
 from timeline.reads.home import HomeTimeline
 from timeline.reads.live import TimelineWatch
 from timeline.storage.accounts import Storage, StorageOptions
@@ -32,7 +32,6 @@ MERGED = 20
 POLLS = 10
 BUSY_ENTRIES = 20
 """Entries landing between two busy polls (a reader following very active accounts)."""
-TICKS_PER_SECOND = 10_000_000
 
 
 class _Counter:

@@ -48,6 +48,7 @@ from pathlib import Path
 import aiohttp
 
 from tests.chaos.cluster import (
+    API_KILL_CHANCE,
     CRASHLOOP_WORKERS,
     STORAGE_TIMEOUT_S,
     TIMELINE_CAP,
@@ -81,6 +82,8 @@ async def run(
     accounts, initial = VARIANTS[variant]
     workers = CRASHLOOP_WORKERS if variant == "crashloop" else workers
     cluster = Cluster(workdir, workers, accounts, initial)
+    if variant == "apikill":
+        cluster.api_kill_chance = API_KILL_CHANCE
     await cluster.start()
     peek = Storage(cluster.connection_strings)
     await peek.open()
@@ -101,6 +104,7 @@ async def run(
                 if variant == "rebalance":
                     group.create_task(cluster.rebalance(rng, report))
             assert not cluster.crashed(), f"processes died on their own: {cluster.crashed()}"
+            await eventually(lambda: _ready(session), timeout_s=30, what="the API")
             async with Storage(cluster.connection_strings) as storage:
                 await settle(storage, report)
                 await eventually(  # the short mutes end before the truth is taken

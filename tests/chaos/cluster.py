@@ -39,9 +39,21 @@ INACTIVE_S = 3.0
 """The inactive period: stamps of 0.375 s, so readers go dormant and return within a run."""
 EXPIRY_SWEEP_S = 1.0
 TIMELINE_CAP = 800
-VARIANTS = {"kill": (2, 2), "pause": (1, 1), "rebalance": (3, 2), "crashloop": (2, 2)}
+VARIANTS = {
+    "kill": (2, 2),
+    "pause": (1, 1),
+    "rebalance": (3, 2),
+    "crashloop": (2, 2),
+    "apikill": (2, 2),
+}
 """Each variant's accounts, and how many of them the placement starts on."""
 CRASHLOOP_WORKERS = 2
+API_KILL_CHANCE = 0.02
+"""In ``apikill``: the chance the API kills itself between a write and its message's release
+(``TIMELINE_FAULT_KILL_BEFORE_RELEASE``); the harness starts it again."""
+API_WRITE_DEADLINE_S = 2.0
+HIDDEN_MESSAGE_S = 6
+"""Past the API write deadline plus one storage call, with 2 s of margin."""
 
 
 REBALANCE_TRIES = 3
@@ -63,14 +75,18 @@ class Cluster:
         self.workers: list[asyncio.subprocess.Process] = []
         self._worker_count = workers
         self._spawned = 0
+        self.api_kill_chance = 0.0
 
     @property
     def connection_strings(self) -> str:
         return "\n".join(server.connection_string for server in self.azurites)
 
-    def env(self, accounts: int | None = None) -> dict[str, str]:
+    def env(self, accounts: int | None = None, *, fault: float = 0.0) -> dict[str, str]:
         serving = self.azurites[: accounts or len(self.azurites)]
         return program_env(
+            fault_kill_before_release=fault,
+            api_write_deadline_s=API_WRITE_DEADLINE_S,
+            api_hidden_message_s=HIDDEN_MESSAGE_S,
             storage_connection_strings=" ".join(server.connection_string for server in serving),
             placement_lease_s=PLACEMENT_LEASE_S,
             rebalance_margin_s=REBALANCE_MARGIN_S,
@@ -87,7 +103,6 @@ class Cluster:
             worker_shutdown_grace_s=2,
             worker_write_deadline_s=WRITE_DEADLINE_S,
             worker_sweep_delay_s=SWEEP_DELAY_S,
-            worker_arrival_window_s=3,
             worker_retry_base_s=0.1,
             worker_retry_cap_s=2,
             fanout_on_read_followers=HYBRID_THRESHOLD,
@@ -102,7 +117,7 @@ class Cluster:
             await asyncio.to_thread(server.start)
         init = await self._spawn("timeline.tools.cli", "init.log", "init", accounts=self.initial)
         assert await init.wait() == 0, (self.workdir / "init.log").read_text()
-        self.api = await self._spawn("api", "api.log")
+        self.api = await self._spawn("api", "api.log", fault=self.api_kill_chance)
         self.workers = [await self._spawn_worker() for _ in range(self._worker_count)]
 
     def regrades(self) -> Counter[str]:
@@ -119,7 +134,7 @@ class Cluster:
         return await self._spawn("fanout_worker", f"worker-{self._spawned}.log")
 
     async def _spawn(
-        self, module: str, log: str, *args: str, accounts: int | None = None
+        self, module: str, log: str, *args: str, accounts: int | None = None, fault: float = 0.0
     ) -> asyncio.subprocess.Process:
         with (self.workdir / log).open("ab") as sink:
             return await asyncio.create_subprocess_exec(
@@ -127,7 +142,7 @@ class Cluster:
                 "-m",
                 module,
                 *args,
-                env=self.env(accounts),
+                env=self.env(accounts, fault=fault),
                 stdout=sink,
                 stderr=sink,
             )
@@ -162,6 +177,21 @@ class Cluster:
         await victim.wait()
         self.workers[index] = await self._spawn_worker()
 
+    async def restart_api_if_dead(self) -> bool:
+        """Start the API again if it killed itself (``apikill``); True if it had."""
+        if self.api is None or self.api.returncode is None:
+            return False
+        self.api = await self._spawn("api", "api.log", fault=self.api_kill_chance)
+        return True
+
+    async def calm_api(self) -> None:
+        """An API without the fault for the checks after the load: started afresh."""
+        if self.api is not None and self.api.returncode is None:
+            self.api.send_signal(signal.SIGTERM)
+            await self.api.wait()
+        self.api_kill_chance = 0.0
+        self.api = await self._spawn("api", "api.log")
+
     async def pause_storage(self, seconds: float) -> None:
         """Freeze Azurite: calls hang, then time out; what was sent lands when it thaws."""
         self.azurite.signal(signal.SIGSTOP)
@@ -192,6 +222,13 @@ async def break_things(
     cluster: Cluster, rng: random.Random, report: Report, variant: str, until: float
 ) -> None:
     loop = asyncio.get_running_loop()
+    if variant == "apikill":
+        while loop.time() < until:
+            await asyncio.sleep(0.2)
+            if await cluster.restart_api_if_dead():
+                report.kills += 1
+        await cluster.calm_api()
+        return
     interval = (0.5, 1.5) if variant == "crashloop" else (0.5, 2.5)
     thawed = -STALL_S
     while loop.time() < until - 1:

@@ -5,18 +5,21 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from azure.storage.queue import QueueMessage
+
 from fanout_worker.metrics import MESSAGES
 from tests.conftest import unique
 from timeline.delivery.outcomes import Continue, Outcome
 from timeline.delivery.processor import FanoutProcessor
 from timeline.model.entities import Post, User
 from timeline.model.keys import new_post_id, now_ticks
-from timeline.model.messages import FanoutMessage
+from timeline.model.messages import FanoutMessage, encode, urgency
 from timeline.model.tokens import TokenSigner
 from timeline.reads.home import HomeTimeline
 from timeline.service.operations import TimelineService
+from timeline.service.outbox import Outbox
 from timeline.storage.accounts import Storage
-from timeline.storage.queue import FanoutQueue
+from timeline.storage.queue import FanoutQueue, Reservation
 from timeline.tables.ratelimits import RateLimits
 from timeline.tables.repositories import Repositories
 
@@ -64,7 +67,7 @@ def unlimited_service(
     storage: Storage,
     queue: FanoutQueue | None = None,
     *,
-    arrival_window_s: float = 30.0,
+    outbox: Outbox | None = None,
     home: HomeTimeline | None = None,
 ) -> TimelineService:
     return TimelineService(
@@ -75,7 +78,7 @@ def unlimited_service(
         max_post_chars=280,
         limits=RateLimits.per_minute(storage, posts=0, writes=0, registrations=0),
         home=home or HomeTimeline(storage, max_merged=20),
-        arrival_window_s=arrival_window_s,
+        outbox=outbox,
     )
 
 
@@ -84,3 +87,28 @@ async def run_every_pass(worker: FanoutProcessor, message: FanoutMessage) -> Non
     outcome: Outcome = await worker.handle(message)
     while isinstance(outcome, Continue):
         outcome = await worker.handle(outcome.message)
+
+
+class Recorder(FanoutQueue):
+    """Shard 0 of the real queue, keeping every message sent or reserved through it; with
+    ``forward=False`` none reaches the queue, so the test decides when the worker sees it."""
+
+    def __init__(self, storage: Storage, *, forward: bool = True) -> None:
+        super().__init__(storage)
+        self.sent: list[FanoutMessage] = []
+        self._forward = forward
+
+    async def send(self, message: FanoutMessage) -> None:
+        self.sent.append(message)
+        if self._forward:
+            await super().send(message)
+
+    async def reserve(self, message: FanoutMessage, hidden_s: int) -> Reservation:
+        self.sent.append(message)
+        if self._forward:
+            return await super().reserve(message, hidden_s)
+        return Reservation(self.lane(urgency(message)), QueueMessage(content=encode(message)))
+
+    async def release(self, reservation: Reservation) -> None:
+        if self._forward:
+            await super().release(reservation)

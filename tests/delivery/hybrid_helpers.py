@@ -25,7 +25,7 @@ from timeline.tables.repositories import Repositories
 
 THRESHOLD = 4
 HYBRID = Hybrid(threshold=THRESHOLD, max_merged=2, queue=None)
-TIMING = Timing(write_deadline_s=1.0, sweep_delay_s=2.0, arrival_window_s=0.5)
+TIMING = Timing(write_deadline_s=1.0, sweep_delay_s=2.0)
 
 
 async def new_users(repos: Repositories, *prefixes: str) -> list[str]:

@@ -29,13 +29,12 @@ from timeline.delivery.batching.writer import PartitionWriter
 from timeline.delivery.outcomes import Continue, Done
 from timeline.delivery.processor import FanoutProcessor
 from timeline.delivery.settings import Timing
-from timeline.model.keys import now_ticks
 from timeline.model.messages import Followed, PostCreated, PostDeleted, Unfollowed
 from timeline.storage.accounts import Storage
 from timeline.storage.names import TIMELINES
 from timeline.tables.repositories import Repositories
 
-TIMING = Timing(write_deadline_s=1.0, sweep_delay_s=2.5, arrival_window_s=0.5)
+TIMING = Timing(write_deadline_s=1.0, sweep_delay_s=2.5)
 
 
 async def test_deleted_post_survives_unfollow_refollow(
@@ -69,9 +68,7 @@ async def test_deleted_post_survives_unfollow_refollow(
         # the API removes the follow, the worker's first pass
         await asyncio.sleep(0.5)
         await remove_follow(repos, reader, author)
-        unfollow_first = await worker.unfollowed(
-            Unfollowed(follower=reader, subject=author, requested=now_ticks())
-        )
+        unfollow_first = await worker.unfollowed(Unfollowed(follower=reader, subject=author))
         assert isinstance(unfollow_first, Continue)
         # 4. the dead delivery's write lands (well inside D = 1 s of its read)
         await held.flush()
@@ -82,7 +79,7 @@ async def test_deleted_post_survives_unfollow_refollow(
         # 6. R follows A again; its backfill
         await add_follow(repos, reader, author)
         assert isinstance(  # within the cool-down of an unfollow: damped, one more pass
-            await worker.backfill(Followed(follower=reader, subject=author, requested=now_ticks())),
+            await worker.backfill(Followed(follower=reader, subject=author)),
             Done | Continue,
         )
         # 7. S after the unfollow's first pass (its 0.5 s lag behind the delete's): its sweep

@@ -33,7 +33,7 @@ async def test_a_reader_woken_goes_dormant_again_once_gone(storage: Storage, bet
     without another read, the reader is dormant again."""
     repo = ActivityRepository(storage)
     dormancy = Dormancy(storage, INACTIVITY, flag_window_s=60)
-    sweeper = Sweeper(storage, claim_lifetime_s=3600, dormancy=dormancy)
+    sweeper = Sweeper(storage, dormancy=dormancy)
     reader = unique("back")
     now = time.time()
     stamp = INACTIVITY.stamp(now)
@@ -59,8 +59,8 @@ async def test_checks_wait_while_the_feature_is_off(own: Storage) -> None:
     rolling change) leaves checks untouched: once it is on again, a reader who had stamped
     goes dormant (the sweep dropped the check, and stamps after the first file none)."""
     repo = ActivityRepository(own)
-    on = Sweeper(own, claim_lifetime_s=3600, dormancy=Dormancy(own, INACTIVITY, flag_window_s=1))
-    off = Sweeper(own, claim_lifetime_s=3600, dormancy=Dormancy(own, OFF, flag_window_s=1))
+    on = Sweeper(own, dormancy=Dormancy(own, INACTIVITY, flag_window_s=1))
+    off = Sweeper(own, dormancy=Dormancy(own, OFF, flag_window_s=1))
     reader = unique("gone")
     now = time.time()
     await repo.stamp(reader, INACTIVITY.stamp(now), INACTIVITY, first=True)
@@ -80,7 +80,7 @@ async def test_a_wake_run_with_the_feature_off_files_a_check(own: Storage) -> No
         now = time.time()
         await repos.activity.stamp(reader, INACTIVITY.stamp(now), INACTIVITY, first=True)
         dormancy = Dormancy(own, INACTIVITY, flag_window_s=60)
-        on = Sweeper(own, claim_lifetime_s=3600, dormancy=dormancy)
+        on = Sweeper(own, dormancy=dormancy)
         await on.sweep(now=now + 60)
         head = await repos.activity.head(reader)
         assert head.marker is not None

@@ -34,7 +34,7 @@ async def test_a_check_is_swept_a_second_after_it_is_due_not_a_minute(storage: S
     assert due % 60 == 10
     await repos.activity.stamp(reader, stamp, INACTIVITY, first=True)
     dormancy = Dormancy(storage, INACTIVITY, flag_window_s=10)
-    sweeper = Sweeper(storage, claim_lifetime_s=3600, dormancy=dormancy)
+    sweeper = Sweeper(storage, dormancy=dormancy)
     await sweeper.sweep(now=due + 1.5)
     marker = await get_entity(storage, TIMELINES, reader, MARKER_ROW)
     assert marker is not None, "the due check was not swept"
@@ -53,7 +53,7 @@ async def test_a_user_who_registers_and_never_reads_goes_dormant(storage: Storag
     head = await ActivityRepository(storage).head(user)
     assert head.stamp == INACTIVITY.stamp() or head.stamp == INACTIVITY.stamp() - 1
     dormancy = Dormancy(storage, INACTIVITY, flag_window_s=10)
-    sweeper = Sweeper(storage, claim_lifetime_s=3600, dormancy=dormancy)
+    sweeper = Sweeper(storage, dormancy=dormancy)
     await sweeper.sweep(now=INACTIVITY.due(head.stamp) + 1.5)
     marker = await get_entity(storage, TIMELINES, user, MARKER_ROW)
     assert marker is not None, "never stamped: counted as active"

@@ -21,8 +21,8 @@ from timeline.tables.repositories import Repositories
 
 PAIRS = 10
 WRITES_PER_PAIR = 25
-"""The bound per damped pair: the API's writes (claim index row, follow change, index sync:
-three per request) and the worker's (an index sync per message), with room."""
+"""The bound per damped pair: the API's writes (follow change, index sync: two per request)
+and the worker's (an index sync per message), with room."""
 
 
 async def _drained(storage: Storage) -> bool:
@@ -40,7 +40,6 @@ async def test_toggling_a_follow_costs_a_few_writes_per_pair(
         worker_write_deadline_s=1.0,
         storage_timeout_s=2.0,
         worker_sweep_delay_s=4.0,
-        worker_arrival_window_s=1.0,
         follow_cooldown_s=15.0,
         expiry_sweep_interval_s=0,
     )

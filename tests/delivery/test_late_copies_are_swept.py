@@ -13,7 +13,6 @@ from timeline.config import Settings
 from timeline.delivery.batching.writer import PartitionWriter
 from timeline.delivery.processor import FanoutProcessor
 from timeline.model.entities import Post
-from timeline.model.keys import now_ticks
 from timeline.model.messages import PostCreated, PostDeleted, Unfollowed
 from timeline.storage.accounts import Storage
 from timeline.storage.names import TIMELINES
@@ -89,7 +88,7 @@ async def test_copy_landing_after_unfollow_and_crash_is_swept(
     author, reader, [post] = await author_and_reader(repos)
 
     async def unfollowing() -> None:
-        await queue.send(Unfollowed(follower=reader, subject=author, requested=now_ticks()))
+        await queue.send(Unfollowed(follower=reader, subject=author))
         await remove_follow(repos, reader, author)
 
     async with (

@@ -23,7 +23,6 @@ from tests.delivery.hybrid_helpers import (
 )
 from timeline.delivery.batching.writer import PartitionWriter
 from timeline.delivery.outcomes import Outcome
-from timeline.model.keys import now_ticks
 from timeline.model.messages import Followed, PostCreated, PostDeleted, Unfollowed
 from timeline.storage.accounts import Storage
 from timeline.storage.names import TIMELINES
@@ -49,9 +48,7 @@ async def test_backfill_that_read_copied_copies_merged_era_post_then_delete_skip
         w1, w2 = hybrid_processor(storage, writer), hybrid_processor(storage, writer)
         read, resume = asyncio.Event(), asyncio.Event()
         pause_after_first_call(w1._context.repos.audience, "mode", read, resume)
-        backfill = asyncio.ensure_future(
-            w1.backfill(Followed(follower=fan, subject=author, requested=now_ticks()))
-        )
+        backfill = asyncio.ensure_future(w1.backfill(Followed(follower=fan, subject=author)))
         await asyncio.wait_for(read.wait(), 10)
         await regrade(w2, author, merge=True)
         mode = await repos.audience.mode(author)
@@ -111,11 +108,11 @@ async def test_unfollow_refollow_race_turns_overflow_reader_into_merged_with_sta
             calls += 1
             if calls == 2:  # inside unmerge_if_unfollowed, after the etags were read
                 await add_follow(repos, fan, author)
-                await run_to_end(w2, Followed(follower=fan, subject=author, requested=now_ticks()))
+                await run_to_end(w2, Followed(follower=fan, subject=author))
             return result
 
         follows.is_following = racing_is_following  # type: ignore[method-assign]
-        await run_to_end(w1, Unfollowed(follower=fan, subject=author, requested=now_ticks()))
+        await run_to_end(w1, Unfollowed(follower=fan, subject=author))
         assert await repos.follows.is_following(fan, author)
         assert author in await repos.audience.merged_authors(fan)
         await run_to_end(w2, PostDeleted(author=author, post_id=post.post_id))
@@ -149,13 +146,13 @@ async def test_merge_counter_drifts_below_the_rows_on_unfollow_refollow(
             if calls == 2:  # inside unmerge_if_unfollowed, after the etags were read
                 await add_follow(repos, reader, author)
                 backfill = asyncio.ensure_future(
-                    w2.backfill(Followed(follower=reader, subject=author, requested=now_ticks()))
+                    w2.backfill(Followed(follower=reader, subject=author))
                 )
                 await asyncio.wait_for(head_read.wait(), 10)
             return result
 
         follows.is_following = racing_is_following  # type: ignore[method-assign]
-        await w1.unfollowed(Unfollowed(follower=reader, subject=author, requested=now_ticks()))
+        await w1.unfollowed(Unfollowed(follower=reader, subject=author))
         resume.set()
         assert backfill is not None
         await backfill

@@ -32,7 +32,7 @@ from timeline.storage.accounts import Storage, StorageOptions
 from timeline.storage.names import TIMELINES
 from timeline.tables.repositories import Repositories
 
-TIMING = Timing(write_deadline_s=1.0, sweep_delay_s=2.5, arrival_window_s=3.0)
+TIMING = Timing(write_deadline_s=1.0, sweep_delay_s=2.5)
 RTT_S = 0.5
 
 

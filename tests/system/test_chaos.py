@@ -30,7 +30,7 @@ LONG = pytest.mark.long
 @pytest.mark.parametrize(
     "variant",
     ["kill", pytest.param("pause", marks=LONG), pytest.param("rebalance", marks=LONG),
-     pytest.param("crashloop", marks=LONG)],
+     pytest.param("crashloop", marks=LONG), pytest.param("apikill", marks=LONG)],
 )  # fmt: skip
 async def test_chaos(seed: int, variant: str, tmp_path: Path) -> None:
     duration = float(os.environ.get("CHAOS_DURATION_S", "12"))

@@ -1,6 +1,6 @@
-"""Every auxiliary row ends: request claims, idempotency keys, void posts and rate-limit
-windows are filed in ``expiries`` and removed by the worker's sweep once they can no longer
-matter, judged from storage; live rows stay."""
+"""Every auxiliary row ends: idempotency keys and rate-limit windows are filed in ``expiries``
+and removed by the worker's sweep once they can no longer matter, judged from storage; live
+rows stay, and follow changes leave nothing but the live follows and their counters."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from fanout_worker.sweeper import GRACE_S, Sweeper
 from tests.conftest import AzuritePool, azurites, storage_on, unique
 from timeline.model.entities import Post, User
 from timeline.model.idempotency import IdempotencyKeys
-from timeline.model.keys import new_post_id, now_ticks, post_row_key
+from timeline.model.keys import new_post_id, now_ticks
 from timeline.model.tokens import TokenSigner
 from timeline.reads.home import HomeTimeline
 from timeline.service.operations import TimelineService
@@ -24,8 +24,7 @@ from timeline.storage.names import EXPIRIES, POSTS, RATE_LIMITS, SUBJECT_FOLLOWE
 from timeline.storage.placement import hash64
 from timeline.storage.queue import FanoutQueue
 from timeline.storage.rebalance import Rebalancer
-from timeline.tables.expiries import CLAIM, ExpiriesRepository, index_row_key
-from timeline.tables.follows import claim_row_key, request_id
+from timeline.tables.expiries import IDEMPOTENCY, ExpiriesRepository, index_row_key
 from timeline.tables.posts import KEY_ROWS
 from timeline.tables.ratelimits import RateLimits, TableWindowStorage, partition_of
 from timeline.tables.repositories import Repositories
@@ -35,9 +34,8 @@ from timeline.tools.azurite import Azurite
 TOGGLES = [pytest.param(50, 100, marks=[pytest.mark.long, pytest.mark.timeout(600)]), (10, 20)]
 """Followers toggling so many times each, half then following again: 10,025 requests in
 ``make test-long``, 405 in ``make test``."""
-LIFETIME_S = 3600.0
-LATER = LIFETIME_S + GRACE_S + 120
-"""A sweep this far in the future finds every row filed now due."""
+LATER = 3600 + GRACE_S + 120
+"""A sweep this far in the future finds every row filed now (due within the hour) due."""
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +53,7 @@ async def own(own_azurite: Azurite) -> AsyncIterator[Storage]:
 
 
 def _sweeper(storage: Storage) -> Sweeper:
-    return Sweeper(storage, claim_lifetime_s=LIFETIME_S)
+    return Sweeper(storage)
 
 
 async def _rows(
@@ -96,11 +94,10 @@ async def test_many_follow_requests_leave_only_live_rows_after_a_sweep(
     own: Storage, followers_count: int, pairs_each: int
 ) -> None:
     """50 followers toggle one subject 100 times each, half then follow once more (10,025
-    requests' writes; 405 in the quick twin), each write as the API makes it (the claim
-    filed, then the follow change with its claim in one transaction): before the sweep the
-    subject's partition holds a claim per request; after it, exactly the live follows and
-    counters, and no claim or index row is left. (The service's own reads and queue sends
-    are left out to keep this within minutes on two cores;
+    requests' writes; 405 in the quick twin), each write as the API makes it (the follow
+    change and its counter shard in one transaction): after a sweep, exactly the live
+    follows and counters are left, and no index row. (The service's own reads and queue
+    sends are left out to keep this within minutes on two cores;
     ``test_requests_through_the_service_end_the_same`` drives the same through
     ``TimelineService``.)"""
     repos = Repositories.on(own)
@@ -110,27 +107,26 @@ async def test_many_follow_requests_leave_only_live_rows_after_a_sweep(
     async def toggle(follower: str, index: int) -> None:
         for _ in range(pairs_each):
             now = datetime.now(UTC)
-            assert await follows.add(follower, subject, now, request_id(follower, now_ticks()))
-            assert await follows.remove(follower, subject, request_id(follower, now_ticks()))
+            assert await follows.add(follower, subject, now)
+            assert await follows.remove(follower, subject)
         if index % 2 == 0:
-            await follows.add(follower, subject, datetime.now(UTC), request_id(follower, 1))
+            await follows.add(follower, subject, datetime.now(UTC))
 
     started = time.monotonic()
     await asyncio.gather(*(toggle(f, i) for i, f in enumerate(followers)))
     requests_s = time.monotonic() - started
-    claims = [k for k in await _rows(own, SUBJECT_FOLLOWERS, subject) if k.startswith("~req-")]
-    assert len(claims) == 2 * followers_count * pairs_each + (followers_count + 1) // 2
+    requests = 2 * followers_count * pairs_each + (followers_count + 1) // 2
 
     started = time.monotonic()
     report = await _sweeper(own).sweep(now=time.time() + LATER)
     sweep_s = time.monotonic() - started
-    print(f"\n{len(claims)} requests: {requests_s:.1f} s; sweep: {sweep_s:.1f} s, {report}")
+    print(f"\n{requests} requests: {requests_s:.1f} s; sweep: {sweep_s:.1f} s, {report}")
     await _assert_only_live(own, subject, [f for i, f in enumerate(followers) if i % 2 == 0])
 
 
 async def test_requests_through_the_service_end_the_same(own: Storage) -> None:
     """Follow and unfollow requests through ``TimelineService`` (rate-limited in storage):
-    after a sweep, only the live follows are left, and no claim, index row or window."""
+    after a sweep, only the live follows are left, and no index row or window."""
     service = _service(own, writes_per_minute=1_000_000)
     subject, followers = unique("s"), [unique("f") for _ in range(10)]
     await _register(Repositories.on(own), subject, *followers)
@@ -154,37 +150,9 @@ async def test_requests_through_the_service_end_the_same(own: Storage) -> None:
 async def _assert_only_live(storage: Storage, subject: str, live: list[str]) -> None:
     rows = await _rows(storage, SUBJECT_FOLLOWERS, subject)
     assert sorted(k for k in rows if not k.startswith("~")) == sorted(live)
-    assert not [k for k in rows if k.startswith("~req-")]
+    assert [k for k in rows if k.startswith("~") and not k.startswith("~count-")] == []
     assert await Repositories.on(storage).follows.follower_count(subject) == len(live)
     assert subject not in await _rows(storage, EXPIRIES, key="pk")  # no index row names it
-
-
-async def test_a_claim_ends_only_after_its_lifetime(own: Storage) -> None:
-    """A claim the worker made (the API's write never came) stays while it may still
-    matter and goes after its lifetime; a request replayed after that is claimed anew."""
-    repos = Repositories.on(own)
-    subject, request = unique("s"), request_id(unique("f"), now_ticks())
-    assert await repos.follows.claim(subject, request)
-    sweeper = _sweeper(own)
-    await sweeper.sweep(now=time.time() + LIFETIME_S / 2)
-    assert await _row(own, SUBJECT_FOLLOWERS, subject, claim_row_key(request))
-    await sweeper.sweep(now=time.time() + LATER)
-    assert not await _row(own, SUBJECT_FOLLOWERS, subject, claim_row_key(request))
-    assert await repos.follows.claim(subject, request)  # a replay after expiry: claimed again
-    await sweeper.sweep(now=time.time() + LATER)
-    assert not await _row(own, SUBJECT_FOLLOWERS, subject, claim_row_key(request))
-
-
-async def test_a_void_post_ends_and_a_real_post_stays(own: Storage) -> None:
-    repos = Repositories.on(own)
-    author = unique("a")
-    voided = new_post_id(now_ticks())
-    assert await repos.posts.void(author, voided)
-    post = await repos.posts.add(Post(post_id=new_post_id(now_ticks()), author=author, text="hi"))
-    await _sweeper(own).sweep(now=time.time() + LATER)
-    assert not await _row(own, POSTS, author, post_row_key(voided))
-    assert await repos.posts.get(author, post.post_id) == post
-    assert await repos.posts.void(author, voided)  # a replayed delivery voids it again
 
 
 async def test_an_idempotency_key_ends_with_its_window_unless_reused(own: Storage) -> None:
@@ -224,24 +192,24 @@ async def test_a_rate_limit_window_ends_unless_reopened(own: Storage) -> None:
 
 
 async def test_an_index_row_naming_nothing_is_dropped(own: Storage) -> None:
-    """A process died between filing a claim and writing it: the sweep drops the index row."""
-    subject = unique("s")
-    await ExpiriesRepository(own).note(CLAIM, SUBJECT_FOLLOWERS, subject, claim_row_key("x-1"))
-    index = index_row_key(SUBJECT_FOLLOWERS, subject, claim_row_key("x-1"))
+    """A process died between filing a key row and writing it: the sweep drops the index row."""
+    author = unique("a")
+    await ExpiriesRepository(own).note(IDEMPOTENCY, POSTS, author, f"{KEY_ROWS}x", at=time.time())
+    index = index_row_key(POSTS, author, f"{KEY_ROWS}x")
     assert index in await _rows(own, EXPIRIES)
     await _sweeper(own).sweep(now=time.time() + LATER)
     assert index not in await _rows(own, EXPIRIES)
 
 
 async def test_two_sweepers_at_once_leave_the_same_end(own: Storage) -> None:
-    repos = Repositories.on(own)
-    subject = unique("s")
-    requests = [request_id(unique("f"), now_ticks()) for _ in range(40)]
-    await asyncio.gather(*(repos.follows.claim(subject, request) for request in requests))
+    windows = TableWindowStorage(own)
+    keys = [unique("k") for _ in range(40)]
+    await asyncio.gather(*(windows.incr(key, 60) for key in keys))
     later = time.time() + LATER
     await asyncio.gather(_sweeper(own).sweep(now=later), _sweeper(own).sweep(now=later))
-    assert [k for k in await _rows(own, SUBJECT_FOLLOWERS, subject) if k.startswith("~")] == []
-    filed = {index_row_key(SUBJECT_FOLLOWERS, subject, claim_row_key(r)) for r in requests}
+    for key in keys:
+        assert not await _row(own, RATE_LIMITS, partition_of(key), "window")
+    filed = {index_row_key(RATE_LIMITS, partition_of(key), "window") for key in keys}
     assert not filed & set(await _rows(own, EXPIRIES))
 
 
@@ -250,15 +218,15 @@ async def test_rows_on_every_account_are_swept(two_azurites: list[Azurite]) -> N
     sweep finds each on its home."""
     async with storage_on(two_azurites) as storage:
         await storage.create_all()
-        repos = Repositories.on(storage)
-        subjects = [unique("s") for _ in range(12)]
-        for subject in subjects:
-            await repos.follows.claim(subject, request_id("f", now_ticks()))
-        assert {storage.placement.home(hash64(subject)) for subject in subjects} == {0, 1}
-        assert len(await _rows(storage, EXPIRIES)) == len(subjects)
+        windows = TableWindowStorage(storage)
+        keys = [unique("k") for _ in range(12)]
+        for key in keys:
+            await windows.incr(key, 60)
+        homes = {storage.placement.home(hash64(partition_of(key))) for key in keys}
+        assert homes == {0, 1}
+        assert len(await _rows(storage, EXPIRIES)) == len(keys)
         await _sweeper(storage).sweep(now=time.time() + LATER)
-        for subject in subjects:
-            assert await _rows(storage, SUBJECT_FOLLOWERS, subject) == []
+        assert await _rows(storage, RATE_LIMITS) == []
         assert await _rows(storage, EXPIRIES) == []
 
 
@@ -267,17 +235,17 @@ async def _row(storage: Storage, table: str, partition: str, row: str) -> bool:
 
 
 async def test_a_rebalance_neither_resurrects_nor_orphans(two_azurites: list[Azurite]) -> None:
-    """Claims and their index rows on one account; a second account is added. A sweep while
-    the rebalance has slots frozen removes what is not moving and leaves what is (a delete
-    there would be lost to the copy, or land on a partition being copied); once the
-    rebalance is done, a sweep removes the rest: no row and no index row is left on either
-    account."""
-    subjects = [unique("s") for _ in range(40)]
+    """Rate-limit windows and their index rows on one account; a second account is added.
+    A sweep while the rebalance has slots frozen removes what is not moving and leaves what
+    is (a delete there would be lost to the copy, or land on a partition being copied); once
+    the rebalance is done, a sweep removes the rest: no row and no index row is left on
+    either account."""
+    keys = [unique("k") for _ in range(40)]
     async with storage_on(two_azurites[:1]) as storage:
         await storage.create_all()
-        repos = Repositories.on(storage)
-        for subject in subjects:
-            await repos.follows.claim(subject, request_id("f", now_ticks()))
+        windows = TableWindowStorage(storage)
+        for key in keys:
+            await windows.incr(key, 60)
     deferred: list[int] = []
     later = time.time() + LATER
 
@@ -291,15 +259,15 @@ async def test_a_rebalance_neither_resurrects_nor_orphans(two_azurites: list[Azu
         await Rebalancer(
             storage, margin_s=0, steps=3, progress=False, sleep=sweep_while_frozen
         ).run()
-        assert deferred[0] > 0, "some claims were in frozen, moving partitions"
-        left = [s for s in subjects if await _rows(storage, SUBJECT_FOLLOWERS, s)]
-        assert 0 < len(left) <= deferred[0]  # a frozen claim, or a frozen index row, waits
+        assert deferred[0] > 0, "some windows were in frozen, moving partitions"
+        left = [k for k in keys if await _rows(storage, RATE_LIMITS, partition_of(k))]
+        assert 0 < len(left) <= deferred[0]  # a frozen window, or a frozen index row, waits
         placement = await storage.refresh_placement()  # the next round reads it settled
         assert placement is not None
         assert placement.settled
         await _sweeper(storage).sweep(now=later)
         for account in range(2):
-            for table in (SUBJECT_FOLLOWERS, EXPIRIES):
+            for table in (RATE_LIMITS, EXPIRIES):
                 client = storage.account_table(account, table)
                 async with storage.guard():
                     assert [row async for row in client.list_entities()] == [], (account, table)

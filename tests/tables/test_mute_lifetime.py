@@ -22,7 +22,7 @@ async def test_an_expired_mute_is_swept_and_a_lasting_one_stays(own: Storage) ->
     await relations.mute(reader, brief, ends, True)
     await relations.mute(reader, lasting, ends, True)
     await relations.mute(reader, lasting, None, True)  # made again, with no end
-    sweeper = Sweeper(own, claim_lifetime_s=3600.0)
+    sweeper = Sweeper(own)
     await sweeper.sweep(now=time.time())  # not due yet: both stay
     assert await relations.mute_of(reader, brief) is not None
     await sweeper.sweep(now=time.time() + LATER)

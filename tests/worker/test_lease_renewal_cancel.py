@@ -20,7 +20,6 @@ from fanout_worker.worker import Worker
 from tests.conftest import make_settings, opened, unique
 from timeline.delivery.outcomes import Outcome
 from timeline.delivery.processor import FanoutProcessor
-from timeline.model.keys import now_ticks
 from timeline.model.messages import FanoutMessage, Followed
 from timeline.storage.queue import FanoutQueue, Lane
 from timeline.tools.azurite import Azurite
@@ -64,9 +63,7 @@ async def test_outcome_after_cancelled_renewal(
     async with opened(settings) as storage:
         queue = FanoutQueue(storage)
         # an old follow that never happened: the worker just syncs the index and is Done
-        await queue.send(
-            Followed(follower=unique("f"), subject=unique("s"), requested=now_ticks() - 10**9)
-        )
+        await queue.send(Followed(follower=unique("f"), subject=unique("s")))
         caplog.set_level(logging.ERROR)
         # burst: returns once the message is deleted and every task (and its log) is done
         worker = Worker(settings, settings.connection_string())

@@ -20,7 +20,6 @@ from tests.conftest import eventually, make_settings, opened, running_worker, un
 from timeline.delivery.outcomes import Defer, Outcome
 from timeline.delivery.processor import FanoutProcessor
 from timeline.errors import StorageUnavailableError
-from timeline.model.keys import now_ticks
 from timeline.model.messages import FanoutMessage, Followed
 from timeline.retry import RetryPolicy, backoff_delay
 from timeline.storage.queue import FanoutQueue, Lane
@@ -90,9 +89,7 @@ async def test_message_deferred_for_hours_is_not_poisoned(
         worker_max_crashes=2,
         worker_retry_cap_s=0.5,
     )
-    follow = Followed(
-        follower=unique("f"), subject=unique("s"), requested=now_ticks() - 10**9, attempt=5_000
-    )
+    follow = Followed(follower=unique("f"), subject=unique("s"), attempt=5_000)
     async with opened(settings) as storage:
         queue = FanoutQueue(storage)
         await queue.send(follow)

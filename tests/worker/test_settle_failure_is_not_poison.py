@@ -14,7 +14,6 @@ import pytest
 import timeline.storage.queue as queue_module
 from tests.conftest import eventually, make_settings, opened, running_worker, unique
 from timeline.errors import StorageUnavailableError
-from timeline.model.keys import now_ticks
 from timeline.model.messages import Followed
 from timeline.storage.queue import FanoutQueue, Lane
 from timeline.tools.azurite import Azurite
@@ -46,9 +45,7 @@ async def test_queue_trouble_poisons_as_crashed(
     )
     async with opened(settings) as storage:
         queue = FanoutQueue(storage)
-        await queue.send(
-            Followed(follower=unique("f"), subject=unique("s"), requested=now_ticks() - 10**9)
-        )
+        await queue.send(Followed(follower=unique("f"), subject=unique("s")))
         async with running_worker(settings):
 
             async def drained() -> bool:

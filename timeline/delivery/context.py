@@ -11,15 +11,11 @@ from timeline.delivery.batching.writer import PartitionWriter
 from timeline.delivery.settings import Hybrid, Timing
 from timeline.metrics import INACTIVE_SKIPPED
 from timeline.model.entities import Page
-from timeline.model.keys import now_ticks
-from timeline.model.messages import Followed, Unfollowed
-from timeline.tables.follows import request_id
 from timeline.tables.repositories import Repositories
 
 ADMISSION_SHARE = 0.5
 """New work starts only while the writer's backlog drains within this share of the write
 deadline: deep enough for big batches, shallow enough that writes meet their deadline."""
-TICKS_PER_SECOND = 10_000_000
 
 
 class Context:
@@ -58,16 +54,6 @@ class Context:
         async with self.writer.admission(self.timing.write_deadline_s * ADMISSION_SHARE, rows):
             yield asyncio.get_running_loop().time() + self.timing.write_deadline_s
 
-    def young(self, requested_ticks: int) -> bool:
-        window = self.timing.arrival_window_s * TICKS_PER_SECOND
-        return now_ticks() - requested_ticks < window
-
-    def outlived_claim(self, requested_ticks: int) -> bool:
-        """Whether the request's claim may have been swept already (a claim is written no
-        earlier than its request): claiming it anew then proves nothing."""
-        lifetime = self.timing.claim_lifetime_s * TICKS_PER_SECOND
-        return now_ticks() - requested_ticks > lifetime
-
     async def readers_page(
         self,
         author: str,
@@ -89,10 +75,3 @@ class Context:
             INACTIVE_SKIPPED.inc(skipped)
             return page
         return await self.repos.follows.follower_ids_page(author, self.page_size, cursor)
-
-    async def abandoned(self, message: Followed | Unfollowed) -> bool:
-        """Give up waiting for the API's write: claim its request, so it can never land."""
-        request = request_id(message.follower, message.requested)
-        if await self.repos.follows.claimed(message.subject, request):
-            return False  # decided already (a replay): a read, not a write
-        return await self.repos.follows.claim(message.subject, request)

@@ -6,11 +6,11 @@ reposts' index and void rows)."""
 
 from __future__ import annotations
 
-from timeline.delivery.context import TICKS_PER_SECOND, Context
+from timeline.delivery.context import Context
 from timeline.delivery.feed import Feed
 from timeline.delivery.outcomes import DONE, Continue, Outcome
 from timeline.delivery.repost_purge import RepostPurge
-from timeline.model.keys import post_id_ticks
+from timeline.model.keys import TICKS_PER_SECOND, post_id_ticks
 from timeline.model.messages import PostDeleted, RepostsPosition
 from timeline.tables.audience import MERGED, AuthorMode
 

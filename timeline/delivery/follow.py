@@ -16,9 +16,8 @@ import time
 
 from timeline.delivery.context import Context
 from timeline.delivery.feed import Feed
-from timeline.delivery.outcomes import DONE, Continue, Defer, Outcome
+from timeline.delivery.outcomes import DONE, Continue, Outcome
 from timeline.delivery.regrade import queue_regrade_if_due
-from timeline.model.keys import now_ticks
 from timeline.model.messages import Followed, Unfollowed
 from timeline.tables.audience import GROWING, MERGED
 
@@ -41,15 +40,8 @@ class FollowChanges:
                 await self._feed.copy_newest(follower, subject, missing_only=True)
             return DONE
         if not await follows.is_following(follower, subject):
-            if self._ctx.young(message.requested):
-                return Defer("the follow is not stored yet")
-            if await self._ctx.abandoned(message) or not await follows.is_following(
-                follower, subject
-            ):
-                await follows.sync_index(follower, subject)
-                return DONE  # never made, or unfollowed since (its passes remove copies)
-        else:
-            await self._ctx.abandoned(message)  # made by another request: this one never lands
+            await follows.sync_index(follower, subject)
+            return DONE  # never made, or unfollowed since (its passes remove copies)
         if await self._repos.relations.blocked_either(follower, subject):
             return await self._end_blocked(follower, subject)
         damped = False
@@ -68,7 +60,7 @@ class FollowChanges:
         here and go on as its unfollow, whose passes purge what any copy left."""
         await self._repos.follows.remove(follower, subject)
         await self._repos.follows.sync_index(follower, subject)
-        ended = Unfollowed(follower=follower, subject=subject, requested=now_ticks())
+        ended = Unfollowed(follower=follower, subject=subject)
         return Continue(ended)
 
     async def _toggling(self, follower: str, subject: str) -> bool:
@@ -112,8 +104,6 @@ class FollowChanges:
         follower, subject = message.follower, message.subject
         follows = self._repos.follows
         if not await follows.is_following(follower, subject):
-            if not message.confirm:
-                await self._ctx.abandoned(message)  # made by another request: this one never lands
             await self._feed.unmerge_if_unfollowed(follower, subject)
             if message.confirm:
                 wait = await self._unquiet_for(follower, subject)
@@ -122,14 +112,7 @@ class FollowChanges:
                 await self._feed.purge(follower, subject)
             elif not await self._purge_deferred(follower, subject):
                 await self._feed.purge(follower, subject)
-        elif message.confirm:
-            await self._feed.reconcile(follower, subject)
-        elif self._ctx.young(message.requested):
-            return Defer("the unfollow is not stored yet")
-        elif await self._ctx.abandoned(message) and not self._ctx.outlived_claim(message.requested):
-            await follows.sync_index(follower, subject)
-            return DONE  # the unfollow was never made
-        else:  # unfollowed, then followed again (or so old that its claim may be swept)
+        else:  # unfollowed, then followed again (or, rarely, never made: then this is cheap)
             await self._feed.reconcile(follower, subject)
         if message.confirm:
             return DONE

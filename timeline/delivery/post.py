@@ -10,18 +10,12 @@ unfollow's second pass removes any that lands later still.
 
 from __future__ import annotations
 
-import asyncio
-
 from timeline.delivery.context import Context
 from timeline.delivery.feed import Feed
-from timeline.delivery.outcomes import DONE, Continue, Defer, Outcome
+from timeline.delivery.outcomes import DONE, Continue, Outcome
 from timeline.metrics import REPLY_FOLLOW_CHECKS
 from timeline.model.entities import Post
-from timeline.model.keys import post_id_ticks
 from timeline.model.messages import PostCreated
-
-_ARRIVAL_POLLS = (0.05, 0.1, 0.2)
-"""Short in-process waits for a row the API is writing right after it queued the message."""
 
 
 class PostDelivery:
@@ -35,9 +29,9 @@ class PostDelivery:
     async def deliver(self, message: PostCreated) -> Outcome:
         """Write the post into one page of followers' timelines (and the author's own)."""
         async with self._ctx.admission(self._ctx.expected_page_rows()) as deadline:
-            post = await self._arrived_post(message)
+            post = await self._repos.posts.get(message.author, message.post_id)
             if post is None:
-                return await self._missing_post(message)
+                return DONE  # never stored, or deleted since (its delete's passes remove copies)
             merged = message.merged
             if message.cursor is None:
                 merged = not (await self._repos.audience.mode(post.author)).copies_to_followers
@@ -68,29 +62,6 @@ class PostDelivery:
         also = await self._repos.follows.followers_between(target, readers[0], readers[-1])
         REPLY_FOLLOW_CHECKS.inc()
         return [reader for reader in readers if reader in also or reader == target]
-
-    async def _arrived_post(self, message: PostCreated) -> Post | None:
-        """The post; the API queues the message before it stores the post, so wait briefly."""
-        post = await self._repos.posts.get(message.author, message.post_id)
-        for pause in _ARRIVAL_POLLS:
-            if post is not None or message.cursor is not None or not self._young_post(message):
-                break
-            await asyncio.sleep(pause)
-            post = await self._repos.posts.get(message.author, message.post_id)
-        return post
-
-    async def _missing_post(self, message: PostCreated) -> Outcome:
-        """No post: not stored yet, deleted, or never stored (then claim its id as void)."""
-        if message.cursor is None and self._young_post(message):
-            return Defer("the post is not stored yet")
-        if message.cursor is None and not await self._repos.posts.void(
-            message.author, message.post_id
-        ):
-            return Defer("the post was stored just now")
-        return DONE  # gone: its delete's passes remove every copy
-
-    def _young_post(self, message: PostCreated) -> bool:
-        return self._ctx.young(post_id_ticks(message.post_id))
 
     async def _undo_lost_reasons(self, post: Post, owners: list[str], followers: list[str]) -> None:
         """Re-check after writing: undo copies whose follow or post disappeared meanwhile."""

@@ -21,14 +21,12 @@ from __future__ import annotations
 
 import asyncio
 
-from azure.data.tables import TableEntity
-
-from timeline.delivery.context import TICKS_PER_SECOND, Context
+from timeline.delivery.context import Context
 from timeline.delivery.feed import Feed
-from timeline.delivery.outcomes import DONE, Continue, Defer, Outcome
+from timeline.delivery.outcomes import DONE, Continue, Outcome
 from timeline.metrics import REPOST_DEDUPE_REQUESTS, REPOST_DEDUPED
 from timeline.model.entities import Post
-from timeline.model.keys import UNIX_EPOCH_TICKS, post_id_ticks
+from timeline.model.keys import TICKS_PER_SECOND, UNIX_EPOCH_TICKS, post_id_ticks
 from timeline.model.messages import Reposted, Unreposted
 from timeline.tables.reposts import live_repost_id
 
@@ -59,10 +57,9 @@ class RepostDelivery:
 
     async def deliver(self, message: Reposted) -> Outcome:
         async with self._ctx.admission(self._ctx.expected_page_rows()) as deadline:
-            young = self._ctx.young(post_id_ticks(message.repost_id))  # before the read
             row = await self._repos.reposts.truth(message.reposter, message.post_id)
             if live_repost_id(row) != message.repost_id:
-                return await self._missing(message, row, young)
+                return DONE  # never stored, or undone since (its un-repost removes copies)
             original = await self._repos.posts.get(message.author, message.post_id)
             if original is None:
                 return DONE  # deleted: the delete's passes remove every repost's copies
@@ -92,27 +89,6 @@ class RepostDelivery:
         fresh = [reader for reader, ids in zip(readers, shown, strict=True) if post_id not in ids]
         REPOST_DEDUPED.inc(len(readers) - len(fresh))
         return fresh
-
-    async def _missing(self, message: Reposted, row: TableEntity | None, young: bool) -> Outcome:
-        """Not (or no longer) this repost: undone, replaced, not stored yet, or never.
-        Decided from the one read ``deliver`` made: a second read could find the API's
-        write that landed in between, live and naming this repost, and end it undelivered.
-        ``young`` was taken before that read: a write that passed its window check by then
-        had read the row before this read did."""
-        if message.cursor is not None:
-            return DONE  # live for its first page, undone since: its un-repost removes copies
-        if row is not None and row.get("repost_id") == message.repost_id:
-            return DONE  # void and naming it: undone, or claimed (its write can never land)
-        if row is not None and not row.get("void"):
-            # Another repost of the post is live. Within this one's arrival window that one
-            # may still be undone and this one's write land over the void row: wait. Past
-            # it, this one's write, refused late, can no longer land.
-            return Defer("another repost is live; this one may still land") if young else DONE
-        if young:
-            return Defer("the repost is not stored yet")
-        if not await self._repos.reposts.void(message.reposter, message.post_id, message.repost_id):
-            return Defer("the repost was stored just now")
-        return DONE
 
     async def _undo_lost_reasons(
         self, message: Reposted, copy: Post, followers: list[str], readers: list[str]

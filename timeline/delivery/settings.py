@@ -36,11 +36,6 @@ class Timing:
     sweep_delay_s: float = 335.0
     """When the second pass of a delete or unfollow runs: past the write deadline plus the
     longest a sent write can take (the storage timeout), with margin."""
-    arrival_window_s: float = 30.0
-    """How long after the API queued a message its own storage write may still arrive."""
-    claim_lifetime_s: float = 3600.0
-    """How long a request's claim row is kept: a first pass of a request older than this
-    that claims it anew cannot tell "never made" from "made, claim swept"."""
     follow_cooldown_s: float | None = None
     """How recent an unfollow makes a follow pair *toggling* (its purge waits until it has
     been unfollowed this long; its backfill copies only what is missing); None: the sweep

@@ -15,6 +15,7 @@ MAX_TICKS = 3_155_378_975_999_999_999
 """``DateTime.MaxValue.Ticks``: reversing against it sorts newest first."""
 
 UNIX_EPOCH_TICKS = 621_355_968_000_000_000
+TICKS_PER_SECOND = 10_000_000
 _DOTNET_EPOCH = datetime(1, 1, 1, tzinfo=UTC)
 
 USER_ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
@@ -36,12 +37,6 @@ in posts, and every one of them in display names."""
 def now_ticks() -> int:
     """Current UTC time as .NET ticks, at microsecond precision so it round-trips RFC 3339."""
     return UNIX_EPOCH_TICKS + (time.time_ns() // 1_000) * 10
-
-
-def arrival_deadline(ticks: int, window_s: float) -> float:
-    """When (epoch seconds) the arrival window of a message sent at ``ticks`` ends: the
-    API's write of it is refused after that (``timeline.tables.rows.refuse_if_late``)."""
-    return ticks_to_datetime(ticks).timestamp() + window_s
 
 
 def reversed_ticks(ticks: int) -> int:

@@ -112,9 +112,6 @@ class Followed(_Message):
     type: Literal["follow"] = "follow"
     follower: UserId
     subject: UserId
-    requested: int = Field(default=0, ge=0)
-    """When the API sent it (.NET ticks): until the API's write is due, a missing follow
-    may still be on its way."""
     confirm: bool = False
     """The delayed second pass of a damped backfill: copies what a purge that was in flight
     took away after the first pass looked."""
@@ -126,8 +123,6 @@ class Unfollowed(_Message):
     type: Literal["unfollow"] = "unfollow"
     follower: UserId
     subject: UserId
-    requested: int = Field(default=0, ge=0)
-    """When the API sent it (.NET ticks); see ``Followed.requested``."""
     confirm: bool = False
     """The second, delayed purge that sweeps writes which landed after the first."""
 

@@ -66,7 +66,7 @@ class Position:
 @dataclass(frozen=True, slots=True)
 class _Source:
     rows: list[PostRow]
-    """Its posts' rows, newest first (no void ones): no ``Post`` is built on a page read."""
+    """Its posts' rows, newest first: no ``Post`` is built on a page read."""
     more: bool
     last_key: str
     """The last row key read (a post or not): the source is complete up to here."""
@@ -326,13 +326,12 @@ class HomeTimeline:
                 self._storage.reader(table, partition),
                 _AFTER,
                 {"pk": partition, "until": until, "after": after},
-                select=[*POST_SELECT, "void"],
+                select=POST_SELECT,
                 limit=limit,
                 continuation=None,
             )
         last = page.items[-1]["RowKey"] if page.items else after
-        rows = [row for row in page.items if not row.get("void")]
-        return _Source(rows, page.continuation is not None, last)
+        return _Source(page.items, page.continuation is not None, last)
 
 
 def _merge(

@@ -48,7 +48,13 @@ from azure.data.tables import TableEntity
 
 from timeline.errors import RetryableError
 from timeline.model.entities import POST_SELECT, Post
-from timeline.model.keys import MAX_TICKS, post_id_from_row_key, post_id_ticks, ticks_to_datetime
+from timeline.model.keys import (
+    MAX_TICKS,
+    TICKS_PER_SECOND,
+    post_id_from_row_key,
+    post_id_ticks,
+    ticks_to_datetime,
+)
 from timeline.reads.home import HomeTimeline, Position
 from timeline.reads.landed import OVERLAP_S, Landed, Reading, landed_at
 from timeline.storage.names import POSTS, TIMELINES
@@ -61,8 +67,6 @@ from timeline.tables.traces import traced_row
 
 log = logging.getLogger(__name__)
 PAGE = 250
-TICKS_PER_SECOND = 10_000_000
-_SELECT = [*POST_SELECT, "void"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,10 +138,10 @@ class TimelineWatch:
         """Start from the row key ``since`` (None: from now): set up the sources and read
         once what landed in the last look-back."""
         start = datetime.now(UTC) - self._lookback - timedelta(seconds=OVERLAP_S)
-        self._sources[""] = Landed(TIMELINES, self._owner, start, _SELECT)
+        self._sources[""] = Landed(TIMELINES, self._owner, start, POST_SELECT)
         authors = await AudienceRepository(self._storage).merged_authors(self._owner)
         for author in await self._follows.following_among(self._owner, authors):
-            self._sources[author] = Landed(POSTS, author, start, _SELECT)
+            self._sources[author] = Landed(POSTS, author, start, POST_SELECT)
         if since is None:
             present = await self._poll()  # read as sent; only its removals are sent
             self._backlog = [update for update in present if isinstance(update, Removal)]
@@ -183,7 +187,7 @@ class TimelineWatch:
             source.commit(reading)
         for author, landed in found.merged.items():
             self._sources.setdefault(
-                author, Landed(POSTS, author, landed - self._lookback, _SELECT)
+                author, Landed(POSTS, author, landed - self._lookback, POST_SELECT)
             )
         out: dict[str, Update] = {}
         for landed, key, update in found.items:
@@ -229,7 +233,7 @@ class TimelineWatch:
         if removed is not None:
             is_post = FIRST_POST_KEY <= removed < META
             return Removal(post_id_from_row_key(removed)) if is_post else None
-        if not FIRST_POST_KEY <= key < META or row.get("void"):
+        if not FIRST_POST_KEY <= key < META:
             return None
         post = Post.from_entity(row)
         if not source and post.author in merged and post.reposted_by is None:

@@ -8,12 +8,12 @@ from typing import Any, TypeVar
 
 from timeline.errors import InvalidInputError, PermissionDeniedError
 from timeline.model.entities import Edge, Page
-from timeline.model.keys import arrival_deadline, now_ticks, validate_user_id
+from timeline.model.keys import validate_user_id
 from timeline.model.messages import Followed, Unfollowed
 from timeline.service.accounts import require_self, require_user
+from timeline.service.outbox import Outbox
 from timeline.service.paging import PageOut, Pager
-from timeline.storage.queue import MessageSender
-from timeline.tables.follows import FollowsRepository, request_id
+from timeline.tables.follows import FollowsRepository
 from timeline.tables.ratelimits import RateLimiter
 from timeline.tables.relations import RelationsRepository
 from timeline.tables.users import UsersRepository
@@ -22,27 +22,25 @@ T = TypeVar("T")
 
 
 class Follows:
-    """Each change queues its message before it changes the follow tables (``TimelineService``
-    says why); a request that finds the change already made only repairs the index."""
+    """Each change is written, then its message released (``timeline.service.outbox``); a
+    request that finds the change already made only repairs the index."""
 
     def __init__(
         self,
         users: UsersRepository,
         follows: FollowsRepository,
-        queue: MessageSender,
+        outbox: Outbox,
         pager: Pager,
         *,
         relations: RelationsRepository,
         writes: RateLimiter,
-        arrival_window_s: float,
     ) -> None:
         self._relations = relations
         self._users = users
         self._follows = follows
-        self._queue = queue
+        self._outbox = outbox
         self._pager = pager
         self._writes = writes
-        self._window_s = arrival_window_s
 
     async def follow(
         self, actor: str, follower: str, subject: str, *, reposts: bool | None = None
@@ -60,16 +58,8 @@ class Follows:
                 await follows.set_reposts(follower, subject, reposts)
             await follows.repair_index(follower, subject)
             return
-        requested = now_ticks()
-        await self._queue.send(Followed(follower=follower, subject=subject, requested=requested))
-        await follows.add(
-            follower,
-            subject,
-            datetime.now(UTC),
-            request=request_id(follower, requested),
-            not_after=arrival_deadline(requested, self._window_s),
-            reposts=reposts is not False,
-        )
+        async with self._outbox.written(Followed(follower=follower, subject=subject)):
+            await follows.add(follower, subject, datetime.now(UTC), reposts=reposts is not False)
         await follows.sync_index(follower, subject)
         if await self._relations.blocked_either(follower, subject):  # a block raced this follow
             await self.end(follower, subject)
@@ -94,20 +84,14 @@ class Follows:
         await self.end(follower, subject)
 
     async def end(self, follower: str, subject: str) -> None:
-        """End a follow through the unfollow path (its message first, then the change), with
-        no actor or rate check: an unfollow, or a block ending a follow either way."""
+        """End a follow through the unfollow path (the change, then its message), with no
+        actor or rate check: an unfollow, or a block ending a follow either way."""
         follows = self._follows
         if not await follows.is_following(follower, subject):
             await follows.repair_index(follower, subject)
             return
-        requested = now_ticks()
-        await self._queue.send(Unfollowed(follower=follower, subject=subject, requested=requested))
-        await follows.remove(
-            follower,
-            subject,
-            request=request_id(follower, requested),
-            not_after=arrival_deadline(requested, self._window_s),
-        )
+        async with self._outbox.written(Unfollowed(follower=follower, subject=subject)):
+            await follows.remove(follower, subject)
         await follows.sync_index(follower, subject)
 
     async def followers(self, user_id: str, limit: int | None, continuation: str | None) -> PageOut:

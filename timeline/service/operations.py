@@ -10,28 +10,30 @@ from timeline.service.accounts import Accounts
 from timeline.service.credentials import Credentials, RingLoader
 from timeline.service.follows import Follows
 from timeline.service.markers import Markers
+from timeline.service.outbox import Outbox
 from timeline.service.paging import Pager
 from timeline.service.posts import Posts
 from timeline.service.relations import Relations
 from timeline.service.reposts import Reposts
 from timeline.service.timelines import Timelines
-from timeline.storage.queue import MessageSender
+from timeline.storage.queue import Reserving
 from timeline.tables.markers import MarkersRepository
 from timeline.tables.ratelimits import RateLimits
 from timeline.tables.repositories import Repositories
 
 
 class TimelineService:
-    """What the API does. Every write queues its message *before* it changes storage, so a
-    stored change always has its fan-out queued; the worker waits for a change that is
-    still on its way, and treats one that never arrived as never made. A request repeated
-    after a lost answer changes nothing twice: facts and their counters change together in
-    one transaction, and no message is sent unless the state really changes."""
+    """What the API does. A write that starts a fan-out reserves its message hidden, changes
+    storage, then releases the message (``timeline.service.outbox``), so the worker never
+    meets a message before its fact, and a lost release only delays it; a delete or an undo
+    queues its message first (the worker completes it if the request dies). A request
+    repeated after a lost answer changes nothing twice: facts and their counters change
+    together in one transaction, and no message is sent unless the state really changes."""
 
     def __init__(
         self,
         repositories: Repositories,
-        queue: MessageSender,
+        queue: Reserving,
         signer: TokenSigner,
         *,
         page_size: int,
@@ -42,8 +44,9 @@ class TimelineService:
         credentials_cache_s: float = 5.0,
         load_ring: RingLoader | None = None,
         idempotency_window_s: float = DEFAULT_WINDOW_S,
-        arrival_window_s: float = 30.0,
+        outbox: Outbox | None = None,
     ) -> None:
+        outbox = outbox or Outbox(queue)
         users, pager = repositories.users, Pager(signer, page_size)
         keys = IdempotencyKeys(signer.ring.data_key, idempotency_window_s)
         credentials = Credentials(
@@ -52,32 +55,29 @@ class TimelineService:
         self.accounts = Accounts(users, credentials, limits.registrations, keys, home)
         self.posts = Posts(
             repositories.posts,
-            queue,
+            outbox,
             max_post_chars=max_post_chars,
             posting=limits.posts,
             writes=limits.writes,
             keys=keys,
-            arrival_window_s=arrival_window_s,
             replies=repositories.reposts,
             relations=repositories.relations,
         )
         self.reposts = Reposts(
             repositories.posts,
             repositories.reposts,
-            queue,
+            outbox,
             pager,
             writes=limits.writes,
-            arrival_window_s=arrival_window_s,
             relations=repositories.relations,
         )
         self.follows = Follows(
             users,
             repositories.follows,
-            queue,
+            outbox,
             pager,
             relations=repositories.relations,
             writes=limits.writes,
-            arrival_window_s=arrival_window_s,
         )
         self.relations = Relations(
             users, repositories.relations, self.follows, pager, writes=limits.writes

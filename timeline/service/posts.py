@@ -12,7 +12,6 @@ from timeline.model.entities import Post
 from timeline.model.idempotency import IdempotencyKeys
 from timeline.model.keys import (
     POST_FORMAT_CHARACTERS,
-    arrival_deadline,
     clean_text,
     new_post_id,
     now_ticks,
@@ -22,8 +21,8 @@ from timeline.model.keys import (
 )
 from timeline.model.messages import PostCreated, PostDeleted
 from timeline.service.accounts import require_self
+from timeline.service.outbox import Outbox
 from timeline.service.relations import refuse_if_blocked
-from timeline.storage.queue import MessageSender
 from timeline.tables.posts import PostsRepository
 from timeline.tables.ratelimits import RateLimiter
 from timeline.tables.relations import RelationsRepository
@@ -36,18 +35,18 @@ SWEEP_ONE_IN = 16
 
 
 class Posts:
-    """Each write queues its message before it changes ``posts`` (``TimelineService`` says why)."""
+    """A post is written, then its message released (``timeline.service.outbox``); a delete
+    queues its message first, then deletes (the worker completes a delete whose request died)."""
 
     def __init__(
         self,
         posts: PostsRepository,
-        queue: MessageSender,
+        outbox: Outbox,
         *,
         max_post_chars: int,
         posting: RateLimiter,
         writes: RateLimiter,
         keys: IdempotencyKeys,
-        arrival_window_s: float,
         replies: RepostsRepository,
         relations: RelationsRepository,
     ) -> None:
@@ -55,11 +54,10 @@ class Posts:
         self._relations = relations
         self._replies = replies
         self._keys = keys
-        self._queue = queue
+        self._outbox = outbox
         self._max_post_chars = max_post_chars
         self._posting = posting
         self._writes = writes
-        self._window_s = arrival_window_s
 
     async def create(
         self,
@@ -95,11 +93,10 @@ class Posts:
             reply_author=None if target is None else target.author,
             reply_post=None if target is None else target.post_id,
         )
-        await self._queue.send(PostCreated(author=author, post_id=post.post_id))
-        if target is not None:
-            await self._replies.note_reply(target.author, target.post_id, post)
-        deadline = arrival_deadline(ticks, self._window_s)
-        stored = await self._posts.add(post, record, not_after=deadline)
+        async with self._outbox.written(PostCreated(author=author, post_id=post.post_id)):
+            if target is not None:
+                await self._replies.note_reply(target.author, target.post_id, post)
+            stored = await self._posts.add(post, record)
         if record is not None and secrets.randbelow(SWEEP_ONE_IN) == 0:
             await self._sweep_keys(author)
         return stored
@@ -136,7 +133,7 @@ class Posts:
         require_self(actor, author)
         post = await self.get(author, post_id)
         await self._writes.check(actor)
-        await self._queue.send(
+        await self._outbox.queue.send(
             PostDeleted(
                 author=author,
                 post_id=post_id,

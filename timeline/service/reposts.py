@@ -1,9 +1,8 @@
 """Reposts (repost, undo) and a post's replies listing; a reply itself is a post
 (``timeline.service.posts``), whose target this module checks and files.
 
-Each write queues its message before it changes storage (``TimelineService`` says why): the
-worker waits for a repost that is still on its way, and claims one that never arrived as
-``void`` (``timeline.tables.reposts``)."""
+A repost is written, then its message released (``timeline.service.outbox``); an undo queues
+its message first, then turns the row ``void`` (the worker finds it undone either way)."""
 
 from __future__ import annotations
 
@@ -11,18 +10,12 @@ from typing import Any
 
 from timeline.errors import NotFoundError
 from timeline.model.entities import Page, Post
-from timeline.model.keys import (
-    arrival_deadline,
-    new_post_id,
-    now_ticks,
-    validate_post_id,
-    validate_user_id,
-)
+from timeline.model.keys import new_post_id, now_ticks, validate_post_id, validate_user_id
 from timeline.model.messages import Reposted, Unreposted
 from timeline.service.accounts import require_self
+from timeline.service.outbox import Outbox
 from timeline.service.paging import PageOut, Pager
 from timeline.service.relations import refuse_if_blocked
-from timeline.storage.queue import MessageSender
 from timeline.tables.posts import PostsRepository
 from timeline.tables.ratelimits import RateLimiter
 from timeline.tables.relations import RelationsRepository
@@ -36,20 +29,18 @@ class Reposts:
         self,
         posts: PostsRepository,
         reposts: RepostsRepository,
-        queue: MessageSender,
+        outbox: Outbox,
         pager: Pager,
         *,
         writes: RateLimiter,
-        arrival_window_s: float,
         relations: RelationsRepository,
     ) -> None:
         self._posts = posts
         self._relations = relations
         self._reposts = reposts
-        self._queue = queue
+        self._outbox = outbox
         self._pager = pager
         self._writes = writes
-        self._window_s = arrival_window_s
 
     async def repost(self, actor: str, reposter: str, author: str, post_id: str) -> dict[str, Any]:
         """Repost ``author``'s post (idempotent: a second repost of it is the first)."""
@@ -59,19 +50,13 @@ class Reposts:
         if existing is None:
             await refuse_if_blocked(self._relations, reposter, author, "repost")
             await self._writes.check(actor)
-            ticks = now_ticks()
-            existing = new_post_id(ticks)
-            await self._reposts.note_index(author, post_id, reposter, existing)
-            await self._queue.send(
-                Reposted(reposter=reposter, author=author, post_id=post_id, repost_id=existing)
+            existing = new_post_id(now_ticks())
+            message = Reposted(
+                reposter=reposter, author=author, post_id=post_id, repost_id=existing
             )
-            await self._reposts.create(
-                reposter,
-                author,
-                post_id,
-                existing,
-                not_after=arrival_deadline(ticks, self._window_s),
-            )
+            async with self._outbox.written(message):
+                await self._reposts.note_index(author, post_id, reposter, existing)
+                await self._reposts.create(reposter, author, post_id, existing)
         return {**original.to_json(), "reposted_by": reposter, "repost_id": existing}
 
     async def unrepost(self, actor: str, reposter: str, post_id: str) -> None:
@@ -86,7 +71,7 @@ class Reposts:
         message = Unreposted(
             reposter=reposter, author=str(row["author"]), post_id=post_id, repost_id=repost_id
         )
-        await self._queue.send(message)
+        await self._outbox.queue.send(message)
         await self._reposts.remove(reposter, post_id, repost_id)
 
     async def target(self, author: str, post_id: str, *, code: str) -> Post:

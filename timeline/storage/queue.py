@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import orjson
+from azure.core.exceptions import HttpResponseError
 from azure.storage.queue import QueueMessage
 
 from timeline.errors import MalformedMessageError
@@ -47,6 +48,24 @@ class MessageSender(Protocol):
     async def send(self, message: FanoutMessage) -> None: ...
 
 
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """A message sent hidden, and what makes it visible: its lane and its pop receipt."""
+
+    lane: Lane
+    message: QueueMessage
+
+
+class Reserving(MessageSender, Protocol):
+    """What an API write sends through (``timeline.service.outbox``): its message is
+    *reserved* (sent hidden) before the write and *released* (made visible) after it; a
+    reservation never released shows up by itself once ``hidden_s`` has passed."""
+
+    async def reserve(self, message: FanoutMessage, hidden_s: int) -> Reservation: ...
+
+    async def release(self, reservation: Reservation) -> None: ...
+
+
 def shard_key(message: FanoutMessage) -> str:
     if isinstance(message, Wake):
         return message.reader
@@ -73,12 +92,23 @@ class Lane:
         self.name: str = self._queue.queue_name
         self._poison = storage.poison_queue(shard.shard)
 
-    async def send_raw(self, content: str, *, visible_in_s: int | None = None) -> None:
+    async def send_raw(self, content: str, *, visible_in_s: int | None = None) -> QueueMessage:
         """Enqueue with no time-to-live: a backlog must never silently drop a delete."""
         async with self._storage.guard(limited=False):
-            await queue_calls.send_message(
+            return await queue_calls.send_message(
                 self._queue, content, time_to_live=-1, visibility_timeout=visible_in_s
             )
+
+    async def release(self, message: QueueMessage) -> None:
+        """Make a message sent hidden visible now (its content unchanged). A stale receipt
+        (a retry of a release that landed, or the message shown and leased already) is
+        fine: the message is visible or taken."""
+        try:
+            async with self._storage.guard(limited=False):
+                await queue_calls.update_message(self._queue, message, visibility_timeout=0)
+        except HttpResponseError as error:
+            if error.status_code not in (400, 404):  # PopReceiptMismatch, MessageNotFound
+                raise
 
     async def receive(self, count: int, visibility_timeout_s: int) -> list[QueueMessage]:
         """Lease up to ``count`` (≤ 32) messages for ``visibility_timeout_s`` seconds."""
@@ -176,6 +206,15 @@ class FanoutQueue:
         await self.lane(urgency(message)).send_raw(encode(message))
         MESSAGES_SENT.labels(message.type).inc()
 
+    async def reserve(self, message: FanoutMessage, hidden_s: int) -> Reservation:
+        lane = self.lane(urgency(message))
+        sent = await lane.send_raw(encode(message), visible_in_s=hidden_s)
+        MESSAGES_SENT.labels(message.type).inc()
+        return Reservation(lane, sent)
+
+    async def release(self, reservation: Reservation) -> None:
+        await reservation.lane.release(reservation.message)
+
     async def send_raw(
         self, content: str, *, visible_in_s: int | None = None, level: Priority = Priority.HIGH
     ) -> None:
@@ -247,6 +286,12 @@ class FanoutQueues:
 
     async def send(self, message: FanoutMessage) -> None:
         await self.shard_for(message).send(message)
+
+    async def reserve(self, message: FanoutMessage, hidden_s: int) -> Reservation:
+        return await self.shard_for(message).reserve(message, hidden_s)
+
+    async def release(self, reservation: Reservation) -> None:
+        await reservation.lane.release(reservation.message)
 
     async def depth(self) -> tuple[int, int]:
         """Work and poison messages summed over the shards."""

@@ -1,6 +1,6 @@
-"""The ``expiries`` table: a time index of the auxiliary rows that must end (request claims,
-idempotency keys, void posts, rate-limit windows), so a sweep finds them without scanning
-the partitions they live in.
+"""The ``expiries`` table: a time index of the auxiliary rows that must end (idempotency keys,
+rate-limit windows, mutes with an expiry) and of readers' dormancy checks, so a sweep finds
+them without scanning the partitions they live in.
 
 An index row is written *before* the row it names (an upsert with a key derived from that
 row's keys, so writing it twice is one row): a process that dies between the two leaves an
@@ -9,10 +9,9 @@ index row naming nothing, which the sweep drops; never a row nobody will remove.
 Keys: ``PartitionKey`` is ``{group}{bucket}-{shard}``, where the bucket is a minute of Unix
 time (a second for dormancy checks, ``CHECK_BUCKET_S``), zero-padded so keys sort by time,
 and the shard (a hash of the named row's partition, ``SHARDS`` of them) spreads one bucket's
-index rows over partitions, so a busy minute is not one hot partition. Group ``c`` holds
-rows filed by when they were *created* (their lifetime is the sweeper's setting); group
-``d`` rows filed by when they are *due* (their end is stored on the row itself: a key's
-record expiry, a rate-limit window's end); group ``a`` reader dormancy checks, by due time.
+index rows over partitions, so a busy minute is not one hot partition. Group ``d`` holds
+rows filed by when they are *due* (their end is stored on the row itself: a key's record
+expiry, a rate-limit window's end); group ``a`` reader dormancy checks, by due time.
 ``RowKey`` is the SHA-256 of the named row's table and keys; the row holds them as
 ``table``, ``pk``, ``rk`` and its ``kind``.
 
@@ -39,7 +38,7 @@ from timeline.storage.names import EXPIRIES
 from timeline.storage.placement import hash64
 
 BUCKET_S = 60
-"""Seconds of time one bucket covers (groups ``c`` and ``d``)."""
+"""Seconds of time one bucket covers (group ``d``)."""
 CHECK_BUCKET_S = 1
 """Seconds one bucket of dormancy checks (group ``a``) covers: a check is swept at most this
 (plus the sweep interval) late, so even an inactive period of seconds starts on time. Checks
@@ -48,16 +47,14 @@ Checks filed in minute buckets before sort below every second bucket: swept earl
 judged from the stamp and re-filed at their due time."""
 SHARDS = 16
 """Index partitions per bucket and group."""
-CREATED, DUE, ACTIVITY = "c", "d", "a"
-CLAIM, VOID, IDEMPOTENCY, RATE_LIMIT = "claim", "void", "idempotency", "rate"
+DUE, ACTIVITY = "d", "a"
+IDEMPOTENCY, RATE_LIMIT = "idempotency", "rate"
 MUTE = "mute"
 """A mute with an expiry (``timeline.tables.relations``), filed by when it is due."""
 DORMANCY = "dormancy"
 """A reader's dormancy check (``timeline.tables.activity``), filed by when it is due in group
 ``a``: swept without the grace the other groups wait, since it names no row in flight."""
 KINDS = {
-    CLAIM: CREATED,
-    VOID: CREATED,
     IDEMPOTENCY: DUE,
     RATE_LIMIT: DUE,
     MUTE: DUE,
@@ -98,8 +95,7 @@ class ExpiriesRepository:
     async def note(
         self, kind: str, table: str, pk: str, rk: str, *, at: float | None = None
     ) -> None:
-        """File a row before it is written: ``at`` is when it is due (group ``d``), or when
-        it is created (group ``c``, the default: now)."""
+        """File a row before it is written: ``at`` is when it is due (default: now)."""
         moment = time.time() if at is None else at
         prefix = bucket_key(KINDS[kind], moment)
         row = {

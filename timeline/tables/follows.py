@@ -1,9 +1,7 @@
 """The two follow tables, one module because every follow change writes both sides of one edge.
 
 - ``subjectFollowers`` (the subject's partition, the one fan-out reads) holds the follow with
-  the subject's follower count: this row is the truth about who follows whom. Beside it sit
-  the claim rows (``~req-{request_id}``) that let the worker give up on an API request whose
-  write never arrived.
+  the subject's follower count: this row is the truth about who follows whom.
 - ``subjectFollowing`` is an index derived from it (the follower's partition, with the
   follower's count), kept in step by ``FollowsRepository.sync_index``.
 """
@@ -20,24 +18,21 @@ from typing import Any
 from azure.core.exceptions import ResourceModifiedError, ResourceNotFoundError
 from azure.data.tables import TableEntity, TableTransactionError, UpdateMode
 
-from timeline.errors import StorageUnavailableError, contention
+from timeline.errors import contention
 from timeline.model.entities import Edge, Page
 from timeline.retry import ETAG_ATTEMPTS
 from timeline.storage.accounts import Storage
 from timeline.storage.calls import TransactionOperation, failed_index, query_page, update_entity
 from timeline.storage.names import SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING
 from timeline.tables.counters import count_of, transact_counted
-from timeline.tables.expiries import CLAIM, ExpiriesRepository
 from timeline.tables.rows import (
     LISTING,
     META,
     PARTITION,
-    create_entity,
     edge_page,
     get_entity,
     if_unchanged,
     partition_page,
-    refuse_if_late,
     row_keys_between,
 )
 
@@ -57,90 +52,40 @@ class FollowsRepository:
 
     def __init__(self, storage: Storage) -> None:
         self._storage = storage
-        self._expiries = ExpiriesRepository(storage)
 
     async def add(
-        self,
-        follower: str,
-        subject: str,
-        since: datetime,
-        request: str | None = None,
-        *,
-        not_after: float | None = None,
-        reposts: bool = True,
+        self, follower: str, subject: str, since: datetime, *, reposts: bool = True
     ) -> bool:
         """Record the follow and count it, atomically; False if it already existed.
-        ``reposts=False`` (stored on the row as ``reposts``) hides the subject's reposts.
-
-        ``request`` names the API request (see ``claim``): the change is made together with
-        its claim row, so it fails if the worker already gave up waiting for it; past
-        ``not_after`` (``refuse_if_late``) it is not sent at all."""
+        ``reposts=False`` (stored on the row as ``reposts``) hides the subject's reposts."""
         edge: dict[str, Any] = {"PartitionKey": subject, "RowKey": follower, "since": since}
         if not reposts:
             edge[REPOSTS] = False
-        await self._file_claim(subject, request)
-        refuse_if_late(not_after)
         try:
             await transact_counted(
-                self._storage,
-                SUBJECT_FOLLOWERS,
-                subject,
-                [("create", edge), *_claim_rows(subject, request)],
-                +1,
+                self._storage, SUBJECT_FOLLOWERS, subject, [("create", edge)], +1
             )
         except TableTransactionError as error:
             if failed_index(error, 409) == 0:
                 return False
-            _raise_if_abandoned(error)
             raise
         return True
 
-    async def remove(
-        self,
-        follower: str,
-        subject: str,
-        request: str | None = None,
-        *,
-        not_after: float | None = None,
-    ) -> bool:
-        """Remove the follow and uncount it, atomically; False if there was none (``add``
-        says what ``request`` and ``not_after`` do)."""
-        await self._file_claim(subject, request)
+    async def remove(self, follower: str, subject: str) -> bool:
+        """Remove the follow and uncount it, atomically; False if there was none."""
         for _ in range(ETAG_ATTEMPTS):
             edge = await get_entity(self._storage, SUBJECT_FOLLOWERS, subject, follower)
             if edge is None:
                 return False
             keys = {"PartitionKey": subject, "RowKey": follower}
-            rows = [("delete", keys, if_unchanged(edge)), *_claim_rows(subject, request)]
-            refuse_if_late(not_after)
+            rows: list[TransactionOperation] = [("delete", keys, if_unchanged(edge))]
             try:
                 await transact_counted(self._storage, SUBJECT_FOLLOWERS, subject, rows, -1)
                 return True
             except TableTransactionError as error:
-                _raise_if_abandoned(error)
                 if failed_index(error, 404, 412) != 0:
                     raise
         raise contention()
-
-    async def claim(self, subject: str, request: str) -> bool:
-        """Claim an API request's follow change as abandoned, so that if its write is still on
-        its way it fails; False when the change was already made."""
-        [(_, row)] = _claim_rows(subject, request)
-        await self._file_claim(subject, request)
-        return await create_entity(self._storage, SUBJECT_FOLLOWERS, row)
-
-    async def claimed(self, subject: str, request: str) -> bool:
-        """Whether the request's claim row exists (its change made, or given up on)."""
-        row = await get_entity(
-            self._storage, SUBJECT_FOLLOWERS, subject, claim_row_key(request), select=["RowKey"]
-        )
-        return row is not None
-
-    async def _file_claim(self, subject: str, request: str | None) -> None:
-        """File the claim row in ``expiries`` before it can exist (it ends with its
-        lifetime, ``timeline.tables.expiries``)."""
-        if request is not None:
-            await self._expiries.note(CLAIM, SUBJECT_FOLLOWERS, subject, claim_row_key(request))
 
     async def sync_index(self, follower: str, subject: str) -> None:
         """Make ``subjectFollowing`` agree with the truth for one pair.
@@ -357,32 +302,9 @@ def _skips(follow: TableEntity, posted_at: float) -> bool:
 
 def is_follow_row(row_key: str) -> bool:
     """Whether a ``subjectFollowers`` row is a follow (they are all live: an unfollow deletes
-    it): keyed by the follower, where metadata (counters, claims, the audience's mode and
+    it): keyed by the follower, where metadata (counters, the audience's mode and
     copy rows) starts with ``~``."""
     return not row_key.startswith(META)
-
-
-def request_id(follower: str, requested_ticks: int) -> str:
-    """Names one follow or unfollow request: its follower and when the API sent it."""
-    return f"{follower}-{requested_ticks}"
-
-
-def claim_row_key(request: str) -> str:
-    return f"{META}req-{request}"
-
-
-def _claim_rows(subject: str, request: str | None) -> list[TransactionOperation]:
-    if request is None:
-        return []
-    return [("create", {"PartitionKey": subject, "RowKey": claim_row_key(request)})]
-
-
-def _raise_if_abandoned(error: TableTransactionError) -> None:
-    """The claim row (second operation) already exists: the worker gave this request up."""
-    if failed_index(error, 409) == 1:
-        raise StorageUnavailableError(
-            "the change was not stored in time; try again", retry_after=1
-        ) from None
 
 
 def _index_row(

@@ -27,15 +27,13 @@ from timeline.storage.calls import (
 )
 from timeline.storage.names import POSTS
 from timeline.tables.counters import transact_counted
-from timeline.tables.expiries import IDEMPOTENCY, VOID, ExpiriesRepository
+from timeline.tables.expiries import IDEMPOTENCY, ExpiriesRepository
 from timeline.tables.rows import (
     META,
     PARTITION,
-    create_entity,
     get_entity,
     if_unchanged,
     partition_page,
-    refuse_if_late,
 )
 from timeline.tables.traces import sweep_traces, trace_of
 
@@ -49,25 +47,17 @@ query.)"""
 
 
 class PostsRepository:
-    """The source of truth for posts: ``posts``, one partition per author.
-
-    A post row is written once by the API, or claimed as ``void`` by the worker when the API
-    never wrote it in time (so a late write cannot publish a post nobody fans out)."""
+    """The source of truth for posts: ``posts``, one partition per author; a post row is
+    written once, by the API."""
 
     def __init__(self, storage: Storage) -> None:
         self._storage = storage
         self._expiries = ExpiriesRepository(storage)
 
-    async def add(
-        self,
-        post: Post,
-        record: IdempotencyRecord | None = None,
-        *,
-        not_after: float | None = None,
-    ) -> Post:
+    async def add(self, post: Post, record: IdempotencyRecord | None = None) -> Post:
         """Store the post and count it, atomically, with its idempotency key's row; a
         concurrent first use of the key gets that request's post (or a 422 for another
-        request). Past ``not_after`` it is not sent (``refuse_if_late``)."""
+        request)."""
         rows: list[TransactionOperation] = [("create", post.to_entity(post.author))]
         if record is not None:
             key_row = self._key_row(post.author, record, post.post_id)
@@ -75,7 +65,6 @@ class PostsRepository:
             await self._expiries.note(
                 IDEMPOTENCY, POSTS, post.author, key_row["RowKey"], at=record.expires_at
             )  # filed first: it ends once the key's window has
-        refuse_if_late(not_after)
         try:
             await transact_counted(self._storage, POSTS, post.author, rows, +1)
         except TableTransactionError as error:
@@ -88,9 +77,7 @@ class PostsRepository:
                     retry_after=1,
                 ) from None
             if failed_index(error, 409) == 0:
-                raise StorageUnavailableError(
-                    "the post was not stored in time; try again", retry_after=1
-                ) from None
+                return post  # a resend of this very transaction, stored (post ids are random)
             raise
         return post
 
@@ -162,23 +149,12 @@ class PostsRepository:
 
     async def get(self, author: str, post_id: str) -> Post | None:
         entity = await self._row(author, post_id)
-        return None if entity is None or entity.get("void") else Post.from_entity(entity)
+        return None if entity is None else Post.from_entity(entity)
 
     async def _row(self, author: str, post_id: str) -> TableEntity | None:
         return await get_entity(
-            self._storage, POSTS, author, post_row_key(post_id), select=[*POST_SELECT, "void"]
+            self._storage, POSTS, author, post_row_key(post_id), select=POST_SELECT
         )
-
-    async def void(self, author: str, post_id: str) -> bool:
-        """Claim a post id the API never stored in time, so a late write of it fails and the
-        post can never appear unfanned; False when a real post was stored first."""
-        row_key = post_row_key(post_id)
-        entity = {"PartitionKey": author, "RowKey": row_key, "void": True}
-        await self._expiries.note(VOID, POSTS, author, row_key)
-        if await create_entity(self._storage, POSTS, entity):
-            return True
-        row = await self._row(author, post_id)
-        return row is None or bool(row.get("void"))
 
     async def delete(self, author: str, post_id: str) -> bool:
         """Delete the post and uncount it, atomically, leaving its removal trace (for merged
@@ -186,7 +162,7 @@ class PostsRepository:
         there."""
         for _ in range(ETAG_ATTEMPTS):
             entity = await self._row(author, post_id)
-            if entity is None or entity.get("void"):
+            if entity is None:
                 return False
             keys = {"PartitionKey": author, "RowKey": post_row_key(post_id)}
             row: TransactionOperation = ("delete", keys, if_unchanged(entity))
@@ -209,12 +185,12 @@ class PostsRepository:
             self._storage,
             POSTS,
             author,
-            select=[*POST_SELECT, "void"],
+            select=POST_SELECT,
             limit=limit,
             continuation=continuation,
             until=until,
         )
-        posts = [Post.from_entity(entity) for entity in page.items if not entity.get("void")]
+        posts = [Post.from_entity(entity) for entity in page.items]
         return Page(posts, page.continuation)
 
     async def newest(self, author: str, count: int) -> list[Post]:
@@ -230,7 +206,7 @@ class PostsRepository:
         return posts
 
     async def surviving(self, author: str, posts: list[Post]) -> set[str]:
-        """The ids among ``posts`` that still exist (not deleted, not void)."""
+        """The ids among ``posts`` that still exist (not deleted)."""
         alive = await self.live_row_keys(author, [post.row_key for post in posts])
         return {post.post_id for post in posts if post.row_key in alive}
 
@@ -246,11 +222,11 @@ class PostsRepository:
                     self._storage.reader(POSTS, author),
                     f"{PARTITION} and RowKey ge @first and RowKey le @last",
                     {"pk": author, "first": min(row_keys), "last": max(row_keys)},
-                    select=["RowKey", "void"],
+                    select=["RowKey"],
                     limit=1000,
                     continuation=continuation,
                 )
-            alive.update(entity["RowKey"] for entity in page.items if not entity.get("void"))
+            alive.update(entity["RowKey"] for entity in page.items)
             continuation = page.continuation
             if continuation is None:
                 return alive & set(row_keys)

@@ -2,11 +2,11 @@
 
 - A repost is its row ``~rp-{post_id}`` in the *reposter's* partition (``author``: the
   original's author, ``repost_id``: this repost, whose id orders its copies): the truth, one
-  row per reposter and post, so a second repost of the same post is the same repost. The
-  worker claims a repost whose write never arrived as ``void`` (as it does a post).
+  row per reposter and post, so a second repost of the same post is the same repost. An
+  undo turns it ``void`` (a tombstone: a resent write of the undone repost cannot revive it).
 - Its index row ``~rpof-{post_id}-{reposter}-{repost_id}`` in the *original author's*
-  partition is written before the truth (and before the message): a delete of the original
-  reads them all to remove every repost's copies. A request whose write is refused drops it.
+  partition is written before the truth: a delete of the original reads them all to remove
+  every repost's copies. A request that finds the truth changed meanwhile drops it.
 - A reply's index row ``~re-{post_id}-{reply row key}`` in the *replied-to author's*
   partition (``author``, ``post``: the reply) lists a post's replies newest first; it is
   written before the reply, so the listing checks each reply is live.
@@ -21,10 +21,9 @@ from typing import Any
 from azure.core.exceptions import ResourceModifiedError, ResourceNotFoundError
 from azure.data.tables import TableEntity, UpdateMode
 
-from timeline.errors import ArrivalWindowPassedError, StorageUnavailableError, contention
+from timeline.errors import StorageUnavailableError
 from timeline.model.entities import Page, Post
 from timeline.model.keys import post_row_key
-from timeline.retry import ETAG_ATTEMPTS
 from timeline.storage import calls
 from timeline.storage.accounts import Storage
 from timeline.storage.calls import query_page, submit_batch
@@ -34,7 +33,6 @@ from timeline.tables.rows import (
     create_entity,
     get_entity,
     if_unchanged,
-    refuse_if_late,
 )
 
 REPOST = "~rp-"
@@ -87,15 +85,12 @@ class RepostsRepository:
         }
         await submit_batch(self._storage, POSTS, author, [("upsert", row)])
 
-    async def create(
-        self, reposter: str, author: str, post_id: str, repost_id: str, *, not_after: float
-    ) -> None:
-        """Write the truth row: a new one, or over a void one (a claimed earlier attempt,
-        if unchanged since read); past ``not_after`` nothing is sent (the worker may have
-        claimed this very repost by then). A lost race is a 503: try again. When nothing was
-        sent, this repost can never be stored, so it has no entries: its index row goes. A
-        write refused as it went out may be a retry's resend meeting its own first try, so
-        the row is read again (this repost seen stored is success); its index row stays."""
+    async def create(self, reposter: str, author: str, post_id: str, repost_id: str) -> None:
+        """Write the truth row: a new one, or over a void one (an undone earlier repost, if
+        unchanged since read). A lost race is a 503: try again. When nothing was sent, this
+        repost can never be stored, so it has no entries: its index row goes. A write
+        refused as it went out may be a retry's resend meeting its own first try, so the row
+        is read again (this repost seen stored is success); its index row stays."""
         row: dict[str, Any] = {
             "PartitionKey": reposter,
             "RowKey": f"{REPOST}{post_id}",
@@ -103,11 +98,6 @@ class RepostsRepository:
             "repost_id": repost_id,
         }
         current = await self.truth(reposter, post_id)
-        try:
-            refuse_if_late(not_after)
-        except ArrivalWindowPassedError:
-            await self.drop_index(author, post_id, reposter, repost_id)
-            raise
         if current is None:
             if await create_entity(self._storage, POSTS, row):
                 return
@@ -121,47 +111,16 @@ class RepostsRepository:
                         **if_unchanged(current),
                     )
                 return
-        else:  # live, or this repost claimed: nothing was sent
+        else:  # another repost live, or this one undone: nothing was sent
             await self.drop_index(author, post_id, reposter, repost_id)
             raise StorageUnavailableError("the repost changed meanwhile; try again", retry_after=1)
         if live_repost_id(await self.truth(reposter, post_id)) == repost_id:
             return  # a resend met the row its first try stored (that answer was lost)
         raise StorageUnavailableError("the repost changed meanwhile; try again", retry_after=1)
 
-    async def void(self, reposter: str, post_id: str, repost_id: str) -> bool:
-        """Claim a repost whose write never arrived (a void row naming it, over nothing or
-        over an older void row), so a late write of it fails; False when this repost was
-        stored first."""
-        claim = {
-            "PartitionKey": reposter,
-            "RowKey": f"{REPOST}{post_id}",
-            "repost_id": repost_id,
-            "void": True,
-        }
-        for _ in range(ETAG_ATTEMPTS):
-            row = await self.truth(reposter, post_id)
-            if row is not None and (row.get("repost_id") == repost_id or not row.get("void")):
-                return bool(row.get("void")) or row.get("repost_id") != repost_id
-            try:
-                if row is None:
-                    if await create_entity(self._storage, POSTS, claim):
-                        return True
-                    continue
-                async with self._storage.guard(kind="write-1"):
-                    await calls.update_entity(
-                        self._storage.table(POSTS, reposter),
-                        claim,
-                        UpdateMode.REPLACE,
-                        **if_unchanged(row),
-                    )
-                return True
-            except (ResourceModifiedError, ResourceNotFoundError):
-                continue
-        raise contention()
-
     async def remove(self, reposter: str, post_id: str, repost_id: str) -> None:
         """Undo the repost: its row turns ``void`` (if it is still this repost, unchanged
-        since read), so a delivery of it, however late, finds it undone at once, and a late
+        since read), so a delivery of it, however late, finds it undone at once, and a resent
         API write of it fails."""
         row = await self.truth(reposter, post_id)
         if row is None or row.get("void") or row.get("repost_id") != repost_id:
@@ -178,7 +137,7 @@ class RepostsRepository:
 
     async def drop_void(self, reposter: str, post_id: str, repost_id: str) -> None:
         """Delete the repost's row once void (its undo's last pass: every delivery of it has
-        seen it void or ended, and the API writes it only within its arrival window)."""
+        seen it void or ended, and the API sends its write only within its write deadline)."""
         row = await self.truth(reposter, post_id)
         if row is None or not row.get("void") or row.get("repost_id") != repost_id:
             return

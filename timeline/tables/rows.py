@@ -1,13 +1,12 @@
 """Row helpers the table repositories share: point reads, creates, partition listings and
 the conditions of conditional writes.
 
-Rows whose key starts with ``~`` are metadata (counters, idempotency keys, request claims);
+Rows whose key starts with ``~`` are metadata (counters, idempotency keys);
 user ids and post row keys never do, and every listing query stops below ``~``.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -15,7 +14,6 @@ from azure.core import MatchConditions
 from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
 from azure.data.tables import TableEntity
 
-from timeline.errors import ArrivalWindowPassedError
 from timeline.model.entities import Edge, Page
 from timeline.storage import calls
 from timeline.storage.accounts import Storage
@@ -148,11 +146,3 @@ async def edge_page(
     )
     edges = [Edge(entity["RowKey"], entity["since"]) for entity in page.items]
     return Page(edges, page.continuation)
-
-
-def refuse_if_late(not_after: float | None) -> None:
-    """Refuse an API write past its arrival window (``not_after``, epoch seconds), just
-    before its transaction: so every write lands within the window plus one storage call,
-    long before the claim or void row that guards it ends (docs/guarantees.md)."""
-    if not_after is not None and time.time() > not_after:
-        raise ArrivalWindowPassedError("the request took too long to be stored; try again")

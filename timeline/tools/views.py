@@ -31,7 +31,7 @@ NOUNS = {
 }
 """What a table's rows are to its readers; tables not named here hold internal rows only."""
 LEGEND = (
-    "internal rows: counters, claims, void posts, idempotency keys, activity stamps, "
+    "internal rows: counters, idempotency keys, undone reposts, activity stamps, "
     "ended follows in their cool-down, rate-limit windows and the expiries index"
 )
 
@@ -42,7 +42,7 @@ def is_content(table: str, row: dict[str, object]) -> bool:
     if table == USERS:
         return key == PROFILE_ROW_KEY
     if table in (POSTS, TIMELINES):
-        return bool(_POST_ROW.match(key)) and not row.get("void")
+        return bool(_POST_ROW.match(key))
     if table == SUBJECT_FOLLOWERS:
         return is_follow_row(key)
     if table == SUBJECT_FOLLOWING:  # the index keeps an ended follow, not active
@@ -67,7 +67,7 @@ async def count_table(storage: Storage, table: str) -> Count:
         while True:
             async with storage.guard():
                 page = await query_page(
-                    client, "", {}, select=["RowKey", "void", "active"], limit=1000,
+                    client, "", {}, select=["RowKey", "active"], limit=1000,
                     continuation=continuation,
                 )  # fmt: skip
             for row in page.items:

@@ -4,16 +4,12 @@ from __future__ import annotations
 
 from tests.conftest import unique
 from tests.delivery.helpers import add_follow, add_posts, add_users
-from timeline.model.keys import arrival_deadline, new_post_id, now_ticks
+from timeline.model.keys import new_post_id, now_ticks
 from timeline.model.messages import Reposted
 from timeline.storage.accounts import Storage
 from timeline.storage.calls import query_page
 from timeline.storage.names import POSTS
 from timeline.tables.repositories import Repositories
-
-WINDOW = 30.0
-"""The arrival window of the processors in these tests (``Timing``'s default) and of the
-writes they make."""
 
 
 async def posts_keys(storage: Storage, partition: str, prefix: str) -> list[str]:
@@ -56,7 +52,5 @@ async def stored_repost(repos: Repositories, reposter: str, author: str, post_id
         reposter=reposter, author=author, post_id=post_id, repost_id=new_post_id(ticks)
     )
     await repos.reposts.note_index(author, post_id, reposter, message.repost_id)
-    await repos.reposts.create(
-        reposter, author, post_id, message.repost_id, not_after=arrival_deadline(ticks, WINDOW)
-    )
+    await repos.reposts.create(reposter, author, post_id, message.repost_id)
     return message

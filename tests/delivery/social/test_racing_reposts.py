@@ -10,61 +10,28 @@ import pytest
 
 from tests.delivery.helpers import run_every_pass
 from tests.delivery.social.helpers import (
-    WINDOW,
     posts_keys,
     reposter_with_readers,
     shown,
     stored_repost,
 )
 from timeline.delivery.batching.writer import PartitionWriter
-from timeline.delivery.context import TICKS_PER_SECOND
 from timeline.delivery.feed import Feed
-from timeline.delivery.outcomes import DONE, Continue, Defer, Outcome
+from timeline.delivery.outcomes import DONE, Continue, Outcome
 from timeline.delivery.processor import FanoutProcessor
 from timeline.delivery.repost import RepostDelivery
-from timeline.errors import ArrivalWindowPassedError, StorageUnavailableError
-from timeline.model.keys import arrival_deadline, new_post_id, now_ticks
+from timeline.errors import StorageUnavailableError
+from timeline.model.keys import new_post_id, now_ticks
 from timeline.model.messages import PostDeleted, Reposted, Unreposted
 from timeline.storage.accounts import Storage
 from timeline.storage.names import TIMELINES
 from timeline.tables.repositories import Repositories
-from timeline.tables.reposts import REPOSTS_OF, RepostsRepository
+from timeline.tables.reposts import REPOSTS_OF
 
 
 async def _setup(repos: Repositories) -> tuple[str, str, str, str]:
     author, reposter, [reader], post_id = await reposter_with_readers(repos, 1)
     return author, reposter, reader, post_id
-
-
-async def test_a_repost_that_met_another_live_one_is_delivered_once_that_one_is_undone(
-    storage: Storage, repos: Repositories
-) -> None:
-    """Two repost requests of one post race (a client retry, a double click): both read no
-    live repost. X is stored first; A's message is handled and, reading the row live naming
-    X, must not end as 'replaced'. X is undone (void). A's write, still within its window, then
-    replaces the void row: A is live (the API answered with A), so it must be delivered."""
-    author, reposter, reader, post_id = await _setup(repos)
-    ticks_a = now_ticks()
-    a = Reposted(reposter=reposter, author=author, post_id=post_id, repost_id=new_post_id(ticks_a))
-    await repos.reposts.note_index(author, post_id, reposter, a.repost_id)  # A: index, queue
-    ticks_x = now_ticks()
-    x_id = new_post_id(ticks_x)  # request X: index, queue, write (wins)
-    await repos.reposts.note_index(author, post_id, reposter, x_id)
-    await repos.reposts.create(
-        reposter, author, post_id, x_id, not_after=arrival_deadline(ticks_x, 30.0)
-    )
-    async with PartitionWriter(storage, TIMELINES, linger_s=0) as writer:
-        worker = FanoutProcessor.on(storage, writer)
-        outcome = await worker.handle(a)
-        await repos.reposts.remove(reposter, post_id, x_id)  # X undone
-        await repos.reposts.create(  # request A's write lands, within its window
-            reposter, author, post_id, a.repost_id, not_after=arrival_deadline(ticks_a, 30.0)
-        )
-        assert await repos.reposts.live_id(reposter, post_id) == a.repost_id
-        if isinstance(outcome, Defer):  # it waited: the redelivery sees A
-            outcome = await worker.handle(a)
-        assert outcome == DONE
-    assert await shown(repos, reader) == [(post_id, reposter)]
 
 
 async def test_a_deleted_originals_repost_goes_when_the_index_names_the_losing_request(
@@ -80,13 +47,9 @@ async def test_a_deleted_originals_repost_goes_when_the_index_names_the_losing_r
     a_id = new_post_id(ticks_a)
     await repos.reposts.note_index(author, post_id, reposter, x.repost_id)
     await repos.reposts.note_index(author, post_id, reposter, a_id)
-    await repos.reposts.create(
-        reposter, author, post_id, x.repost_id, not_after=arrival_deadline(ticks_x, 30.0)
-    )
+    await repos.reposts.create(reposter, author, post_id, x.repost_id)
     with pytest.raises(StorageUnavailableError):
-        await repos.reposts.create(
-            reposter, author, post_id, a_id, not_after=arrival_deadline(ticks_a, 30.0)
-        )
+        await repos.reposts.create(reposter, author, post_id, a_id)
     async with PartitionWriter(storage, TIMELINES, linger_s=0) as writer:
         worker = FanoutProcessor.on(storage, writer)
         assert await worker.handle(x) == DONE
@@ -95,48 +58,6 @@ async def test_a_deleted_originals_repost_goes_when_the_index_names_the_losing_r
     assert await repos.posts.get(author, post_id) is None
     assert await repos.reposts.live_id(reposter, post_id) is None
     assert await shown(repos, reader) == []
-
-
-async def test_a_repost_that_lands_while_its_delivery_reads_at_its_windows_end_is_delivered(
-    storage: Storage, repos: Repositories, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The delivery reads the row live naming another repost X. Meanwhile X is undone and
-    this repost's write (inside its window) lands over the void row, and the worker's clock
-    passes the window before it decides. Whether the repost is young must be taken before
-    the read: taken after it, the delivery ends, and the live repost is never delivered."""
-    author, reposter, reader, post_id = await _setup(repos)
-    ticks_a = now_ticks()
-    a = Reposted(reposter=reposter, author=author, post_id=post_id, repost_id=new_post_id(ticks_a))
-    await repos.reposts.note_index(author, post_id, reposter, a.repost_id)
-    x = await stored_repost(repos, reposter, author, post_id)
-    read_row = RepostsRepository.truth
-    interleaved = False
-
-    async def x_undone_and_a_lands_after_the_read(
-        self: RepostsRepository, reposter_id: str, post: str
-    ) -> object:
-        nonlocal interleaved
-        row = await read_row(self, reposter_id, post)
-        if not interleaved:
-            interleaved = True
-            await repos.reposts.remove(reposter, post_id, x.repost_id)
-            await repos.reposts.create(
-                reposter, author, post_id, a.repost_id, not_after=arrival_deadline(ticks_a, WINDOW)
-            )
-            later = now_ticks() + int((WINDOW + 1) * TICKS_PER_SECOND)
-            monkeypatch.setattr("timeline.delivery.context.now_ticks", lambda: later)
-        return row
-
-    monkeypatch.setattr(RepostsRepository, "truth", x_undone_and_a_lands_after_the_read)
-    async with PartitionWriter(storage, TIMELINES, linger_s=0) as writer:
-        worker = FanoutProcessor.on(storage, writer)
-        outcome = await worker.handle(a)
-        assert interleaved
-        assert await repos.reposts.live_id(reposter, post_id) == a.repost_id
-        if isinstance(outcome, Defer):
-            outcome = await worker.handle(a)
-        assert outcome == DONE
-    assert await shown(repos, reader) == [(post_id, reposter)]
 
 
 async def test_a_resumed_purge_step_finishes_the_repost_it_stopped_inside(
@@ -162,9 +83,7 @@ async def test_a_resumed_purge_step_finishes_the_repost_it_stopped_inside(
             outcome = await deleting.handle(step)
         assert isinstance(outcome, Continue)  # stopped inside X's followers
         await repos.reposts.note_index(author, post_id, reposter, a_id)
-        await repos.reposts.create(
-            reposter, author, post_id, a_id, not_after=arrival_deadline(ticks_a, WINDOW)
-        )
+        await repos.reposts.create(reposter, author, post_id, a_id)
         await run_every_pass(deleting, outcome.message)
         a = Reposted(reposter=reposter, author=author, post_id=post_id, repost_id=a_id)
         await run_every_pass(FanoutProcessor.on(storage, writer), a)
@@ -175,9 +94,9 @@ async def test_a_resumed_purge_step_finishes_the_repost_it_stopped_inside(
 async def test_a_repost_is_not_held_back_by_an_undone_repost_of_the_same_reposter(
     storage: Storage, repos: Repositories
 ) -> None:
-    """X is delivered; A waits; X is undone and A lands; A's redelivery runs before X's
-    undo does. X's copy still shows the post among the reader's newest entries, but it must
-    not stand in for A: the undo removes it, and A would be live with no copy."""
+    """X is delivered; X is undone and A lands; A's delivery runs before X's undo does.
+    X's copy still shows the post among the reader's newest entries, but it must not stand
+    in for A: the undo removes it, and A would be live with no copy."""
     author, reposter, reader, post_id = await _setup(repos)
     ticks_a = now_ticks()
     a = Reposted(reposter=reposter, author=author, post_id=post_id, repost_id=new_post_id(ticks_a))
@@ -186,12 +105,9 @@ async def test_a_repost_is_not_held_back_by_an_undone_repost_of_the_same_reposte
     async with PartitionWriter(storage, TIMELINES, linger_s=0) as writer:
         worker = FanoutProcessor.on(storage, writer)
         assert await worker.handle(x) == DONE
-        assert isinstance(await worker.handle(a), Defer)
         await repos.reposts.remove(reposter, post_id, x.repost_id)  # the API's undo of X
         undo = Unreposted(reposter=reposter, author=author, post_id=post_id, repost_id=x.repost_id)
-        await repos.reposts.create(
-            reposter, author, post_id, a.repost_id, not_after=arrival_deadline(ticks_a, WINDOW)
-        )
+        await repos.reposts.create(reposter, author, post_id, a.repost_id)
         assert await worker.handle(a) == DONE
         await run_every_pass(worker, undo)
     assert await repos.reposts.live_id(reposter, post_id) == a.repost_id
@@ -239,9 +155,7 @@ async def test_a_late_copy_of_a_repost_goes_in_the_deletes_second_pass(
             if another_lands and step.reposts is not None and step.reposts.followers:
                 another_lands = False
                 await repos.reposts.note_index(author, post_id, reposter, a_id)
-                await repos.reposts.create(
-                    reposter, author, post_id, a_id, not_after=arrival_deadline(ticks_a, WINDOW)
-                )
+                await repos.reposts.create(reposter, author, post_id, a_id)
             outcome = await deleting.handle(step)
         assert isinstance(outcome, Continue)  # the second pass, due a sweep delay later
         release.set()  # X's copies land now, inside their write deadline
@@ -252,24 +166,18 @@ async def test_a_late_copy_of_a_repost_goes_in_the_deletes_second_pass(
         assert await shown(repos, reader) == [], reader
 
 
-async def test_a_refused_repost_requests_index_row_goes(
+async def test_a_repost_request_that_lost_a_race_leaves_no_index_row(
     storage: Storage, repos: Repositories
 ) -> None:
-    """A request refused past its window, and one that lost a race, can never be stored, so
-    they have no entries: their index rows go, and a redo and undo of the repost leave none
-    (an index row per repost would otherwise pile up until the original's delete)."""
+    """A request that lost a race can never be stored, so it has no entries: its index row
+    goes, and a redo and undo of the repost leave none (an index row per repost would
+    otherwise pile up until the original's delete)."""
     author, reposter, _, post_id = await _setup(repos)
-    late = new_post_id(now_ticks())
-    await repos.reposts.note_index(author, post_id, reposter, late)
-    with pytest.raises(ArrivalWindowPassedError):
-        await repos.reposts.create(reposter, author, post_id, late, not_after=0.0)
     lost = new_post_id(now_ticks())
     await repos.reposts.note_index(author, post_id, reposter, lost)
     won = await stored_repost(repos, reposter, author, post_id)
     with pytest.raises(StorageUnavailableError):
-        await repos.reposts.create(
-            reposter, author, post_id, lost, not_after=arrival_deadline(now_ticks(), WINDOW)
-        )
+        await repos.reposts.create(reposter, author, post_id, lost)
     assert len(await posts_keys(storage, author, REPOSTS_OF)) == 1  # the winner's
     await repos.reposts.remove(reposter, post_id, won.repost_id)
     undo = Unreposted(reposter=reposter, author=author, post_id=post_id, repost_id=won.repost_id)

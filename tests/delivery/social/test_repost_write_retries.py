@@ -11,10 +11,10 @@ import pytest
 from azure.core.pipeline.transport import AioHttpTransport
 
 from tests.delivery.helpers import run_every_pass
-from tests.delivery.social.helpers import WINDOW, reposter_with_readers, shown, stored_repost
+from tests.delivery.social.helpers import reposter_with_readers, shown, stored_repost
 from timeline.delivery.batching.writer import PartitionWriter
 from timeline.delivery.processor import FanoutProcessor
-from timeline.model.keys import arrival_deadline, new_post_id, now_ticks
+from timeline.model.keys import new_post_id, now_ticks
 from timeline.model.messages import PostDeleted, Reposted, Unreposted
 from timeline.storage.accounts import Storage
 from timeline.storage.names import TIMELINES
@@ -60,9 +60,7 @@ async def test_a_repost_write_whose_answer_was_lost_is_stored_and_deleted_with_i
     )
     await repos.reposts.note_index(author, post_id, reposter, message.repost_id)
     statuses = _first_answer_lost(monkeypatch, method)
-    await repos.reposts.create(
-        reposter, author, post_id, message.repost_id, not_after=arrival_deadline(ticks, WINDOW)
-    )
+    await repos.reposts.create(reposter, author, post_id, message.repost_id)
     monkeypatch.undo()
     assert len(statuses) == 2  # the first try and azure-core's resend
     assert await repos.reposts.indexed(author, post_id, reposter, message.repost_id)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import unique
-from tests.delivery.helpers import add_follow, add_posts, add_users, run_every_pass
+from tests.delivery.helpers import Recorder, add_follow, add_posts, add_users, run_every_pass
 from tests.delivery.helpers import unlimited_service as _unlimited
 from tests.delivery.hybrid_helpers import HYBRID
 from tests.delivery.social.helpers import posts_keys
@@ -16,14 +16,13 @@ from timeline.errors import PermissionDeniedError
 from timeline.metrics import STORAGE_REQUESTS
 from timeline.model.entities import Post
 from timeline.model.keys import new_post_id, now_ticks
-from timeline.model.messages import FanoutMessage, PostDeleted, Reposted, Unreposted
+from timeline.model.messages import PostDeleted, Reposted, Unreposted
 from timeline.model.tokens import TokenSigner
 from timeline.reads.home import HomeTimeline
 from timeline.service.operations import TimelineService
 from timeline.storage.accounts import Storage
 from timeline.storage.calls import Operation, chunked, submit_batch
 from timeline.storage.names import RELATIONS, TIMELINES
-from timeline.storage.queue import FanoutQueue
 from timeline.tables.ratelimits import RateLimits
 from timeline.tables.relations import RelationsRepository
 from timeline.tables.repositories import Repositories
@@ -129,22 +128,10 @@ async def test_a_heavily_blocked_readers_own_mutes_still_apply(
     assert hidden.hides(blocked)
 
 
-class _Sent:
-    """The real queue, keeping what was sent through it (to run it here, not in a worker)."""
-
-    def __init__(self, storage: Storage) -> None:
-        self._queue = FanoutQueue(storage)
-        self.messages: list[FanoutMessage] = []
-
-    async def send(self, message: FanoutMessage) -> None:
-        self.messages.append(message)
-        await self._queue.send(message)
-
-
 async def test_a_deleted_replys_index_row_goes(storage: Storage, repos: Repositories) -> None:
     target, replier = await _people(repos, "target", "replier")
     [original] = await add_posts(repos, target, 1)
-    sent = _Sent(storage)
+    sent = Recorder(storage)
     service = TimelineService(
         repos,
         sent,
@@ -156,7 +143,7 @@ async def test_a_deleted_replys_index_row_goes(storage: Storage, repos: Reposito
     )
     reply = await service.posts.create(replier, replier, "re", reply_to=(target, original.post_id))
     await service.posts.delete(replier, replier, reply.post_id)
-    [message] = [m for m in sent.messages if isinstance(m, PostDeleted)]
+    [message] = [m for m in sent.sent if isinstance(m, PostDeleted)]
     async with PartitionWriter(storage, TIMELINES, linger_s=0) as writer:
         await run_every_pass(FanoutProcessor.on(storage, writer), message)
     assert await posts_keys(storage, target, f"{REPLIES_OF}{original.post_id}-") == []

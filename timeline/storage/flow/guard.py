@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
 
 import aiohttp
@@ -33,7 +33,22 @@ _UNAVAILABLE_ERRORS = (
 _HOLDING: ContextVar[bool] = ContextVar("holding_a_limiter_place", default=False)
 """Set while a call holds a place in the limiter, so a nested call cannot deadlock on it."""
 
+_DEADLINE: ContextVar[float | None] = ContextVar("storage_call_deadline", default=None)
+"""Set by ``deadline``: calls made in its scope are sent by then or not at all."""
+
 Renew = Callable[[], Awaitable[None]]
+
+
+@contextmanager
+def deadline(not_after: float) -> Iterator[None]:
+    """Every storage call made inside (retries, ETag loops and counter-shard conflicts
+    included) is sent by ``not_after`` (``time.monotonic``) or refused with a retryable
+    ``StorageUnavailableError``; a call sent ends within its timeout."""
+    token = _DEADLINE.set(not_after)
+    try:
+        yield
+    finally:
+        _DEADLINE.reset(token)
 
 
 def is_retryable(error: BaseException) -> bool:
@@ -74,6 +89,9 @@ async def guarded(
 
 def _refuse_if_past(not_after: float | None) -> None:
     """A call whose reason is older than its deadline allows is not sent (retryable)."""
+    scoped = _DEADLINE.get()
+    if scoped is not None:
+        not_after = scoped if not_after is None else min(not_after, scoped)
     if not_after is not None and time.monotonic() > not_after:
         raise StorageUnavailableError(
             "the call's deadline passed before it was sent", retry_after=0

@@ -1,0 +1,121 @@
+"""Write, then release (``timeline.service.outbox``): an API write's message is sent hidden
+before the write and made visible after it, so the worker never meets a message before its
+fact. A write whose storage calls would pass its deadline is refused and changes nothing;
+a message never released shows up by itself once its hidden time ends."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import eventually, make_settings, opened, running_worker, unique
+from tests.delivery.helpers import (
+    add_posts,
+    add_users,
+    author_and_reader,
+    timeline_ids,
+    unlimited_service,
+)
+from timeline.config import Settings
+from timeline.errors import StorageUnavailableError
+from timeline.model.messages import FanoutMessage, Followed
+from timeline.service.outbox import Outbox
+from timeline.storage.accounts import Storage
+from timeline.storage.queue import FanoutQueue, Reservation
+from timeline.tables.repositories import Repositories
+from timeline.tools.azurite import Azurite
+
+DEADLINE_S = 0.5
+HIDDEN_S = 2
+
+
+class _StallAfterReserve(FanoutQueue):
+    async def reserve(self, message: FanoutMessage, hidden_s: int) -> Reservation:
+        reservation = await super().reserve(message, hidden_s)
+        await asyncio.sleep(2 * DEADLINE_S)  # the request is slow between reserve and write
+        return reservation
+
+
+class _NeverReleased(FanoutQueue):
+    """The API process died between the write and the release."""
+
+    async def release(self, reservation: Reservation) -> None:
+        return None
+
+
+def _outbox(queue: FanoutQueue) -> Outbox:
+    return Outbox(queue, write_deadline_s=DEADLINE_S, hidden_s=HIDDEN_S)
+
+
+async def _drained(storage: Storage) -> bool:
+    return (await FanoutQueue(storage).depth())[0] == 0
+
+
+async def test_a_follow_past_its_deadline_changes_nothing(
+    settings: Settings, storage: Storage, repos: Repositories
+) -> None:
+    author, reader = unique("author"), unique("reader")
+    await add_users(repos, author, reader)
+    await add_posts(repos, author, 3)
+    service = unlimited_service(storage, outbox=_outbox(_StallAfterReserve(storage)))
+    async with running_worker(settings):
+        with pytest.raises(StorageUnavailableError):
+            await service.follows.follow(reader, reader, author)
+        await eventually(lambda: _drained(storage), timeout_s=30, what="queue drained")
+    assert not await repos.follows.is_following(reader, author)
+    assert await timeline_ids(repos, reader) == []
+
+
+async def test_an_unfollow_past_its_deadline_changes_nothing(
+    settings: Settings, storage: Storage, repos: Repositories
+) -> None:
+    author, reader, posts = await author_and_reader(repos, 3)
+    await repos.timelines.put_many(reader, posts)  # the earlier backfill
+    service = unlimited_service(storage, outbox=_outbox(_StallAfterReserve(storage)))
+    async with running_worker(settings):
+        with pytest.raises(StorageUnavailableError):
+            await service.follows.unfollow(reader, reader, author)
+        await eventually(lambda: _drained(storage), timeout_s=30, what="queue drained")
+    assert await repos.follows.is_following(reader, author)
+    assert sorted(await timeline_ids(repos, reader)) == sorted(p.post_id for p in posts)
+
+
+async def test_a_follow_whose_release_was_lost_is_backfilled_once_its_message_shows(
+    private_azurite: Azurite, tmp_path: Path
+) -> None:
+    settings = make_settings(private_azurite.connection_string, tmp_path)
+    async with opened(settings) as storage:
+        repos = Repositories.on(storage)
+        author, reader = unique("author"), unique("reader")
+        await add_users(repos, author, reader)
+        posts = await add_posts(repos, author, 3)
+        service = unlimited_service(storage, outbox=_outbox(_NeverReleased(storage)))
+        await service.follows.follow(reader, reader, author)
+        assert await FanoutQueue(storage).peek_work() == []  # hidden: never released
+        async with running_worker(settings):
+            await eventually(
+                lambda: _has(repos, reader, len(posts)), timeout_s=30, what="the backfill"
+            )
+        assert sorted(await timeline_ids(repos, reader)) == sorted(p.post_id for p in posts)
+
+
+async def _has(repos: Repositories, reader: str, count: int) -> bool:
+    return len(await timeline_ids(repos, reader)) == count
+
+
+async def test_a_reserved_message_is_hidden_until_released(own: Storage) -> None:
+    queue = FanoutQueue(own)
+    message = Followed(follower=unique("f"), subject=unique("s"))
+    reservation = await queue.reserve(message, hidden_s=60)
+    assert await queue.peek_work() == []
+    await queue.release(reservation)
+    [shown] = await queue.peek_work()
+    assert shown.id == reservation.message.id
+    await queue.release(reservation)  # a retried release (a stale receipt): harmless
+    lane = reservation.lane
+    [leased] = await lane.receive(1, visibility_timeout_s=30)
+    await queue.release(reservation)  # a late release of a leased message: harmless
+    assert await queue.peek_work() == []  # and the lease holds
+    await lane.delete(leased)

@@ -1,0 +1,70 @@
+"""Write, then release: how an API write and its fan-out message stay together.
+
+The message is *reserved* first: sent hidden for ``hidden_s`` (``Reserving.reserve``). Then
+the write is made, every storage call of it sent within ``write_deadline_s`` of the start
+(``timeline.storage.flow.guard.deadline``), or refused. Only after the write succeeded is the
+message *released* (made visible). So the worker never sees a message before its fact, and
+a message whose release was lost (the process died, the call failed) shows up by itself
+once hidden: its fact is stored by then, or never will be, because ``hidden_s`` exceeds the
+deadline plus a storage call plus the 30 s Azure may still work on a call its client gave up
+(docs/guarantees.md, "Why it is correct")."""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import signal
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from timeline.errors import StorageUnavailableError
+from timeline.model.messages import FanoutMessage
+from timeline.storage.flow.guard import deadline
+from timeline.storage.queue import Reservation, Reserving
+
+log = logging.getLogger(__name__)
+
+WRITE_DEADLINE_S = 10.0
+HIDDEN_S = 45
+
+
+class Outbox:
+    """Reserves an API write's message, bounds the write in time, and releases the message."""
+
+    def __init__(
+        self,
+        queue: Reserving,
+        *,
+        write_deadline_s: float = WRITE_DEADLINE_S,
+        hidden_s: int = HIDDEN_S,
+        kill_before_release: float = 0.0,
+    ) -> None:
+        self.queue = queue
+        self._write_deadline_s = write_deadline_s
+        self._hidden_s = hidden_s
+        self._kill_chance = kill_before_release
+        """Fault injection for the chaos test only: the chance this process kills itself
+        between a write and its release (0 in every real deployment)."""
+
+    @asynccontextmanager
+    async def written(self, message: FanoutMessage) -> AsyncIterator[None]:
+        """Reserve ``message``, run the body (the write) under the deadline, and release the
+        message once the body has succeeded. A body that fails releases nothing: its write
+        may still land, and then its message shows up when hidden time ends."""
+        started = time.monotonic()
+        reservation = await self.queue.reserve(message, self._hidden_s)
+        with deadline(started + self._write_deadline_s):
+            yield
+        await self._release(reservation)
+
+    async def _release(self, reservation: Reservation) -> None:
+        if self._kill_chance and random.random() < self._kill_chance:  # noqa: S311
+            os.kill(os.getpid(), signal.SIGKILL)
+        try:
+            await self.queue.release(reservation)
+        except StorageUnavailableError as error:  # the fact is stored: the message is late
+            log.warning(
+                "a release failed (%s): its message shows up within %d s", error, self._hidden_s
+            )
