@@ -105,7 +105,7 @@ def _build_service(settings: Settings, storage: Storage, ring: KeyRing) -> Timel
         idempotency_window_s=settings.idempotency_window_s,
         outbox=Outbox(
             queue,
-            write_deadline_s=settings.api_write_deadline_s,
+            write_deadline_s=settings.api_write_deadline_s(),
             hidden_s=settings.hidden_message_s(),
             kill_before_release=settings.fault_kill_before_release,
         ),

@@ -50,8 +50,6 @@ def make_settings(connection_string: str, data_dir: Path, **overrides: Any) -> S
         "registrations_per_minute": 0,
         "worker_write_deadline_s": 10.0,
         "worker_sweep_delay_s": 16.0,
-        "api_write_deadline_s": 2.0,
-        "api_hidden_message_s": 8,
         "worker_retry_base_s": 0.1,
         "worker_retry_cap_s": 2.0,
         "storage_timeout_s": 5.0,

@@ -15,6 +15,7 @@ from timeline.logs import LogFormat
 from timeline.reads.live import StreamTiming
 from timeline.retry import RetryPolicy
 from timeline.storage.accounts import StorageOptions
+from timeline.storage.counters import WRITE_BUDGET_TIMEOUTS
 from timeline.storage.endpoints import account_lines
 from timeline.storage.flow.limiter import AdaptiveLimiter, LimiterSettings
 from timeline.storage.queue import MessageSender
@@ -121,11 +122,8 @@ class Settings(BaseSettings):
     max_connections: int = Field(default=1000, ge=1)
     """Connections one API process holds at once; one more gets a 503 and is closed."""
     api_shutdown_grace_s: float = Field(default=10.0, gt=0)
-    api_write_deadline_s: float = Field(default=10.0, gt=0)
-    """An API write's storage calls are all sent within this of its start, or it fails
-    (503): its message, sent hidden, shows up by itself after ``hidden_message_s``."""
     api_hidden_message_s: int | None = Field(default=None, ge=1)
-    """How long an API write's message stays hidden unless released (default: the write
+    """How long an API write's message stays hidden unless released (default: the API write
     deadline plus the storage timeout plus 30 s)."""
     fault_kill_before_release: float = Field(default=0.0, ge=0, le=1)
     """Test builds only (the chaos test): the chance an API process kills itself between a
@@ -304,24 +302,30 @@ class Settings(BaseSettings):
     def inactivity(self) -> Inactivity:
         return Inactivity.days(self.inactive_days)
 
+    def api_write_deadline_s(self) -> float:
+        """How long after its start an API write may still send a storage call: room for
+        a counted transaction's retries on a contended counter (``WRITE_BUDGET_TIMEOUTS``
+        storage timeouts), its last send, and one call before it; past it, a 503."""
+        return (WRITE_BUDGET_TIMEOUTS + 2) * self.storage_timeout_s
+
     def hidden_message_s(self) -> int:
         """How long an API write's message stays hidden unless released: past the write
         deadline plus one whole storage call, with margin (by default 30 s, the longest Azure
         itself works on a request its client has given up on); a queue hides a message for
         at most 7 days."""
-        earliest = self.api_write_deadline_s + self.storage_timeout_s
+        earliest = self.api_write_deadline_s() + self.storage_timeout_s
         hidden = self.api_hidden_message_s
         if hidden is None:
             hidden = math.ceil(earliest + 30)
         elif hidden <= earliest:
             raise ConfigurationError(
                 f"TIMELINE_API_HIDDEN_MESSAGE_S must exceed the API write deadline plus the "
-                f"storage timeout ({earliest:g} s)"
+                f"storage timeout ({earliest:g} s: {WRITE_BUDGET_TIMEOUTS + 3} storage timeouts)"
             )
         if hidden > MAX_HIDDEN_S:
             raise ConfigurationError(
                 f"an API write's message can stay hidden {MAX_HIDDEN_S} s at most (7 days): "
-                f"lower TIMELINE_API_WRITE_DEADLINE_S or TIMELINE_API_HIDDEN_MESSAGE_S"
+                f"lower TIMELINE_STORAGE_TIMEOUT_S or TIMELINE_API_HIDDEN_MESSAGE_S"
             )
         return hidden
 

@@ -51,9 +51,9 @@ CRASHLOOP_WORKERS = 2
 API_KILL_CHANCE = 0.02
 """In ``apikill``: the chance the API kills itself between a write and its message's release
 (``TIMELINE_FAULT_KILL_BEFORE_RELEASE``); the harness starts it again."""
-API_WRITE_DEADLINE_S = 2.0
-HIDDEN_MESSAGE_S = 6
-"""Past the API write deadline plus one storage call, with 2 s of margin."""
+HIDDEN_MESSAGE_S = 13
+"""Past the API write deadline (5 storage timeouts) plus one storage call, with 1 s of
+margin."""
 
 
 REBALANCE_TRIES = 3
@@ -85,7 +85,6 @@ class Cluster:
         serving = self.azurites[: accounts or len(self.azurites)]
         return program_env(
             fault_kill_before_release=fault,
-            api_write_deadline_s=API_WRITE_DEADLINE_S,
             api_hidden_message_s=HIDDEN_MESSAGE_S,
             storage_connection_strings=" ".join(server.connection_string for server in serving),
             placement_lease_s=PLACEMENT_LEASE_S,

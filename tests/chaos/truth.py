@@ -40,11 +40,11 @@ from timeline.tables.relations import BLOCK, BLOCKED_BY, MUTED
 from timeline.tables.repositories import Repositories
 from timeline.tables.reposts import REPOST
 
-FOLLOW_SETTLED_S = 10.0
+FOLLOW_SETTLED_S = 20.0
 """How long after its ``since`` a follow row and its index row are surely written: the API's
-write deadline (2 s) refuses later writes, and a request that died has its index synced by
-the follow's delivery, once its message shows (6 s at most) and within a visibility timeout
-even under the chaos."""
+write deadline (10 s) refuses later writes, and a request that died has its index synced by
+the follow's delivery, once its message shows (13 s at most) and within a visibility
+timeout even under the chaos."""
 
 MUST, MAY, NO = "must", "may", "no"
 Item = dict[str, Any]

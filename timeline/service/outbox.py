@@ -26,8 +26,9 @@ from timeline.storage.queue import Reservation, Reserving
 
 log = logging.getLogger(__name__)
 
-WRITE_DEADLINE_S = 10.0
-HIDDEN_S = 45
+WRITE_DEADLINE_S = 25.0
+HIDDEN_S = 60
+"""The defaults of ``Settings`` with its default storage timeout (5 s)."""
 
 
 class Outbox:

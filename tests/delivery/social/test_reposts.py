@@ -6,8 +6,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable
 
-import pytest
-
 from tests.conftest import eventually, unique
 from tests.delivery.helpers import (
     add_follow,
@@ -18,15 +16,13 @@ from tests.delivery.helpers import (
 )
 from tests.delivery.social.helpers import shown
 from timeline.delivery.batching.writer import PartitionWriter
-from timeline.delivery.outcomes import DONE, Continue, Defer
+from timeline.delivery.outcomes import DONE, Continue
 from timeline.delivery.processor import FanoutProcessor
 from timeline.delivery.repost import repost_copy
-from timeline.model.keys import new_post_id, now_ticks
 from timeline.model.messages import PostCreated, PostDeleted, Reposted, Unreposted
 from timeline.storage.accounts import Storage
 from timeline.storage.names import TIMELINES
 from timeline.tables.repositories import Repositories
-from timeline.tables.reposts import RepostsRepository
 
 
 async def _repost(storage: Storage, reposter: str, author: str, post_id: str) -> Reposted:
@@ -76,48 +72,6 @@ async def test_a_repost_reaches_the_reposters_followers(
     [row] = (await repos.timelines.page(reader, 10, None)).items
     assert row.to_json()["reposted_by"] == reposter
     assert row.to_json()["author"] == author
-
-
-async def test_a_repost_stored_between_the_deliverys_reads_is_still_delivered(
-    storage: Storage, repos: Repositories, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The API queues a repost before storing it. The delivery reads the row, finds none,
-    then the API's write lands: the delivery must wait for it (or deliver it), not take the
-    now-live row for a replacement and end (a fresh-clone make test lost a repost so)."""
-    author, reposter, reader = await _people(repos, "author", "reposter", "reader")
-    await add_follow(repos, reader, reposter)
-    [post] = await add_posts(repos, author, 1)
-    ticks = now_ticks()
-    message = Reposted(
-        reposter=reposter, author=author, post_id=post.post_id, repost_id=new_post_id(ticks)
-    )
-    await repos.reposts.note_index(author, post.post_id, reposter, message.repost_id)
-    read_row = RepostsRepository.truth
-    stored = asyncio.Event()
-
-    async def api_write_lands_after_the_first_read(
-        self: RepostsRepository, reposter_id: str, post_id: str
-    ) -> object:
-        row = await read_row(self, reposter_id, post_id)
-        if not stored.is_set():
-            stored.set()
-            await repos.reposts.create(
-                reposter,
-                author,
-                post.post_id,
-                message.repost_id,
-            )
-        return row
-
-    monkeypatch.setattr(RepostsRepository, "truth", api_write_lands_after_the_first_read)
-    async with PartitionWriter(storage, TIMELINES, linger_s=0) as writer:
-        worker = FanoutProcessor.on(storage, writer)
-        outcome = await worker.handle(message)
-        assert stored.is_set()
-        if isinstance(outcome, Defer):  # waited for the write: the redelivery delivers
-            outcome = await worker.handle(message)
-        assert outcome == DONE
-    assert await shown(repos, reader) == [(post.post_id, reposter)]
 
 
 async def test_two_reposts_reach_a_common_follower_once(
