@@ -45,9 +45,8 @@ _STATUS_TEXT = {
     422: "the Idempotency-Key was used for a different request within its window",
     429: "rate limited, or (a stream) too many streams of this user (see Retry-After)",
     503: (
-        "storage unavailable, a write that reached storage after its arrival window "
-        "(arrival_window_passed: not applied, send it again), or (a stream) too many streams "
-        "in this process (see Retry-After)"
+        "storage unavailable (a write refused past its deadline sent nothing more: send it "
+        "again), or (a stream) too many streams in this process (see Retry-After)"
     ),
 }
 

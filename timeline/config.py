@@ -15,11 +15,11 @@ from timeline.logs import LogFormat
 from timeline.reads.live import StreamTiming
 from timeline.retry import RetryPolicy
 from timeline.storage.accounts import StorageOptions
-from timeline.storage.counters import WRITE_BUDGET_TIMEOUTS
 from timeline.storage.endpoints import account_lines
 from timeline.storage.flow.limiter import AdaptiveLimiter, LimiterSettings
 from timeline.storage.queue import MessageSender
 from timeline.tables.activity import Inactivity
+from timeline.tables.counters import WRITE_BUDGET_TIMEOUTS
 
 MAX_HIDDEN_S = 7 * 24 * 3600
 """The longest a queue message can be sent hidden (Azure Queue Storage's limit)."""
