@@ -68,6 +68,7 @@ def create_app(settings: Settings, connection_string: str) -> web.Application:
             ring = await wait_for_key_ring(storage, settings.auth_secret)
             app[SERVICE_KEY] = _build_service(settings, storage, ring)
             yield
+            await app[SERVICE_KEY].outbox.drain()  # releases still running, then close
 
     app.cleanup_ctx.append(storage_ctx)
     return app
@@ -107,6 +108,5 @@ def _build_service(settings: Settings, storage: Storage, ring: KeyRing) -> Timel
             queue,
             write_deadline_s=settings.api_write_deadline_s(),
             hidden_s=settings.hidden_message_s(),
-            kill_before_release=settings.fault_kill_before_release,
         ),
     )

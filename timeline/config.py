@@ -122,13 +122,10 @@ class Settings(BaseSettings):
     max_connections: int = Field(default=1000, ge=1)
     """Connections one API process holds at once; one more gets a 503 and is closed."""
     api_shutdown_grace_s: float = Field(default=10.0, gt=0)
+    """A stopping API process has exited within this, whatever its clients do."""
     api_hidden_message_s: int | None = Field(default=None, ge=1)
     """How long an API write's message stays hidden unless released (default: the API write
     deadline plus the storage timeout plus 30 s)."""
-    fault_kill_before_release: float = Field(default=0.0, ge=0, le=1)
-    """Test builds only (the chaos test): the chance an API process kills itself between a
-    write and its message's release. 0 everywhere else."""
-    """A stopping API process has exited within this, whatever its clients do."""
     storage_timeout_s: float = Field(default=5.0, gt=0)
     storage_retries: int = Field(default=2, ge=0)
 

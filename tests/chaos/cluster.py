@@ -50,7 +50,7 @@ VARIANTS = {
 CRASHLOOP_WORKERS = 2
 API_KILL_CHANCE = 0.02
 """In ``apikill``: the chance the API kills itself between a write and its message's release
-(``TIMELINE_FAULT_KILL_BEFORE_RELEASE``); the harness starts it again."""
+(``tests/chaos/faulty_api.py``); the harness starts it again."""
 HIDDEN_MESSAGE_S = 13
 """Past the API write deadline (5 storage timeouts) plus one storage call, with 1 s of
 margin."""
@@ -83,8 +83,7 @@ class Cluster:
 
     def env(self, accounts: int | None = None, *, fault: float = 0.0) -> dict[str, str]:
         serving = self.azurites[: accounts or len(self.azurites)]
-        return program_env(
-            fault_kill_before_release=fault,
+        return {"CHAOS_API_KILL_CHANCE": str(fault)} | program_env(
             api_hidden_message_s=HIDDEN_MESSAGE_S,
             storage_connection_strings=" ".join(server.connection_string for server in serving),
             placement_lease_s=PLACEMENT_LEASE_S,
@@ -116,7 +115,7 @@ class Cluster:
             await asyncio.to_thread(server.start)
         init = await self._spawn("timeline.tools.cli", "init.log", "init", accounts=self.initial)
         assert await init.wait() == 0, (self.workdir / "init.log").read_text()
-        self.api = await self._spawn("api", "api.log", fault=self.api_kill_chance)
+        self.api = await self._spawn_api()
         self.workers = [await self._spawn_worker() for _ in range(self._worker_count)]
 
     def regrades(self) -> Counter[str]:
@@ -127,6 +126,13 @@ class Cluster:
                 if " is now " in line:
                     settled[line.rsplit(" ", 1)[-1]] += 1
         return settled
+
+    async def _spawn_api(self) -> asyncio.subprocess.Process:
+        if self.api_kill_chance:
+            return await self._spawn(
+                "tests.chaos.faulty_api", "api.log", fault=self.api_kill_chance
+            )
+        return await self._spawn("api", "api.log")
 
     async def _spawn_worker(self) -> asyncio.subprocess.Process:
         self._spawned += 1
@@ -180,7 +186,7 @@ class Cluster:
         """Start the API again if it killed itself (``apikill``); True if it had."""
         if self.api is None or self.api.returncode is None:
             return False
-        self.api = await self._spawn("api", "api.log", fault=self.api_kill_chance)
+        self.api = await self._spawn_api()
         return True
 
     async def calm_api(self) -> None:

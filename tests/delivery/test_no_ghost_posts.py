@@ -18,7 +18,7 @@ from timeline.tables.repositories import Repositories
 from timeline.tools.azurite import Azurite
 
 HIDDEN_S = 2
-"""How long an unreleased message stays hidden here (a deployment's is about 45 s)."""
+"""How long an unreleased message stays hidden here (a deployment's is 60 s)."""
 
 
 class _ReserveThenFail(FanoutQueue):

@@ -6,7 +6,10 @@ a message never released shows up by itself once its hidden time ends."""
 from __future__ import annotations
 
 import asyncio
+import time
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,20 +18,28 @@ from tests.delivery.helpers import (
     add_posts,
     add_users,
     author_and_reader,
+    run_every_pass,
     timeline_ids,
     unlimited_service,
 )
 from timeline.config import Settings
+from timeline.delivery.batching.writer import PartitionWriter
+from timeline.delivery.processor import FanoutProcessor
 from timeline.errors import StorageUnavailableError
-from timeline.model.messages import FanoutMessage, Followed
+from timeline.model.messages import FanoutMessage, Followed, Unfollowed
+from timeline.service.operations import TimelineService
 from timeline.service.outbox import Outbox
 from timeline.storage.accounts import Storage
+from timeline.storage.flow.guard import deadline
+from timeline.storage.names import SUBJECT_FOLLOWERS, TIMELINES
 from timeline.storage.queue import FanoutQueue, Reservation
+from timeline.tables import counters
 from timeline.tables.repositories import Repositories
 from timeline.tools.azurite import Azurite
 
 DEADLINE_S = 0.5
 HIDDEN_S = 2
+STALE_ETAG = "W/\"datetime'2000-01-01T00%3A00%3A00.0000000Z'\""
 
 
 class _StallAfterReserve(FanoutQueue):
@@ -119,3 +130,74 @@ async def test_a_reserved_message_is_hidden_until_released(own: Storage) -> None
     await queue.release(reservation)  # a late release of a leased message: harmless
     assert await queue.peek_work() == []  # and the lease holds
     await lane.delete(leased)
+
+
+async def _late(service: TimelineService, write: str, author: str, reader: str, post: str) -> None:
+    if write == "post":
+        await service.posts.create(author, author, "late")
+    elif write == "reply":
+        await service.posts.create(reader, reader, "late", reply_to=(author, post))
+    else:
+        await service.reposts.repost(reader, reader, author, post)
+
+
+@pytest.mark.parametrize("write", ["post", "reply", "repost"])
+async def test_a_post_reply_or_repost_past_its_deadline_is_nowhere(
+    settings: Settings, storage: Storage, repos: Repositories, write: str
+) -> None:
+    author, reader, [post] = await author_and_reader(repos, 1)
+    service = unlimited_service(storage, outbox=_outbox(_StallAfterReserve(storage)))
+    before = await timeline_ids(repos, reader)
+    async with running_worker(settings):
+        with pytest.raises(StorageUnavailableError):
+            await _late(service, write, author, reader, post.post_id)
+        await eventually(lambda: _drained(storage), timeout_s=30, what="queue drained")
+    assert [p.post_id for p in (await repos.posts.page(author, 10, None)).items] == [post.post_id]
+    assert (await repos.posts.page(reader, 10, None)).items == []
+    assert await repos.reposts.live_id(reader, post.post_id) is None
+    assert await timeline_ids(repos, reader) == before
+
+
+async def test_the_deadline_cuts_a_contended_counters_retries(
+    storage: Storage, repos: Repositories, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every counted transaction meets a changed counter shard (as under a follow storm,
+    here a stale ETag): the counter's own retry budget is 3 storage timeouts, but no call
+    leaves past the write's deadline, so nothing lands after it."""
+    follower, subject = unique("f"), unique("s")
+    for shard in range(counters.SHARDS):  # every shard exists, so each change is an update
+        await storage.table(SUBJECT_FOLLOWERS, subject).upsert_entity(
+            {"PartitionKey": subject, "RowKey": counters.shard_key(shard), "n": 0}
+        )
+    attempts: list[float] = []
+    read_shard = counters._shard_operation
+
+    async def stale(*args: Any) -> Any:
+        operation = await read_shard(*args)
+        attempts.append(time.monotonic())
+        return (*operation[:2], {**operation[2], "etag": STALE_ETAG})
+
+    monkeypatch.setattr(counters, "_shard_operation", stale)
+    started = time.monotonic()
+    with pytest.raises(StorageUnavailableError), deadline(started + DEADLINE_S):
+        await repos.follows.add(follower, subject, datetime.now(UTC))
+    assert len(attempts) > 1, "the conflict was retried"
+    assert max(attempts) <= started + DEADLINE_S
+    assert not await repos.follows.is_following(follower, subject)
+
+
+async def test_an_unfollow_never_made_leaves_the_live_copies_and_drops_a_deleted_posts(
+    storage: Storage, repos: Repositories
+) -> None:
+    """An unfollow refused past its deadline shows its message at the hidden time, the pair
+    still followed; meanwhile a post was deleted while the reader was out of its delete's
+    reach. The unfollow's passes reconcile: live copies stay, the deleted post's goes."""
+    author, reader, posts = await author_and_reader(repos, 2)
+    await repos.timelines.put_many(reader, posts)
+    gone = posts[0]
+    assert await repos.posts.delete(author, gone.post_id)  # its delete skipped the reader
+    async with PartitionWriter(storage, TIMELINES, linger_s=0) as writer:
+        worker = FanoutProcessor.on(storage, writer)
+        await run_every_pass(worker, Unfollowed(follower=reader, subject=author))
+    assert await repos.follows.is_following(reader, author)
+    assert await timeline_ids(repos, reader) == [posts[1].post_id]

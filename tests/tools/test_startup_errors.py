@@ -64,6 +64,16 @@ def test_a_rule_between_settings_is_one_line_too(tmp_path: Path) -> None:
     ]
 
 
+def test_a_hidden_time_the_api_write_deadline_could_outlast_is_refused(tmp_path: Path) -> None:
+    done = run("api", data_dir=tmp_path, api_hidden_message_s=30)
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        "timeline-api: TIMELINE_API_HIDDEN_MESSAGE_S must exceed the API write deadline plus "
+        "the storage timeout (30 s: 6 storage timeouts): set a valid value or unset it "
+        "(docs/operations.md#configuration-reference)"
+    ]
+
+
 @pytest.mark.parametrize("which", ["azurite", "metrics"])
 def test_a_taken_azurite_or_metrics_port_stops_the_stack_before_anything_starts(
     which: str, tmp_path: Path

@@ -47,6 +47,7 @@ class TimelineService:
         outbox: Outbox | None = None,
     ) -> None:
         outbox = outbox or Outbox(queue)
+        self.outbox = outbox
         users, pager = repositories.users, Pager(signer, page_size)
         keys = IdempotencyKeys(signer.ring.data_key, idempotency_window_s)
         credentials = Credentials(

@@ -11,13 +11,13 @@ deadline plus a storage call plus the 30 s Azure may still work on a call its cl
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import os
-import random
-import signal
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+
+from azure.core.exceptions import HttpResponseError
 
 from timeline.errors import StorageUnavailableError
 from timeline.model.messages import FanoutMessage
@@ -40,32 +40,38 @@ class Outbox:
         *,
         write_deadline_s: float = WRITE_DEADLINE_S,
         hidden_s: int = HIDDEN_S,
-        kill_before_release: float = 0.0,
     ) -> None:
         self.queue = queue
         self._write_deadline_s = write_deadline_s
         self._hidden_s = hidden_s
-        self._kill_chance = kill_before_release
-        """Fault injection for the chaos test only: the chance this process kills itself
-        between a write and its release (0 in every real deployment)."""
+        self._releasing: set[asyncio.Task[None]] = set()
 
     @asynccontextmanager
     async def written(self, message: FanoutMessage) -> AsyncIterator[None]:
         """Reserve ``message``, run the body (the write) under the deadline, and release the
         message once the body has succeeded. A body that fails releases nothing: its write
-        may still land, and then its message shows up when hidden time ends."""
+        may still land, and then its message shows up when hidden time ends.
+
+        The release runs beside the answer (it is one more queue call the client need not
+        wait for), started outside the deadline's scope: a task started inside it would
+        inherit the deadline. ``drain`` waits for releases still running."""
         started = time.monotonic()
         reservation = await self.queue.reserve(message, self._hidden_s)
         with deadline(started + self._write_deadline_s):
             yield
-        await self._release(reservation)
+        task = asyncio.create_task(self._release(reservation))
+        self._releasing.add(task)
+        task.add_done_callback(self._releasing.discard)
+
+    async def drain(self) -> None:
+        """Wait for the releases still running (on shutdown)."""
+        if self._releasing:
+            await asyncio.gather(*self._releasing, return_exceptions=True)
 
     async def _release(self, reservation: Reservation) -> None:
-        if self._kill_chance and random.random() < self._kill_chance:  # noqa: S311
-            os.kill(os.getpid(), signal.SIGKILL)
         try:
             await self.queue.release(reservation)
-        except StorageUnavailableError as error:  # the fact is stored: the message is late
+        except (StorageUnavailableError, HttpResponseError) as error:  # the fact is stored
             log.warning(
                 "a release failed (%s): its message shows up within %d s", error, self._hidden_s
             )
