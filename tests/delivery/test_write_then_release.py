@@ -26,7 +26,7 @@ from timeline.config import Settings
 from timeline.delivery.batching.writer import PartitionWriter
 from timeline.delivery.processor import FanoutProcessor
 from timeline.errors import StorageUnavailableError
-from timeline.model.messages import FanoutMessage, Followed, Unfollowed
+from timeline.model.messages import FanoutMessage, Followed, Unfollowed, encode
 from timeline.service.operations import TimelineService
 from timeline.service.outbox import Outbox
 from timeline.storage.accounts import Storage
@@ -124,6 +124,7 @@ async def test_a_reserved_message_is_hidden_until_released(own: Storage) -> None
     await queue.release(reservation)
     [shown] = await queue.peek_work()
     assert shown.id == reservation.message.id
+    assert shown.content == encode(message)  # the release left the content as sent
     await queue.release(reservation)  # a retried release (a stale receipt): harmless
     lane = reservation.lane
     [leased] = await lane.receive(1, visibility_timeout_s=30)

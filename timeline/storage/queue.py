@@ -210,6 +210,7 @@ class FanoutQueue:
         lane = self.lane(urgency(message))
         sent = await lane.send_raw(encode(message), visible_in_s=hidden_s)
         MESSAGES_SENT.labels(message.type).inc()
+        sent.content = None  # a release changes the visibility alone: no body to send again
         return Reservation(lane, sent)
 
     async def release(self, reservation: Reservation) -> None:
