@@ -56,6 +56,18 @@ class _NeverReleased(FanoutQueue):
         return None
 
 
+class _ReleaseFailsTwice(FanoutQueue):
+    """Storage too slow for the first two releases (timed out: nothing changed)."""
+
+    failures = 0
+
+    async def release(self, reservation: Reservation) -> None:
+        if self.failures < 2:
+            self.failures += 1
+            raise StorageUnavailableError("injected: the release timed out", retry_after=1)
+        await super().release(reservation)
+
+
 def _outbox(queue: FanoutQueue) -> Outbox:
     return Outbox(queue, write_deadline_s=DEADLINE_S, hidden_s=HIDDEN_S)
 
@@ -202,3 +214,17 @@ async def test_an_unfollow_never_made_leaves_the_live_copies_and_drops_a_deleted
         await run_every_pass(worker, Unfollowed(follower=reader, subject=author))
     assert await repos.follows.is_following(reader, author)
     assert await timeline_ids(repos, reader) == [posts[1].post_id]
+
+
+async def test_a_release_that_fails_is_tried_again_before_the_hidden_time(own: Storage) -> None:
+    queue = _ReleaseFailsTwice(own)
+    service = unlimited_service(own, outbox=Outbox(queue, hidden_s=600))
+    author, reader = unique("author"), unique("reader")
+    await add_users(Repositories.on(own), author, reader)
+    await service.follows.follow(reader, reader, author)
+
+    async def shown() -> bool:
+        return len(await FanoutQueue(own).peek_work()) == 1
+
+    await eventually(shown, timeout_s=10, what="the message, released on a later try")
+    assert queue.failures == 2

@@ -29,6 +29,8 @@ log = logging.getLogger(__name__)
 WRITE_DEADLINE_S = 25.0
 HIDDEN_S = 60
 """The defaults of ``Settings`` with its default storage timeout (5 s)."""
+RELEASE_RETRY_PAUSES_S = (0.2, 1.0, 3.0)
+"""Pauses between a failed release and the next try (in the background: no client waits)."""
 
 
 class Outbox:
@@ -69,9 +71,18 @@ class Outbox:
             await asyncio.gather(*self._releasing, return_exceptions=True)
 
     async def _release(self, reservation: Reservation) -> None:
-        try:
-            await self.queue.release(reservation)
-        except (StorageUnavailableError, HttpResponseError) as error:  # the fact is stored
-            log.warning(
-                "a release failed (%s): its message shows up within %d s", error, self._hidden_s
-            )
+        """Release, trying again a few times (a retried release that landed meets a stale
+        receipt, which is fine): slow storage must not hold a fresh post back for ``H``."""
+        for pause in (*RELEASE_RETRY_PAUSES_S, None):
+            try:
+                await self.queue.release(reservation)
+                return
+            except (StorageUnavailableError, HttpResponseError) as error:  # the fact is stored
+                if pause is None:
+                    log.warning(
+                        "a release failed (%s): its message shows up within %d s",
+                        error,
+                        self._hidden_s,
+                    )
+                    return
+            await asyncio.sleep(pause)
