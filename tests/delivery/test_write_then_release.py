@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from azure.core.exceptions import HttpResponseError
 
 from tests.conftest import eventually, make_settings, opened, running_worker, unique
 from tests.delivery.helpers import (
@@ -228,3 +229,31 @@ async def test_a_release_that_fails_is_tried_again_before_the_hidden_time(own: S
 
     await eventually(shown, timeout_s=10, what="the message, released on a later try")
     assert queue.failures == 2
+
+
+class _ReleaseHangs(FanoutQueue):
+    """Storage stalled for every release."""
+
+    async def release(self, reservation: Reservation) -> None:
+        await asyncio.Event().wait()
+
+
+async def test_a_stopping_api_waits_for_releases_only_so_long(own: Storage) -> None:
+    outbox = Outbox(_ReleaseHangs(own), hidden_s=600)
+    async with outbox.written(Followed(follower=unique("f"), subject=unique("s"))):
+        pass
+    started = time.monotonic()
+    await outbox.drain(within_s=0.2)  # the message shows when hidden time ends
+    assert time.monotonic() - started < 2
+
+
+async def test_a_release_refused_for_another_reason_than_a_stale_receipt_is_an_error(
+    own: Storage,
+) -> None:
+    queue = FanoutQueue(own)
+    reservation = await queue.reserve(Followed(follower=unique("f"), subject=unique("s")), 60)
+    lane = reservation.lane
+    await lane._queue.delete_queue()  # say, a queue removed by hand: not a harmless retry
+    with pytest.raises(HttpResponseError) as raised:
+        await queue.release(reservation)
+    assert getattr(raised.value, "error_code", None) == "QueueNotFound"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -30,7 +31,12 @@ WRITE_DEADLINE_S = 25.0
 HIDDEN_S = 60
 """The defaults of ``Settings`` with its default storage timeout (5 s)."""
 RELEASE_RETRY_PAUSES_S = (0.2, 1.0, 3.0)
-"""Pauses between a failed release and the next try (in the background: no client waits)."""
+"""Pauses between a failed release and the next try (in the background: no client waits),
+each drawn from half to one and a half times these, so retries after one stall spread."""
+DRAIN_S = 2.0
+"""How long a stopping API waits for releases still running: what is left then shows when
+its hidden time ends (a delay, never a loss), so a storage stall cannot hold a shutdown
+past its grace period."""
 
 
 class Outbox:
@@ -65,10 +71,21 @@ class Outbox:
         self._releasing.add(task)
         task.add_done_callback(self._releasing.discard)
 
-    async def drain(self) -> None:
-        """Wait for the releases still running (on shutdown)."""
-        if self._releasing:
-            await asyncio.gather(*self._releasing, return_exceptions=True)
+    async def drain(self, within_s: float = DRAIN_S) -> None:
+        """Wait up to ``within_s`` for the releases still running, then cancel the rest (on
+        shutdown; their messages show when hidden time ends)."""
+        if not self._releasing:
+            return
+        _, pending = await asyncio.wait(set(self._releasing), timeout=within_s)
+        for task in pending:
+            task.cancel()
+        if pending:
+            log.warning(
+                "%d release(s) left at shutdown: their messages show within %d s",
+                len(pending),
+                self._hidden_s,
+            )
+            await asyncio.wait(pending)
 
     async def _release(self, reservation: Reservation) -> None:
         """Release, trying again a few times (a retried release that landed meets a stale
@@ -85,4 +102,4 @@ class Outbox:
                         self._hidden_s,
                     )
                     return
-            await asyncio.sleep(pause)
+            await asyncio.sleep(pause * random.uniform(0.5, 1.5))  # noqa: S311 - jitter

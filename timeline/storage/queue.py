@@ -74,6 +74,9 @@ def shard_key(message: FanoutMessage) -> str:
     return message.follower if isinstance(message, Followed | Unfollowed) else message.author
 
 
+_STALE_RECEIPT = frozenset({"PopReceiptMismatch", "MessageNotFound"})
+
+
 class Lane:
     """One work queue of a shard (its user-facing or its background queue), with the
     shard's poison queue: what a worker leases from and settles on."""
@@ -107,7 +110,7 @@ class Lane:
             async with self._storage.guard(limited=False):
                 await queue_calls.update_message(self._queue, message, visibility_timeout=0)
         except HttpResponseError as error:
-            if error.status_code not in (400, 404):  # PopReceiptMismatch, MessageNotFound
+            if getattr(error, "error_code", None) not in _STALE_RECEIPT:  # set by the storage SDK
                 raise
 
     async def receive(self, count: int, visibility_timeout_s: int) -> list[QueueMessage]:
