@@ -25,6 +25,7 @@ PATH_PARAMETERS = {
     "user_id": USER_ID_PATTERN,
     "target": USER_ID_PATTERN,
     "post_id": POST_ID_PATTERN,
+    "filter_id": POST_ID_PATTERN,
 }
 _REF = "#/components/schemas/{model}"
 _RAW_SCHEMAS: dict[str, dict[str, Any]] = {

@@ -10,7 +10,7 @@ TAGS: tuple[tuple[str, str], ...] = (
     ("posts", "Publish, read and delete posts; replies and reposts"),
     ("follows", "Follow and unfollow; who follows whom"),
     ("timeline", "The home timeline: pages, `since` and the live stream"),
-    ("relations", "Blocks and mutes: whose posts a user does not see"),
+    ("relations", "Blocks, mutes and keyword filters: what a user does not see"),
     ("markers", "Where the user stopped reading, shared by its devices"),
     ("operations", "Health, readiness, metrics and this description"),
 )
@@ -23,6 +23,7 @@ _SEGMENT_TAGS = (
     ("followers", "follows"),
     ("blocks", "relations"),
     ("mutes", "relations"),
+    ("filters", "relations"),
     ("posts", "posts"),
     ("reposts", "posts"),
     ("tokens", "accounts"),
@@ -33,7 +34,12 @@ EXAMPLE_TARGET = "bob"
 EXAMPLE_POST_ID = "08de2f3c4b5a6d7e8f9a0b1c2d"
 """A well-formed post id (creation ticks in 16 hex digits, then 40 random bits)."""
 
-PATH_EXAMPLES = {"user_id": EXAMPLE_USER, "target": EXAMPLE_TARGET, "post_id": EXAMPLE_POST_ID}
+PATH_EXAMPLES = {
+    "user_id": EXAMPLE_USER,
+    "target": EXAMPLE_TARGET,
+    "post_id": EXAMPLE_POST_ID,
+    "filter_id": EXAMPLE_POST_ID,
+}
 
 DESCRIPTION = """\
 A home timeline service with fan-out on write: users post, follow each other and read
@@ -55,6 +61,7 @@ REQUEST_EXAMPLES: dict[str, dict[str, Any]] = {
     "PostRequest": {"text": "Hello, timeline!"},
     "RepostRequest": {"author": EXAMPLE_TARGET, "post_id": EXAMPLE_POST_ID},
     "MuteRequest": {"expires_at": "2030-01-01T00:00:00Z", "reposts": True},
+    "FilterRequest": {"phrase": "spoiler", "expires_at": "2030-01-01T00:00:00Z"},
 }
 
 

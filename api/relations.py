@@ -1,5 +1,5 @@
-"""Blocks and mutes: handlers and their routes (``RELATION_OPERATIONS``, added to the route
-table by ``api.app``)."""
+"""Blocks, mutes and keyword filters: handlers and their routes (``RELATION_OPERATIONS``,
+added to the route table by ``api.app``)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from aiohttp import web
 
 from api import routes, schemas
 from api.openapi import Operation
+from api.responses import json_response
 from timeline.errors import InvalidInputError
 
 
@@ -60,6 +61,34 @@ async def list_mutes(request: web.Request) -> web.Response:
     return routes._page(page)
 
 
+async def add_filter(request: web.Request) -> web.Response:
+    actor = await routes._actor(request)
+    body = await routes._body(request, schemas.FilterRequest)
+    expires_at = None if body.expires_at is None else _rfc3339(body.expires_at)
+    owner = request.match_info["user_id"]
+    found = await routes._service(request).relations.add_filter(
+        actor, owner, body.phrase, expires_at
+    )
+    location = f"/users/{owner}/filters/{found['filter_id']}"
+    return json_response(found, status=201, headers={"Location": location})
+
+
+async def delete_filter(request: web.Request) -> web.Response:
+    actor = await routes._actor(request)
+    await routes._service(request).relations.delete_filter(
+        actor, request.match_info["user_id"], request.match_info["filter_id"]
+    )
+    return web.Response(status=204)
+
+
+async def list_filters(request: web.Request) -> web.Response:
+    actor = await routes._actor(request)
+    page = await routes._service(request).relations.filters(
+        actor, request.match_info["user_id"], routes._limit(request), routes._continuation(request)
+    )
+    return routes._page(page)
+
+
 def _rfc3339(text: str) -> datetime:
     """An RFC 3339 time with its offset (``Z`` or ``+hh:mm``); anything else is a 400."""
     try:
@@ -94,4 +123,16 @@ RELATION_OPERATIONS = [
               auth=True, errors=(404, 429)),
     Operation("GET", "/users/{user_id}/mutes", list_mutes, "Whom the user mutes (private)",
               response=schemas.MutePage, auth=True, paged=True),
+    Operation("POST", "/users/{user_id}/filters", add_filter,
+              "Add a keyword filter: entries whose text holds the phrase as whole words "
+              "(ignoring case) leave the home timeline and stream at once, until it is deleted "
+              "or expires_at (at most 100 filters: 409 too_many_filters)", status=201,
+              request=schemas.FilterRequest, response=schemas.FilterOut, auth=True,
+              errors=(409, 429), headers={"Location": "the new filter"}),
+    Operation("GET", "/users/{user_id}/filters", list_filters,
+              "The user's keyword filters, oldest first (private)", response=schemas.FilterPage,
+              auth=True, paged=True),
+    Operation("DELETE", "/users/{user_id}/filters/{filter_id}", delete_filter,
+              "Delete a keyword filter: what it hid shows again at once", status=204, auth=True,
+              errors=(404, 429)),
 ]  # fmt: skip

@@ -7,6 +7,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from timeline.model.keys import POST_ID_PATTERN, USER_ID_PATTERN, text_pattern
 from timeline.model.tokens import CONTINUATION_PATTERN, MAX_CONTINUATION_CHARS
 from timeline.service.accounts import MAX_DISPLAY_NAME_CHARS
+from timeline.service.relations import MAX_PHRASE_CHARS
 
 
 class _Body(BaseModel):
@@ -155,4 +156,30 @@ class MuteOut(_Body):
 
 class MutePage(_Body):
     items: list[MuteOut]
+    continuation: str | None = Field(description="pass back to get the next page; null at the end")
+
+
+class FilterRequest(_Body):
+    phrase: str = Field(
+        description="hidden where it appears as whole words, ignoring case (1-100 characters "
+        "after trimming)",
+        json_schema_extra={"pattern": text_pattern(MAX_PHRASE_CHARS)},
+    )
+    expires_at: str | None = Field(
+        default=None,
+        description="RFC 3339 time the filter ends at, in the future (within 100 years); "
+        "null or absent: never",
+        json_schema_extra={"pattern": RFC3339_PATTERN},
+    )
+
+
+class FilterOut(_Body):
+    filter_id: str = Field(json_schema_extra={"pattern": POST_ID_PATTERN})
+    phrase: str
+    since: str = Field(description="RFC 3339 UTC with microseconds")
+    expires_at: str | None = Field(description="when the filter stops applying; null: never")
+
+
+class FilterPage(_Body):
+    items: list[FilterOut]
     continuation: str | None = Field(description="pass back to get the next page; null at the end")

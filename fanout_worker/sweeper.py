@@ -35,6 +35,7 @@ from timeline.tables.expiries import (
     ACTIVITY,
     DORMANCY,
     DUE,
+    FILTER,
     IDEMPOTENCY,
     MUTE,
     RATE_LIMIT,
@@ -176,6 +177,6 @@ def _removable(kind: str, row: TableEntity, now: float) -> bool:
         return not is_live(row, now)
     if kind == RATE_LIMIT:
         return float(row.get("expires_at") or 0) <= now
-    if kind == MUTE:  # a mute made again without an expiry stays
+    if kind in (MUTE, FILTER):  # a mute made again without an expiry stays
         return row.get("expires_at") is not None and float(row["expires_at"]) <= now
     return False

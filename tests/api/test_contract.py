@@ -370,7 +370,9 @@ async def test_openapi_describes_every_route(client: Client) -> None:
     validate(spec)
     described = {(m.upper(), p) for p, ops in spec["paths"].items() for m in ops}
     assert described == {(op.method, op.path) for op in OPERATIONS}
-    assert len(described) == 30  # markers (2), reposts (2), a post's replies, blocks and mutes (6)
+    assert (
+        len(described) == 33
+    )  # markers (2), reposts (2), replies, blocks and mutes (6), filters (3)
     assert {
         ("GET", "/users/{user_id}/markers/home"),
         ("PUT", "/users/{user_id}/markers/home"),

@@ -45,6 +45,7 @@ def test_every_operation_has_one_declared_tag_and_every_tag_is_used() -> None:
     ("/users/{user_id}/following/{target}", "follows"), ("/users/{user_id}/followers", "follows"),
     ("/users/{user_id}/timeline", "timeline"), ("/users/{user_id}/timeline/stream", "timeline"),
     ("/users/{user_id}/blocks/{target}", "relations"), ("/users/{user_id}/mutes", "relations"),
+    ("/users/{user_id}/filters/{filter_id}", "relations"),
     ("/users/{user_id}/markers/home", "markers"), ("/healthz", "operations"),
     ("/docs", "operations"),
 ])  # fmt: skip

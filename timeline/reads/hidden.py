@@ -1,4 +1,4 @@
-"""Home pages without what the reader's blocks and mutes hide, filtered at read time.
+"""Home pages without what the reader's blocks, mutes and filters hide, filtered at read time.
 
 A block's purge and a mute's whole life never rewrite the timeline in time for the next
 read (a purge is asynchronous; a mute never rewrites it), so every page filters: the

@@ -164,7 +164,7 @@ class TimelineWatch:
         return fresh
 
     async def _visible(self, updates: list[Update]) -> list[Update]:
-        """Without the posts the reader's blocks and mutes hide, read when there are posts
+        """Without the posts the reader's blocks, mutes and filters hide, read when there are posts
         (one query; an idle poll spends none)."""
         if not any(isinstance(update, Post) for update in updates):
             return updates
@@ -172,7 +172,8 @@ class TimelineWatch:
         return [
             update
             for update in updates
-            if not isinstance(update, Post) or not hidden.hides(update.author, update.reposted_by)
+            if not isinstance(update, Post)
+            or not hidden.hides(update.author, update.reposted_by, update.text)
         ]
 
     async def _poll(self) -> list[Update]:

@@ -1,30 +1,48 @@
-"""Blocks and mutes: what the API does with them (rows in ``timeline.tables.relations``; the
-read-time filter in ``timeline.reads.hidden``)."""
+"""Blocks, mutes and keyword filters: what the API does with them (rows in
+``timeline.tables.relations``; the read-time filter in ``timeline.reads.hidden``)."""
 
 from __future__ import annotations
 
+import re
 import time
 from datetime import UTC, datetime
 from typing import Any
 
-from timeline.errors import ConflictError, InvalidInputError, PermissionDeniedError
-from timeline.model.keys import format_time, validate_user_id
+from timeline.errors import (
+    ConflictError,
+    InvalidInputError,
+    NotFoundError,
+    PermissionDeniedError,
+)
+from timeline.model.keys import (
+    POST_ID_PATTERN,
+    clean_text,
+    format_time,
+    new_post_id,
+    now_ticks,
+    validate_user_id,
+)
 from timeline.service.accounts import require_self, require_user
 from timeline.service.follows import Follows
 from timeline.service.paging import PageOut, Pager
 from timeline.tables.ratelimits import RateLimiter
 from timeline.tables.relations import (
     BLOCK,
+    FILTERED,
     MAX_BLOCKS,
+    MAX_FILTERS,
     MAX_MUTES,
     MUTED,
+    Filter,
     Mute,
     RelationsRepository,
 )
 from timeline.tables.users import UsersRepository
 
-MAX_MUTE_S = 100 * 365 * 86_400
-"""The furthest a mute's expiry may lie ahead (a mute with no end takes ``null``)."""
+MAX_EXPIRY_S = 100 * 365 * 86_400
+"""The furthest a mute's or filter's expiry may lie ahead (one with no end takes ``null``)."""
+MAX_PHRASE_CHARS = 100
+_FILTER_ID = re.compile(POST_ID_PATTERN.replace("$", r"\Z"))
 
 
 class Relations:
@@ -68,20 +86,7 @@ class Relations:
     ) -> None:
         """Record or replace the mute; an expiry must be in the future."""
         await self._check(actor, muter, other, "mute")
-        until = None
-        if expires_at is not None:
-            if expires_at.tzinfo is None:
-                raise InvalidInputError(
-                    "expires_at must name its time zone (RFC 3339)", code="invalid_expiry"
-                )
-            try:
-                until = expires_at.timestamp()
-            except (OverflowError, ValueError):  # e.g. year 1 at +14:00: before year 1 in UTC
-                until = 0.0
-            if not time.time() < until <= time.time() + MAX_MUTE_S:
-                raise InvalidInputError(
-                    "expires_at must be in the future, within 100 years", code="invalid_expiry"
-                )
+        until = _until(expires_at)
         await require_user(self._users, other)
         if await self._relations.mute_of(muter, other) is None:
             await self._refuse_past_cap(muter, MUTED, MAX_MUTES, "mutes")
@@ -92,6 +97,43 @@ class Relations:
         if await self._relations.mute_of(muter, other) is None:
             await require_user(self._users, other)
         await self._relations.unmute(muter, other)
+
+    async def add_filter(
+        self, actor: str, owner: str, phrase: str, expires_at: datetime | None
+    ) -> dict[str, Any]:
+        """A new keyword filter: it hides matching entries from the owner's reads at once."""
+        require_self(actor, owner)
+        cleaned = clean_text(phrase, max_chars=MAX_PHRASE_CHARS, field="phrase")
+        until = _until(expires_at)
+        await self._writes.check(actor)
+        await self._refuse_past_cap(owner, FILTERED, MAX_FILTERS, "filters")
+        found = Filter(new_post_id(now_ticks()), cleaned, datetime.now(UTC), until)
+        await self._relations.add_filter(owner, found)
+        return _filter_json(found)
+
+    async def delete_filter(self, actor: str, owner: str, filter_id: str) -> None:
+        """Remove the filter: what it hid shows again at once (404 when there is none)."""
+        require_self(actor, owner)
+        if not _FILTER_ID.match(filter_id):
+            raise InvalidInputError(
+                "filter ids are 26 lowercase hex digits", code="invalid_filter_id"
+            )
+        await self._writes.check(actor)
+        if await self._relations.filter_of(owner, filter_id) is None:
+            raise NotFoundError(f"filter {filter_id!r} not found", code="filter_not_found")
+        await self._relations.delete_filter(owner, filter_id)
+
+    async def filters(
+        self, actor: str, user_id: str, limit: int | None, continuation: str | None
+    ) -> PageOut:
+        """The user's own filters, oldest first, expired ones included until swept."""
+        require_self(actor, user_id)
+        scope = f"filters:{user_id}"
+        pager = self._pager
+        page = await self._relations.filters_page(
+            user_id, pager.limit(limit), pager.continuation(scope, continuation)
+        )
+        return pager.page_out(scope, page, _filter_json)
 
     async def blocks(
         self, actor: str, user_id: str, limit: int | None, continuation: str | None
@@ -142,17 +184,46 @@ async def refuse_if_blocked(
         )
 
 
+def _until(expires_at: datetime | None) -> float | None:
+    """An expiry as epoch seconds: in the future, within 100 years (None: no end)."""
+    if expires_at is None:
+        return None
+    if expires_at.tzinfo is None:
+        raise InvalidInputError(
+            "expires_at must name its time zone (RFC 3339)", code="invalid_expiry"
+        )
+    try:
+        until = expires_at.timestamp()
+    except (OverflowError, ValueError):  # e.g. year 1 at +14:00: before year 1 in UTC
+        until = 0.0
+    if not time.time() < until <= time.time() + MAX_EXPIRY_S:
+        raise InvalidInputError(
+            "expires_at must be in the future, within 100 years", code="invalid_expiry"
+        )
+    return until
+
+
+def _expiry_json(expires_at: float | None) -> str | None:
+    return None if expires_at is None else format_time(datetime.fromtimestamp(expires_at, UTC))
+
+
+def _filter_json(found: Filter) -> dict[str, Any]:
+    return {
+        "filter_id": found.filter_id,
+        "phrase": found.phrase,
+        "since": format_time(found.since),
+        "expires_at": _expiry_json(found.expires_at),
+    }
+
+
 def _block_json(item: tuple[str, datetime]) -> dict[str, Any]:
     return {"user_id": item[0], "since": format_time(item[1])}
 
 
 def _mute_json(mute: Mute) -> dict[str, Any]:
-    expires = mute.expires_at
     return {
         "user_id": mute.user_id,
         "since": format_time(mute.since),
-        "expires_at": None
-        if expires is None
-        else format_time(datetime.fromtimestamp(expires, UTC)),
+        "expires_at": _expiry_json(mute.expires_at),
         "reposts": mute.reposts,
     }

@@ -68,9 +68,9 @@ class Timelines:
         since: str | None = None,
     ) -> PageOut:
         """The owner's timeline merged with the large authors it follows (``timeline.reads.home``),
-        without what its blocks and mutes hide (``timeline.reads.hidden``); the continuation
-        counts what was read, so no page reads past the cap. With
-        ``since``, only what is newer than that position, paged down to it."""
+        without what its blocks, mutes and filters hide (``timeline.reads.hidden``); the
+        continuation counts what was read, so no page reads past the cap. With ``since``, only
+        what is newer than that position, paged down to it."""
         require_self(actor, owner)
         scope = f"timeline:{owner}"
         position, served = _home_position(self._pager.continuation(scope, continuation))

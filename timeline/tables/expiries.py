@@ -1,6 +1,6 @@
 """The ``expiries`` table: a time index of the auxiliary rows that must end (idempotency keys,
-rate-limit windows, mutes with an expiry) and of readers' dormancy checks, so a sweep finds
-them without scanning the partitions they live in.
+rate-limit windows, mutes and filters with an expiry) and of readers' dormancy checks, so a
+sweep finds them without scanning the partitions they live in.
 
 An index row is written *before* the row it names (an upsert with a key derived from that
 row's keys, so writing it twice is one row): a process that dies between the two leaves an
@@ -49,8 +49,9 @@ SHARDS = 16
 """Index partitions per bucket and group."""
 DUE, ACTIVITY = "d", "a"
 IDEMPOTENCY, RATE_LIMIT = "idempotency", "rate"
-MUTE = "mute"
-"""A mute with an expiry (``timeline.tables.relations``), filed by when it is due."""
+MUTE, FILTER = "mute", "filter"
+"""A mute or keyword filter with an expiry (``timeline.tables.relations``), filed by when it
+is due."""
 DORMANCY = "dormancy"
 """A reader's dormancy check (``timeline.tables.activity``), filed by when it is due in group
 ``a``: swept without the grace the other groups wait, since it names no row in flight."""
@@ -58,6 +59,7 @@ KINDS = {
     IDEMPOTENCY: DUE,
     RATE_LIMIT: DUE,
     MUTE: DUE,
+    FILTER: DUE,
     DORMANCY: ACTIVITY,
 }
 """Each kind of auxiliary row and the group it is filed in."""

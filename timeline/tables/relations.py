@@ -1,4 +1,5 @@
-"""The ``relations`` table: blocks and mutes, each in the partition of the user it concerns.
+"""The ``relations`` table: blocks, mutes and keyword filters, each in the partition of the
+user it concerns.
 
 Row keys (user ids never contain ``.``, so ``{prefix}`` to ``{prefix[0]}.`` is one range):
 
@@ -6,11 +7,13 @@ Row keys (user ids never contain ``.``, so ``{prefix}`` to ``{prefix[0]}.`` is o
 - ``B-{blocker}`` in the blocked user's partition: "blocked by", written *before* the block row
   and deleted *after* it, so a read of the blocked side finds it whenever the block exists;
 - ``m-{other}`` in the muter's partition: a mute, with ``reposts`` (their reposts muted too)
-  and ``expires_at`` (epoch seconds; absent: no end), filed in ``expiries`` when it has one.
+  and ``expires_at`` (epoch seconds; absent: no end), filed in ``expiries`` when it has one;
+- ``f-{filter id}`` in the owner's partition: a keyword filter, with ``phrase``, ``since`` and
+  ``expires_at`` as a mute's (``timeline.model.phrases`` matches it).
 
 A home read loads the reader's whole partition in one query (``hidden``): every row it needs
-to filter the page sits there, and each user holds at most ``MAX_BLOCKS`` blocks and
-``MAX_MUTES`` mutes of its own.
+to filter the page sits there, and each user holds at most ``MAX_BLOCKS`` blocks,
+``MAX_MUTES`` mutes and ``MAX_FILTERS`` filters of its own.
 """
 
 from __future__ import annotations
@@ -24,20 +27,22 @@ from typing import Any
 from azure.data.tables import TableEntity, UpdateMode
 
 from timeline.model.entities import Page
+from timeline.model.phrases import NO_PHRASES, Phrases
 from timeline.storage import calls
 from timeline.storage.accounts import Storage
 from timeline.storage.calls import query_page
 from timeline.storage.names import RELATIONS
-from timeline.tables.expiries import MUTE, ExpiriesRepository
+from timeline.tables.expiries import FILTER, MUTE, ExpiriesRepository
 from timeline.tables.rows import PARTITION, get_entity
 
-BLOCK, BLOCKED_BY, MUTED = "b-", "B-", "m-"
+BLOCK, BLOCKED_BY, FILTERED, MUTED = "b-", "B-", "f-", "m-"
 MAX_BLOCKS = 1000
 MAX_MUTES = 1000
+MAX_FILTERS = 100
 MAX_HIDDEN_PAGES = 4
 """The most queries a read spends loading its reader's relations (1,000 rows each): the
-whole partition's first page, the reader's own blocks and mutes (up to two, read before more
-"blocked by" rows, which sort first), then "blocked by" rows."""
+whole partition's first page, the reader's own blocks, filters and mutes (up to two, read
+before more "blocked by" rows, which sort first), then "blocked by" rows."""
 _RANGE = "PartitionKey eq @pk and RowKey ge @low and RowKey lt @high"
 _FROM = _RANGE
 _AFTER = "PartitionKey eq @pk and RowKey gt @after and RowKey lt @high"
@@ -51,27 +56,44 @@ class Mute:
     reposts: bool
 
     def applies(self, now: float) -> bool:
-        """A mute with an expiry stops applying at it, swept or not."""
-        return self.expires_at is None or now < self.expires_at
+        return _applies(self.expires_at, now)
+
+
+@dataclass(frozen=True, slots=True)
+class Filter:
+    filter_id: str
+    phrase: str
+    since: datetime
+    expires_at: float | None
+
+    def applies(self, now: float) -> bool:
+        return _applies(self.expires_at, now)
 
 
 @dataclass(frozen=True, slots=True)
 class Hidden:
     """What a reader's relations hide: authors whose posts and reposts go (blocks either way,
-    mutes with reposts) and authors whose own posts only go (mutes without reposts)."""
+    mutes with reposts), authors whose own posts only go (mutes without reposts), and texts
+    holding one of its live filters' phrases."""
 
     authors: frozenset[str] = frozenset()
     reposters: frozenset[str] = frozenset()
+    phrases: Phrases = NO_PHRASES
 
     def __bool__(self) -> bool:
-        return bool(self.authors or self.reposters)
+        return bool(self.authors or self.reposters or self.phrases)
 
-    def hides(self, author: object, reposted_by: object = None) -> bool:
-        return author in self.authors or (reposted_by is not None and reposted_by in self.reposters)
+    def hides(self, author: object, reposted_by: object = None, text: object = None) -> bool:
+        return (
+            author in self.authors
+            or (reposted_by is not None and reposted_by in self.reposters)
+            or self.phrases.found_in(text)
+        )
 
     def hides_row(self, row: dict[str, Any]) -> bool:
-        """A timeline or post row: by its author, or by its ``reposted_by`` when present."""
-        return self.hides(row.get("author"), row.get("reposted_by"))
+        """A timeline or post row: by its author, its ``reposted_by`` when present, or its
+        text."""
+        return self.hides(row.get("author"), row.get("reposted_by"), row.get("text"))
 
 
 class RelationsRepository:
@@ -149,15 +171,44 @@ class RelationsRepository:
         page = await self._range(muter, MUTED, select, limit, continuation)
         return Page([_mute(row) for row in page.items], page.continuation)
 
+    async def add_filter(self, owner: str, found: Filter) -> None:
+        """Record a new filter; one with an expiry is filed to be swept after it."""
+        key = FILTERED + found.filter_id
+        if found.expires_at is not None:
+            await self._expiries.note(FILTER, RELATIONS, owner, key, at=found.expires_at)
+        row: dict[str, Any] = {
+            "PartitionKey": owner,
+            "RowKey": key,
+            "phrase": found.phrase,
+            "since": found.since,
+        }
+        if found.expires_at is not None:
+            row["expires_at"] = float(found.expires_at)
+        await self._upsert(row)
+
+    async def delete_filter(self, owner: str, filter_id: str) -> None:
+        await self._delete(owner, FILTERED + filter_id)
+
+    async def filter_of(self, owner: str, filter_id: str) -> Filter | None:
+        row = await get_entity(self._storage, RELATIONS, owner, FILTERED + filter_id)
+        return None if row is None else _filter(row)
+
+    async def filters_page(
+        self, owner: str, limit: int, continuation: dict[str, str] | None
+    ) -> Page[Filter]:
+        select = ["RowKey", "phrase", "since", "expires_at"]
+        page = await self._range(owner, FILTERED, select, limit, continuation)
+        return Page([_filter(row) for row in page.items], page.continuation)
+
     async def hidden(self, reader: str, now: float | None = None) -> tuple[Hidden, int]:
-        """What the reader's blocks (either way) and live mutes hide, and the queries it took:
-        one for most readers (the whole partition); past 1,000 rows, the reader's own blocks
-        and mutes first (``B-`` sorts before ``b-`` and ``m-``), then more "blocked by"."""
+        """What the reader's blocks (either way), live mutes and live filters hide, and the
+        queries it took: one for most readers (the whole partition); past 1,000 rows, the
+        reader's own blocks, filters and mutes first (``B-`` sorts before ``b-``, ``f-`` and
+        ``m-``), then more "blocked by"."""
         moment = time.time() if now is None else now
-        authors: set[str] = set()
-        reposters: set[str] = set()
+        found = _Found(set(), set(), set())
         first = await self._hidden_page(reader, PARTITION, {"pk": reader}, None)
-        _absorb(first.items, moment, authors, reposters)
+        _absorb(first.items, moment, found)
         queries = 1
         if first.continuation is not None:
             low = {"pk": reader, "low": BLOCK, "high": "~"}
@@ -165,7 +216,7 @@ class RelationsRepository:
             while queries < MAX_HIDDEN_PAGES:
                 page = await self._hidden_page(reader, _FROM, low, own)
                 queries += 1
-                _absorb(page.items, moment, authors, reposters)
+                _absorb(page.items, moment, found)
                 own = page.continuation
                 if own is None:
                     break
@@ -176,11 +227,14 @@ class RelationsRepository:
             while queries < MAX_HIDDEN_PAGES and after.startswith(BLOCKED_BY):
                 page = await self._hidden_page(reader, _AFTER, more, rest)
                 queries += 1
-                _absorb(page.items, moment, authors, reposters)
+                _absorb(page.items, moment, found)
                 rest = page.continuation
                 if rest is None:
                     break
-        return Hidden(frozenset(authors), frozenset(reposters)), queries
+        hidden = Hidden(
+            frozenset(found.authors), frozenset(found.reposters), Phrases(frozenset(found.phrases))
+        )
+        return hidden, queries
 
     async def _hidden_page(
         self,
@@ -194,7 +248,7 @@ class RelationsRepository:
                 self._storage.reader(RELATIONS, reader),
                 query_filter,
                 parameters,
-                select=["RowKey", "expires_at", "reposts"],
+                select=["RowKey", "expires_at", "reposts", "phrase"],
                 limit=1000,
                 continuation=continuation,
             )
@@ -227,25 +281,52 @@ class RelationsRepository:
             await calls.delete_entity(self._storage.table(RELATIONS, user), user, key)
 
 
-def _absorb(rows: list[TableEntity], moment: float, authors: set[str], reposters: set[str]) -> None:
-    """Add what each relation row hides (a mute only while it applies)."""
+@dataclass(frozen=True, slots=True)
+class _Found:
+    authors: set[str]
+    reposters: set[str]
+    phrases: set[str]
+
+
+def _absorb(rows: list[TableEntity], moment: float, found: _Found) -> None:
+    """Add what each relation row hides (a mute or filter only while it applies)."""
     for row in rows:
         key = str(row["RowKey"])
         prefix, other = key[:2], key[2:]
         if prefix in (BLOCK, BLOCKED_BY):
-            authors.add(other)
-            reposters.add(other)
+            found.authors.add(other)
+            found.reposters.add(other)
         elif prefix == MUTED and _mute(row).applies(moment):
-            authors.add(other)
+            found.authors.add(other)
             if row.get("reposts", True):
-                reposters.add(other)
+                found.reposters.add(other)
+        elif prefix == FILTERED and _applies(_expiry(row), moment):
+            found.phrases.add(str(row["phrase"]))
+
+
+def _applies(expires_at: float | None, now: float) -> bool:
+    """A mute or filter with an expiry stops applying at it, swept or not."""
+    return expires_at is None or now < expires_at
+
+
+def _expiry(row: TableEntity) -> float | None:
+    expires = row.get("expires_at")
+    return None if expires is None else float(expires)
+
+
+def _filter(row: TableEntity) -> Filter:
+    return Filter(
+        filter_id=str(row["RowKey"])[2:],
+        phrase=str(row["phrase"]),
+        since=row.get("since") or datetime.now(UTC),
+        expires_at=_expiry(row),
+    )
 
 
 def _mute(row: TableEntity) -> Mute:
-    expires = row.get("expires_at")
     return Mute(
         user_id=str(row["RowKey"])[2:],
         since=row.get("since") or datetime.now(UTC),
-        expires_at=None if expires is None else float(expires),
+        expires_at=_expiry(row),
         reposts=bool(row.get("reposts", True)),
     )

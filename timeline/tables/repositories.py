@@ -14,7 +14,7 @@ Entity Group Transaction in that home's partition, so counters are exact after a
 - hybrid fan-out's state lives beside them (``timeline.tables.audience``);
 - a user's token revocations live in the user's ``users`` partition
   (``timeline.tables.credentials``);
-- blocks and mutes live in ``relations`` (``timeline.tables.relations``).
+- blocks, mutes and keyword filters live in ``relations`` (``timeline.tables.relations``).
 
 A count is spread over several counter rows summed on read (``timeline.tables.counters``), so the
 writers of one hot partition do not queue on one row's ETag.

@@ -1,0 +1,51 @@
+"""Keyword filters' matching: whole words, case-folded, any run of white space."""
+
+from __future__ import annotations
+
+import pytest
+
+from timeline.model.phrases import Phrases
+
+
+@pytest.mark.parametrize(
+    ("phrase", "text", "found"),
+    [
+        ("cat", "Cat!", True),
+        ("cat", "my CAT sleeps", True),
+        ("cat", "concatenate", False),
+        ("cat", "cats", False),
+        ("cat", "cat_food", False),  # an underscore is a word character
+        ("straße", "STRASSE closed", True),  # Unicode case folding, not lower()
+        ("café", "Cafés", False),
+        ("café", "le CAFÉ.", True),
+        ("new york", "New   York today", True),
+        ("new york", "newyork", False),
+        ("#cat", "x#cat", True),  # a phrase edge that is no word character needs no boundary
+        ("#cat", "#catalog", False),
+        ("c++", "I like C++!", True),
+        ("ünïcode", "ÜNÏCODE", True),
+    ],
+)
+def test_a_phrase_is_found_as_whole_words_ignoring_case(
+    phrase: str, text: str, found: bool
+) -> None:
+    assert Phrases(frozenset({phrase})).found_in(text) is found
+
+
+def test_any_of_many_phrases_is_found_and_no_phrases_find_nothing() -> None:
+    many = Phrases(frozenset({f"word{n}" for n in range(100)} | {"spoiler"}))
+    assert many.found_in("a SPOILER ahead")
+    assert many.found_in("word99")
+    assert not many.found_in("word100")
+    assert not many.found_in(None)
+    none = Phrases(frozenset())
+    assert not none
+    assert not none.found_in("anything")
+    assert many
+
+
+def test_regex_characters_in_a_phrase_are_literal() -> None:
+    phrases = Phrases(frozenset({"a.b", "(x"}))
+    assert phrases.found_in("see a.b here")
+    assert not phrases.found_in("see axb here")
+    assert phrases.found_in("(x marks")

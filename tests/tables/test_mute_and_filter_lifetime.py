@@ -1,0 +1,49 @@
+"""A mute or keyword filter with an expiry ends twice: reads ignore it from its expiry on (no
+sweep needed), and the worker's sweep deletes its row afterwards; a mute made again without
+an expiry stays."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+
+from fanout_worker.sweeper import GRACE_S, Sweeper
+from tests.conftest import unique
+from timeline.model.keys import new_post_id, now_ticks
+from timeline.storage.accounts import Storage
+from timeline.tables.relations import Filter, RelationsRepository
+
+LATER = 60 + GRACE_S + 120
+"""A sweep this far in the future finds a mute expiring within a minute due."""
+
+
+async def test_an_expired_mute_is_swept_and_a_lasting_one_stays(own: Storage) -> None:
+    relations = RelationsRepository(own)
+    reader, brief, lasting = unique("reader"), unique("brief"), unique("lasting")
+    ends = time.time() + 60
+    await relations.mute(reader, brief, ends, True)
+    await relations.mute(reader, lasting, ends, True)
+    await relations.mute(reader, lasting, None, True)  # made again, with no end
+    sweeper = Sweeper(own)
+    await sweeper.sweep(now=time.time())  # not due yet: both stay
+    assert await relations.mute_of(reader, brief) is not None
+    await sweeper.sweep(now=time.time() + LATER)
+    assert await relations.mute_of(reader, brief) is None
+    kept = await relations.mute_of(reader, lasting)
+    assert kept is not None
+    assert kept.expires_at is None
+
+
+async def test_an_expired_filter_is_swept_and_a_lasting_one_stays(own: Storage) -> None:
+    relations = RelationsRepository(own)
+    reader, now = unique("reader"), datetime.now(UTC)
+    brief = Filter(new_post_id(now_ticks()), "brief", now, time.time() + 60)
+    lasting = Filter(new_post_id(now_ticks()), "lasting", now, None)
+    for found in (brief, lasting):
+        await relations.add_filter(reader, found)
+    sweeper = Sweeper(own)
+    await sweeper.sweep(now=time.time())
+    assert await relations.filter_of(reader, brief.filter_id) == brief
+    await sweeper.sweep(now=time.time() + LATER)
+    assert await relations.filter_of(reader, brief.filter_id) is None
+    assert await relations.filter_of(reader, lasting.filter_id) == lasting
