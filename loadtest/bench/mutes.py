@@ -1,7 +1,9 @@
-"""Blocks and mutes on the read path: what a home page spends loading its reader's relations
-(``block_check_requests_per_read``), and first-page latency of a reader with ``MUTES`` mutes
-(a tenth of its timeline by muted authors, so pages refill) beside one with none, the same
-timeline otherwise, read alternately in the same run (``mute_read_p50_ratio``)."""
+"""Blocks, mutes and keyword filters on the read path: what a home page spends loading its
+reader's relations (``block_check_requests_per_read``), and first-page latency of a reader
+with ``MUTES`` mutes (a tenth of its timeline by muted authors, so pages refill) and of one
+with ``FILTERS`` filters (a tenth of its timeline holding one of their phrases) beside one
+with neither, the same timeline otherwise, read in turn in the same run
+(``mute_read_p50_ratio``, ``filter_read_p50_ratio``)."""
 
 from __future__ import annotations
 
@@ -19,13 +21,14 @@ from timeline.model.tokens import TokenSigner
 from timeline.storage.names import RELATIONS, TIMELINES
 
 MUTES = 100
+FILTERS = 100
 PAGE = 250
 CHECKS = "timeline_relation_checks_total"
 
 
 async def mutes(sizes: Sizes) -> dict[str, Any]:
     signer = TokenSigner(SECRET.encode(), token_ttl_s=3600)
-    plain, muting = "plainreader", "mutingreader"
+    plain, muting, filtering = "plainreader", "mutingreader", "filteringreader"
     muted = [f"muted{i:03d}" for i in range(MUTES)]
     async with fresh_storage() as (azurites, storage):
         base = now_ticks() - 3 * PAGE * 10_000_000
@@ -34,10 +37,22 @@ async def mutes(sizes: Sizes) -> dict[str, Any]:
             for i in range(3 * PAGE)
         ]
         copies = [post.to_entity(reader) for reader in (plain, muting) for post in posts]
+        copies += [  # the same entries, every tenth holding a filtered word (others: none)
+            {
+                **post.to_entity(filtering),
+                "text": f"{TEXT} word{i % FILTERS:03d}" if i % 10 == 0 else TEXT,
+            }
+            for i, post in enumerate(posts)
+        ]
         await write_rows(storage, TIMELINES, copies, "mutes: seeding timelines")
         since = datetime.now(UTC)
         rows = [{"PartitionKey": muting, "RowKey": f"m-{m}", "since": since} for m in muted]
-        await write_rows(storage, RELATIONS, rows, "mutes: seeding mutes")
+        rows += [
+            {"PartitionKey": filtering, "RowKey": f"f-{new_post_id(base + n)}",
+             "phrase": f"WORD{n:03d}", "since": since}
+            for n in range(FILTERS)
+        ]  # fmt: skip
+        await write_rows(storage, RELATIONS, rows, "mutes: seeding mutes and filters")
         async with api_process(azurites) as server:
 
             async def first_page(user: str) -> float:
@@ -50,14 +65,19 @@ async def mutes(sizes: Sizes) -> dict[str, Any]:
                 return 1000 * (time.perf_counter() - started)
 
             await first_page(plain)
-            await first_page(muting)  # warm both
+            await first_page(muting)  # warm each
+            await first_page(filtering)
             plain_ms: list[float] = []
             muting_ms: list[float] = []
+            filtering_ms: list[float] = []
             before = await server.metrics()
             for _ in range(sizes.mute_reads):
                 plain_ms.append(await first_page(plain))
                 muting_ms.append(await first_page(muting))
             after = await server.metrics()
+            for _ in range(sizes.mute_reads):
+                filtering_ms.append(await first_page(filtering))
+                plain_ms.append(await first_page(plain))
     reads = 2 * sizes.mute_reads
     return {
         "block_check_requests_per_read": delta(before, after, CHECKS) / reads,
@@ -65,4 +85,6 @@ async def mutes(sizes: Sizes) -> dict[str, Any]:
         "mute_read_p50_ms": quantile(muting_ms, 0.5),
         "unmuted_read_p50_ms": quantile(plain_ms, 0.5),
         "mute_read_p50_ratio": quantile(muting_ms, 0.5) / quantile(plain_ms, 0.5),
+        "filter_read_p50_ms": quantile(filtering_ms, 0.5),
+        "filter_read_p50_ratio": quantile(filtering_ms, 0.5) / quantile(plain_ms, 0.5),
     }

@@ -24,6 +24,12 @@ from timeline.model.phrases import Phrases
         ("#cat", "#catalog", False),
         ("c++", "I like C++!", True),
         ("ünïcode", "ÜNÏCODE", True),
+        ("new york", "new jersey, york", False),  # its first word alone is not enough
+        ("cat's", "the CAT'S toy", True),
+        ("cat's", "the cat is", False),
+        ("!!!", "wow!!! yes", True),  # a phrase with no word is searched everywhere
+        ("!!!", "wow!! yes", False),
+        ("İstanbul", "i̇stanbul nights", True),
     ],
 )
 def test_a_phrase_is_found_as_whole_words_ignoring_case(
