@@ -9,6 +9,7 @@ from typing import Any
 from aiohttp import web
 
 from api.docs import add_docs
+from api.follows import FOLLOW_OPERATIONS
 from api.keys import OPENAPI_KEY, SERVICE_KEY, SETTINGS_KEY, STORAGE_KEY
 from api.middleware import MIDDLEWARES, echo_request_id
 from api.openapi import build_openapi
@@ -30,7 +31,7 @@ from timeline.tables.repositories import Repositories
 from timeline.tables.secret import load_key_ring, wait_for_key_ring
 
 API_VERSION = "1.0.0"
-OPERATIONS = [*ROUTE_OPERATIONS, *RELATION_OPERATIONS]
+OPERATIONS = [*ROUTE_OPERATIONS, *FOLLOW_OPERATIONS, *RELATION_OPERATIONS]
 """Every route: ``api.routes``' table and those of ``api.relations``."""
 
 

@@ -76,6 +76,8 @@ class Operation:
     """A live stream: ``since`` starts it, a ``Last-Event-ID`` header resumes it."""
     query: tuple[dict[str, Any], ...] = ()
     """Further query parameters, as OpenAPI parameter objects."""
+    other_success: tuple[tuple[int, str, type[BaseModel]], ...] = ()
+    """Other success answers: (status, when, body)."""
     head: bool = False
     """Also answers ``HEAD`` (the same status and headers, no body), as load balancers'
     health checks send; not in the OpenAPI document, which describes the ``GET``."""
@@ -96,6 +98,7 @@ def build_openapi(
     models: set[type[BaseModel]] = {ErrorBody}
     for operation in operations:
         models.update(m for m in (operation.request, operation.response) if m is not None)
+        models.update(body for _, _, body in operation.other_success)
     _, definitions = models_json_schema(
         [(model, "validation") for model in sorted(models, key=lambda m: m.__name__)],
         ref_template=_REF,
@@ -239,6 +242,9 @@ def _responses(operation: Operation) -> dict[str, Any]:
             for name, text in operation.headers.items()
         }
     responses: dict[str, Any] = {str(operation.status): success}
+    for status, when, body in operation.other_success:
+        answer = {"application/json": {"schema": _ref(body)}}
+        responses[str(status)] = {"description": when, "content": answer}
     for status in sorted({*operation.errors, *_implied_errors(operation)}):
         content: dict[str, Any] = {"application/json": {"schema": _ref(ErrorBody)}}
         if status == 400:

@@ -8,7 +8,7 @@ from typing import Any
 TAGS: tuple[tuple[str, str], ...] = (
     ("accounts", "Register, read a profile, sign out (revoke tokens)"),
     ("posts", "Publish, read and delete posts; replies and reposts"),
-    ("follows", "Follow and unfollow; who follows whom"),
+    ("follows", "Follow and unfollow, follow requests to locked users; who follows whom"),
     ("timeline", "The home timeline: pages, `since` and the live stream"),
     ("relations", "Blocks, mutes and keyword filters: what a user does not see"),
     ("markers", "Where the user stopped reading, shared by its devices"),
@@ -21,6 +21,7 @@ _SEGMENT_TAGS = (
     ("markers", "markers"),
     ("following", "follows"),
     ("followers", "follows"),
+    ("follow_requests", "follows"),
     ("blocks", "relations"),
     ("mutes", "relations"),
     ("filters", "relations"),
@@ -62,6 +63,7 @@ REQUEST_EXAMPLES: dict[str, dict[str, Any]] = {
     "RepostRequest": {"author": EXAMPLE_TARGET, "post_id": EXAMPLE_POST_ID},
     "MuteRequest": {"expires_at": "2030-01-01T00:00:00Z", "reposts": True},
     "FilterRequest": {"phrase": "spoiler", "expires_at": "2030-01-01T00:00:00Z"},
+    "ProfileEdit": {"display_name": "Alice A.", "locked": True},
 }
 
 

@@ -167,6 +167,15 @@ async def get_user(request: web.Request) -> web.Response:
     return json_response(user.to_json())
 
 
+async def edit_user(request: web.Request) -> web.Response:
+    actor = await _actor(request)
+    body = await _body(request, schemas.ProfileEdit)
+    user = await _service(request).accounts.edit(
+        actor, request.match_info["user_id"], display_name=body.display_name, locked=body.locked
+    )
+    return json_response(user.to_json())
+
+
 async def create_post(request: web.Request) -> web.Response:
     actor = await _actor(request)
     body = await _body(request, schemas.PostRequest)
@@ -199,37 +208,6 @@ async def delete_post(request: web.Request) -> web.Response:
         await _actor(request), request.match_info["user_id"], request.match_info["post_id"]
     )
     return web.Response(status=204)
-
-
-async def follow(request: web.Request) -> web.Response:
-    await _service(request).follows.follow(
-        await _actor(request),
-        request.match_info["user_id"],
-        request.match_info["target"],
-        reposts=reposts.reposts_choice(request),
-    )
-    return web.Response(status=204)
-
-
-async def unfollow(request: web.Request) -> web.Response:
-    await _service(request).follows.unfollow(
-        await _actor(request), request.match_info["user_id"], request.match_info["target"]
-    )
-    return web.Response(status=204)
-
-
-async def list_followers(request: web.Request) -> web.Response:
-    page = await _service(request).follows.followers(
-        request.match_info["user_id"], _limit(request), _continuation(request)
-    )
-    return _page(page)
-
-
-async def list_following(request: web.Request) -> web.Response:
-    page = await _service(request).follows.following(
-        request.match_info["user_id"], _limit(request), _continuation(request)
-    )
-    return _page(page)
 
 
 async def home_timeline(request: web.Request) -> web.Response:
@@ -303,6 +281,10 @@ OPERATIONS = [
               headers={"Location": "the new user's profile"}, idempotent=True),
     Operation("GET", "/users/{user_id}", get_user, "A user's profile with counts",
               response=schemas.Profile, errors=(404,)),
+    Operation("PATCH", "/users/{user_id}", edit_user,
+              "Change the display name or whether follows need approval (locked)",
+              request=schemas.ProfileEdit, response=schemas.Profile, auth=True,
+              errors=(404, 429)),
     Operation("POST", "/users/{user_id}/posts", create_post, "Publish a post", status=202,
               request=schemas.PostRequest, response=schemas.PostOut, auth=True,
               errors=(404, 409, 422, 429),
@@ -320,16 +302,6 @@ OPERATIONS = [
     Operation("DELETE", "/users/{user_id}/posts/{post_id}", delete_post,
               "Delete a post (removed from timelines asynchronously)", status=204, auth=True,
               errors=(404, 429)),
-    Operation("PUT", "/users/{user_id}/following/{target}", follow,
-              "Follow a user (idempotent; their recent posts are backfilled)", status=204,
-              auth=True, errors=(404, 429), query=(reposts.REPOSTS_PARAMETER,)),
-    Operation("DELETE", "/users/{user_id}/following/{target}", unfollow,
-              "Unfollow a user (idempotent; their posts are purged)", status=204, auth=True,
-              errors=(404, 429)),
-    Operation("GET", "/users/{user_id}/followers", list_followers, "Who follows the user",
-              response=schemas.EdgePage, paged=True, errors=(404,)),
-    Operation("GET", "/users/{user_id}/following", list_following, "Whom the user follows",
-              response=schemas.EdgePage, paged=True, errors=(404,)),
     Operation("GET", "/users/{user_id}/timeline", home_timeline,
               "The user's home timeline, newest first", response=schemas.PostPage, auth=True,
               paged=True, since=True),

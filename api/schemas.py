@@ -50,9 +50,27 @@ class Registered(_Body):
 class Profile(_Body):
     user_id: str
     display_name: str
+    locked: bool = Field(description="follows of this user are requests it approves")
     followers: int
     following: int
     posts: int
+
+
+class ProfileEdit(_Body):
+    display_name: str | None = Field(
+        default=None,
+        description="1-64 characters after trimming; absent: unchanged",
+        json_schema_extra={"pattern": text_pattern(MAX_DISPLAY_NAME_CHARS)},
+    )
+    locked: bool | None = Field(
+        default=None,
+        description="true: a follow becomes a request the user approves; absent: unchanged "
+        "(locking or unlocking changes no follow or request already made)",
+    )
+
+
+class FollowRequested(_Body):
+    state: str = Field(description='"requested": the user is locked and approves follows')
 
 
 class PostOut(_Body):

@@ -98,7 +98,7 @@ CATALOGUE = [
     Bad("GET", "/users/{me}/followers?continuation=", 400, "invalid_continuation"),
     Bad("GET", "/users/{me}/timeline?continuation=x%27%20or%20PartitionKey%20ne%20%27", 400,
         "invalid_continuation"),
-    Bad("PATCH", "/users/{me}", 405, "method_not_allowed", auth="none"),
+    Bad("PATCH", "/users/{me}/posts", 405, "method_not_allowed", auth="none"),
     Bad("GET", "/users/{me}/secrets", 404, "not_found", auth="none"),
 ]  # fmt: skip
 

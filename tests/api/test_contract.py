@@ -35,7 +35,8 @@ async def test_register_returns_token_and_profile(api: Api, client: Client) -> N
     assert data["user_id"] == user
     assert data["display_name"] == "Ada"
     assert await api.profile(user) == {
-        "user_id": user, "display_name": "Ada", "followers": 0, "following": 0, "posts": 0,
+        "user_id": user, "display_name": "Ada", "locked": False, "followers": 0, "following": 0,
+        "posts": 0,
     }  # fmt: skip
 
 
@@ -370,9 +371,9 @@ async def test_openapi_describes_every_route(client: Client) -> None:
     validate(spec)
     described = {(m.upper(), p) for p, ops in spec["paths"].items() for m in ops}
     assert described == {(op.method, op.path) for op in OPERATIONS}
-    assert (
-        len(described) == 33
-    )  # markers (2), reposts (2), replies, blocks and mutes (6), filters (3)
+    # markers (2), reposts (2), replies, blocks and mutes (6), filters (3), a profile's edit,
+    # follow requests (3)
+    assert len(described) == 37
     assert {
         ("GET", "/users/{user_id}/markers/home"),
         ("PUT", "/users/{user_id}/markers/home"),

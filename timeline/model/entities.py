@@ -111,6 +111,8 @@ class User:
     user_id: str
     display_name: str
     created_at: datetime
+    locked: bool = False
+    """Follows of a locked user are requests it approves."""
     followers: int = 0
     following: int = 0
     posts: int = 0
@@ -122,6 +124,7 @@ class User:
             "RowKey": PROFILE_ROW_KEY,
             "display_name": self.display_name,
             "created_at": self.created_at,
+            "locked": self.locked,
         }
 
     @classmethod
@@ -130,6 +133,7 @@ class User:
             user_id=entity["PartitionKey"],
             display_name=entity["display_name"],
             created_at=entity["created_at"],
+            locked=bool(entity.get("locked", False)),
         )
 
     def with_counts(self, *, followers: int, following: int, posts: int) -> User:
@@ -139,6 +143,7 @@ class User:
         return {
             "user_id": self.user_id,
             "display_name": self.display_name,
+            "locked": self.locked,
             "followers": self.followers,
             "following": self.following,
             "posts": self.posts,

@@ -27,7 +27,7 @@ _WORD = re.compile(r"\w+")
 class Phrases:
     """A set of phrases, indexed by their first word."""
 
-    __slots__ = ("_by_word", "_words", "_wordless")
+    __slots__ = ("_by_word", "_wordless", "_words")
 
     def __init__(self, phrases: frozenset[str]) -> None:
         by_word: defaultdict[str, list[re.Pattern[str]]] = defaultdict(list)

@@ -26,8 +26,11 @@ class Accounts:
         registrations: RateLimiter,
         keys: IdempotencyKeys,
         home: HomeTimeline | None = None,
+        *,
+        writes: RateLimiter,
     ) -> None:
         self._users = users
+        self._writes = writes
         self._home = home
         self._credentials = credentials
         self._registrations = registrations
@@ -76,6 +79,25 @@ class Accounts:
         """Sign out everywhere: revoke every token of ``user_id`` minted so far."""
         require_self(actor, user_id)
         await self._credentials.revoke_all(user_id)
+
+    async def edit(
+        self, actor: str, user_id: str, *, display_name: str | None, locked: bool | None
+    ) -> User:
+        """Change the display name and whether follows need approval (each only when given);
+        the profile as it then is. Locking or unlocking leaves follows and requests as they
+        are."""
+        require_self(actor, user_id)
+        changes: dict[str, object] = {}
+        if display_name is not None:
+            changes["display_name"] = clean_text(
+                display_name, max_chars=MAX_DISPLAY_NAME_CHARS, field="display_name"
+            )
+        if locked is not None:
+            changes["locked"] = locked
+        await self._writes.check(actor)
+        if changes and not await self._users.update(user_id, changes):
+            raise user_not_found(user_id)
+        return await self.profile(user_id)
 
     async def profile(self, user_id: str) -> User:
         user = await self._users.get(validate_user_id(user_id))

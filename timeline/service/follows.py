@@ -1,4 +1,5 @@
-"""Follows: follow, unfollow, and the public followers and following listings."""
+"""Follows: follow, unfollow, follow requests to locked users, and the public followers and
+following listings."""
 
 from __future__ import annotations
 
@@ -6,11 +7,11 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from timeline.errors import InvalidInputError, PermissionDeniedError
+from timeline.errors import InvalidInputError, NotFoundError, PermissionDeniedError
 from timeline.model.entities import Edge, Page
 from timeline.model.keys import validate_user_id
 from timeline.model.messages import Followed, Unfollowed
-from timeline.service.accounts import require_self, require_user
+from timeline.service.accounts import require_self, require_user, user_not_found
 from timeline.service.outbox import Outbox
 from timeline.service.paging import PageOut, Pager
 from timeline.tables.follows import FollowsRepository
@@ -44,24 +45,39 @@ class Follows:
 
     async def follow(
         self, actor: str, follower: str, subject: str, *, reposts: bool | None = None
-    ) -> None:
-        """Follow (idempotent); ``reposts``: show the subject's reposts (a new follow does
-        unless False; on an existing follow, None leaves the choice as it was)."""
+    ) -> bool:
+        """Follow (idempotent), or ask to when the subject is locked: False then, and the
+        follow starts once the subject approves. ``reposts``: show the subject's reposts (a
+        new follow does unless False; on an existing follow, None leaves the choice as it
+        was)."""
         require_self(actor, follower)
         _check_subject(follower, subject)
         await self._writes.check(actor)
-        await require_user(self._users, subject)
+        locked = await self._users.locked(subject)
+        if locked is None:
+            raise user_not_found(subject)
         await self._refuse_if_blocked(follower, subject)
         follows = self._follows
         if await follows.is_following(follower, subject):
             if reposts is not None:
                 await follows.set_reposts(follower, subject, reposts)
             await follows.repair_index(follower, subject)
-            return
+            return True
+        if locked:
+            await follows.request(follower, subject)
+            if await self._relations.blocked_either(follower, subject):  # a block raced it
+                await follows.drop_request(follower, subject)
+                await self._refuse_if_blocked(follower, subject)
+            return False
         async with self._outbox.written(Followed(follower=follower, subject=subject)):
             await follows.add(follower, subject, datetime.now(UTC), reposts=reposts is not False)
-        await follows.sync_index(follower, subject)
-        if await self._relations.blocked_either(follower, subject):  # a block raced this follow
+        await self._started(follower, subject)
+        return True
+
+    async def _started(self, follower: str, subject: str) -> None:
+        """After a follow's write: sync its index, and end it again if a block raced it."""
+        await self._follows.sync_index(follower, subject)
+        if await self._relations.blocked_either(follower, subject):
             await self.end(follower, subject)
             await self._refuse_if_blocked(follower, subject)
 
@@ -73,15 +89,62 @@ class Follows:
                 code="blocked",
             )
 
+    async def approve(self, actor: str, subject: str, follower: str) -> None:
+        """Start the follow a request asked for: the request is consumed and the follow
+        written in one transaction (``FollowsRepository.approve``), so a withdrawal or
+        refusal that came first wins (404, as for no request)."""
+        require_self(actor, subject)
+        _check_subject(subject, follower)
+        await self._writes.check(actor)
+        follows = self._follows
+        request = await follows.request_of(follower, subject)
+        if request is None:
+            raise _no_request(subject, follower)
+        await self._refuse_if_blocked(follower, subject)
+        async with self._outbox.written(Followed(follower=follower, subject=subject)):
+            approved = await follows.approve(follower, subject, request)
+        # not approved: withdrawn or refused first, unless a lost answer's resend met its own
+        # commit (the follow is there then)
+        if not approved and not await follows.is_following(follower, subject):
+            raise _no_request(subject, follower)
+        await self._started(follower, subject)
+
+    async def refuse(self, actor: str, subject: str, follower: str) -> None:
+        """Remove the request (idempotent); an approval after this finds none."""
+        require_self(actor, subject)
+        _check_subject(subject, follower)
+        await self._writes.check(actor)
+        await self._follows.drop_request(follower, subject)
+
+    async def requests(
+        self, actor: str, subject: str, limit: int | None, continuation: str | None
+    ) -> PageOut:
+        """The requests waiting for the subject's answer (private)."""
+        require_self(actor, subject)
+        scope = f"requests:{subject}"
+        pager = self._pager
+        page = await self._follows.requests_page(
+            subject, pager.limit(limit), pager.continuation(scope, continuation)
+        )
+        return pager.page_out(scope, page, Edge.to_json)
+
     async def unfollow(self, actor: str, follower: str, subject: str) -> None:
+        """Unfollow (idempotent); a request waiting for the subject's answer is withdrawn
+        first (an approval after that finds none)."""
         require_self(actor, follower)
         _check_subject(follower, subject)
         await self._writes.check(actor)
+        await self._follows.drop_request(follower, subject)
         if not await self._follows.is_following(follower, subject):
             await require_user(self._users, subject)  # an unknown subject is a 404, as for PUT
             await self._follows.repair_index(follower, subject)
             return
         await self.end(follower, subject)
+
+    async def drop_requests(self, one: str, other: str) -> None:
+        """Remove any request between the two, either way (a block)."""
+        await self._follows.drop_request(one, other)
+        await self._follows.drop_request(other, one)
 
     async def end(self, follower: str, subject: str) -> None:
         """End a follow through the unfollow path (the change, then its message), with no
@@ -120,6 +183,12 @@ class Follows:
         if not page.items and continuation is None:
             await require_user(self._users, user_id)
         return pager.page_out(scope, page, to_json)
+
+
+def _no_request(subject: str, follower: str) -> NotFoundError:
+    return NotFoundError(
+        f"{follower!r} has no request to follow {subject!r}", code="follow_request_not_found"
+    )
 
 
 def _check_subject(follower: str, subject: str) -> None:

@@ -53,7 +53,9 @@ class TimelineService:
         credentials = Credentials(
             signer, repositories.credentials, cache_s=credentials_cache_s, load_ring=load_ring
         )
-        self.accounts = Accounts(users, credentials, limits.registrations, keys, home)
+        self.accounts = Accounts(
+            users, credentials, limits.registrations, keys, home, writes=limits.writes
+        )
         self.posts = Posts(
             repositories.posts,
             outbox,

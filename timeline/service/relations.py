@@ -74,6 +74,7 @@ class Relations:
             await relations.block(blocker, other)
         await self._follows.end(blocker, other)  # after the rows: see docs/guarantees.md
         await self._follows.end(other, blocker)
+        await self._follows.drop_requests(blocker, other)
 
     async def unblock(self, actor: str, blocker: str, other: str) -> None:
         await self._check(actor, blocker, other, "block")

@@ -4,6 +4,12 @@
   the subject's follower count: this row is the truth about who follows whom.
 - ``subjectFollowing`` is an index derived from it (the follower's partition, with the
   follower's count), kept in step by ``FollowsRepository.sync_index``.
+
+A request to follow a locked user is a ``~request-{follower}`` row beside the follows it may
+become (a metadata key: listings and fan-out never read it). An approval deletes it, on the
+condition that it is unchanged since read, and creates the follow in the same transaction:
+a follow of a locked user exists only through a request that was still there, whatever
+withdrawal or refusal raced it and wherever a process died.
 """
 
 from __future__ import annotations
@@ -22,13 +28,21 @@ from timeline.errors import contention
 from timeline.model.entities import Edge, Page
 from timeline.retry import ETAG_ATTEMPTS
 from timeline.storage.accounts import Storage
-from timeline.storage.calls import TransactionOperation, failed_index, query_page, update_entity
+from timeline.storage.calls import (
+    TransactionOperation,
+    delete_entity,
+    failed_index,
+    query_page,
+    transact,
+    update_entity,
+)
 from timeline.storage.names import SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING
 from timeline.tables.counters import count_of, transact_counted
 from timeline.tables.rows import (
     LISTING,
     META,
     PARTITION,
+    create_entity,
     edge_page,
     get_entity,
     if_unchanged,
@@ -43,8 +57,15 @@ INACTIVE_FROM = "inactive_from"
 """On a follow row: the follower is dormant (``timeline.tables.activity``); posts skip it."""
 REPOSTS = "reposts"
 """On a follow row: ``False`` when the follower hides the subject's reposts."""
+REQUEST_PREFIX = f"{META}request-"
+"""A follow request's row key, ``~request-{follower}``, in the subject's partition."""
+_REQUESTS = "PartitionKey eq @pk and RowKey ge @low and RowKey lt @high"
 _KEYS_PER_FILTER = 14
 """Azure Table Storage allows at most 15 comparisons in one filter (one is the partition)."""
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
 
 
 class FollowsRepository:
@@ -70,6 +91,62 @@ class FollowsRepository:
                 return False
             raise
         return True
+
+    async def request(self, follower: str, subject: str) -> None:
+        """Ask to follow (a repeated request keeps the first row, etag and all, so an
+        approval that read it still finds it unchanged)."""
+        row = {"PartitionKey": subject, "RowKey": REQUEST_PREFIX + follower, "since": _now()}
+        await create_entity(self._storage, SUBJECT_FOLLOWERS, row)
+
+    async def request_of(self, follower: str, subject: str) -> TableEntity | None:
+        return await get_entity(
+            self._storage, SUBJECT_FOLLOWERS, subject, REQUEST_PREFIX + follower
+        )
+
+    async def drop_request(self, follower: str, subject: str) -> None:
+        """Withdraw or refuse the request, if there is one."""
+        async with self._storage.guard(kind="write-1"):
+            client = self._storage.table(SUBJECT_FOLLOWERS, subject)
+            await delete_entity(client, subject, REQUEST_PREFIX + follower)
+
+    async def approve(self, follower: str, subject: str, request: TableEntity) -> bool:
+        """Consume the request (unchanged since read) and record the follow, counted, in one
+        transaction; False when the request went meanwhile. A follow that exists already
+        (made while the subject was unlocked) consumes the request alone."""
+        keys = {"PartitionKey": subject, "RowKey": REQUEST_PREFIX + follower}
+        edge = {"PartitionKey": subject, "RowKey": follower, "since": _now()}
+        rows: list[TransactionOperation] = [
+            ("delete", keys, if_unchanged(request)),
+            ("create", edge),
+        ]
+        try:
+            await transact_counted(self._storage, SUBJECT_FOLLOWERS, subject, rows, +1)
+        except TableTransactionError as error:
+            if failed_index(error, 404, 412) == 0:
+                return False
+            if failed_index(error, 409) != 1:
+                raise
+            await transact(self._storage, SUBJECT_FOLLOWERS, subject, rows[:1])
+        return True
+
+    async def requests_page(
+        self, subject: str, limit: int, continuation: dict[str, str] | None
+    ) -> Page[Edge]:
+        """Requests waiting for the subject's answer, by follower id."""
+        high = REQUEST_PREFIX[:-1] + chr(ord(REQUEST_PREFIX[-1]) + 1)
+        async with self._storage.guard():
+            page = await query_page(
+                self._storage.reader(SUBJECT_FOLLOWERS, subject),
+                _REQUESTS,
+                {"pk": subject, "low": REQUEST_PREFIX, "high": high},
+                select=["RowKey", "since"],
+                limit=limit,
+                continuation=continuation,
+            )
+        edges = [
+            Edge(str(row["RowKey"])[len(REQUEST_PREFIX) :], row["since"]) for row in page.items
+        ]
+        return Page(edges, page.continuation)
 
     async def remove(self, follower: str, subject: str) -> bool:
         """Remove the follow and uncount it, atomically; False if there was none."""

@@ -4,11 +4,16 @@ identity row per case-folded id, naming the one spelling that owns it."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
+
+from azure.core.exceptions import ResourceNotFoundError
+from azure.data.tables import UpdateMode
 
 from timeline.errors import ConflictError
 from timeline.model.entities import PROFILE_ROW_KEY, User
 from timeline.model.idempotency import IdempotencyRecord
 from timeline.model.keys import fold_user_id
+from timeline.storage import calls
 from timeline.storage.accounts import Storage
 from timeline.storage.names import POSTS, SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING, USERS
 from timeline.tables.counters import count_of
@@ -57,6 +62,25 @@ class UsersRepository:
     async def exists(self, user_id: str) -> bool:
         entity = await get_entity(self._storage, USERS, user_id, PROFILE_ROW_KEY, select=["RowKey"])
         return entity is not None
+
+    async def locked(self, user_id: str) -> bool | None:
+        """Whether the user is locked; None when there is no such user (one point read)."""
+        entity = await get_entity(
+            self._storage, USERS, user_id, PROFILE_ROW_KEY, select=["RowKey", "locked"]
+        )
+        return None if entity is None else bool(entity.get("locked", False))
+
+    async def update(self, user_id: str, changes: dict[str, Any]) -> bool:
+        """Merge ``changes`` into the profile row; False when there is none."""
+        row = {"PartitionKey": user_id, "RowKey": PROFILE_ROW_KEY, **changes}
+        async with self._storage.guard(kind="write-1"):
+            try:
+                await calls.update_entity(
+                    self._storage.table(USERS, user_id), row, UpdateMode.MERGE
+                )
+            except ResourceNotFoundError:
+                return False
+        return True
 
     async def claim_identity(self, user_id: str) -> None:
         """Make ``user_id`` the spelling that owns its case fold, before its profile exists;
