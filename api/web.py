@@ -24,6 +24,7 @@ SCRIPTS = (
     "compose.js",
     "following.js",
     "account.js",
+    "settings.js",
     "social.js",
     "profile.js",
 )

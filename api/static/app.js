@@ -15,6 +15,7 @@ import {
 import { MAX_POST_CHARS, updateCount, wireCompose } from "./compose.js";
 import { follow, loadFollowing, unfollow, wireFollowing } from "./following.js";
 import { mergeFirstPage, wirePaging } from "./paging.js";
+import { wireSettings } from "./settings.js";
 import { SseParser, live } from "./stream.js";
 import {
   decorators,
@@ -67,6 +68,7 @@ function start() {
   wireCompose();
   wireFollowing();
   wirePaging();
+  wireSettings();
   followOtherTabs();
   updateCount();
   if (session) showSignedIn();

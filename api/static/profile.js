@@ -25,13 +25,15 @@
     }
   }
 
-  // The home view (compose and timeline) or a profile, as the address says.
+  // The home view (compose and timeline) or a profile, as the address says (settings.js
+  // shows #/settings).
   function route() {
     const userId = routeUser();
     const signedIn = Boolean(me());
+    const home = userId === null && window.location.hash !== "#/settings";
     $("profile-view").hidden = userId === null;
-    $("compose").hidden = userId !== null || !signedIn;
-    $("timeline").hidden = userId !== null || !signedIn;
+    $("compose").hidden = !home || !signedIn;
+    $("timeline").hidden = !home || !signedIn;
     $("welcome").hidden = userId !== null || signedIn;
     if (userId !== null) openProfile(userId);
     else view.userId = null;

@@ -22,6 +22,7 @@ SCRIPTS = [
     "compose",
     "following",
     "account",
+    "settings",
     "social",
     "profile",
 ]
