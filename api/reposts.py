@@ -57,13 +57,14 @@ async def delete_repost(request: web.Request) -> web.Response:
 
 
 async def list_replies(request: web.Request) -> web.Response:
-    from api.routes import _continuation, _limit
+    from api.routes import _continuation, _limit, _reader
 
     page: PageOut = await request.app[SERVICE_KEY].reposts.replies(
         request.match_info["user_id"],
         request.match_info["post_id"],
         _limit(request),
         _continuation(request),
+        reader=await _reader(request),
     )
     return json_response(
         {"items": page.items, "continuation": page.continuation, "newest": page.newest}

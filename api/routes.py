@@ -44,6 +44,14 @@ async def _actor(request: web.Request) -> str:
     return await _service(request).accounts.authenticate(_bearer(request))
 
 
+async def _reader(request: web.Request) -> str | None:
+    """Who reads a public route: the bearer token's user when one is sent (checked as on any
+    route), else None (anonymous: no followers-only posts)."""
+    if "Authorization" not in request.headers:
+        return None
+    return await _actor(request)
+
+
 def _client(request: web.Request) -> str:
     """The client's address, through the trusted proxies (``api.clients``)."""
     settings = request.app[SETTINGS_KEY]
@@ -182,7 +190,12 @@ async def create_post(request: web.Request) -> web.Response:
     author = request.match_info["user_id"]
     reply_to = None if body.reply_to is None else (body.reply_to.author, body.reply_to.post_id)
     post = await _service(request).posts.create(
-        actor, author, body.text, idempotency_key=_idempotency_key(request), reply_to=reply_to
+        actor,
+        author,
+        body.text,
+        idempotency_key=_idempotency_key(request),
+        reply_to=reply_to,
+        followers_only=body.visibility == "followers",
     )
     return json_response(
         post.to_json(), status=202, headers={"Location": f"/users/{author}/posts/{post.post_id}"}
@@ -191,14 +204,18 @@ async def create_post(request: web.Request) -> web.Response:
 
 async def list_posts(request: web.Request) -> web.Response:
     page = await _service(request).timelines.author_posts(
-        request.match_info["user_id"], _limit(request), _continuation(request), _since(request)
+        request.match_info["user_id"],
+        _limit(request),
+        _continuation(request),
+        _since(request),
+        reader=await _reader(request),
     )
     return _post_page(page)
 
 
 async def get_post(request: web.Request) -> web.Response:
     post = await _service(request).posts.get(
-        request.match_info["user_id"], request.match_info["post_id"]
+        request.match_info["user_id"], request.match_info["post_id"], await _reader(request)
     )
     return json_response(post.to_json())
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from timeline.model.keys import POST_ID_PATTERN, USER_ID_PATTERN, text_pattern
@@ -34,6 +36,11 @@ class PostRequest(_Body):
         default=None,
         description="the post this one replies to (it must exist: 404 reply_target_not_found); "
         "a reply reaches only the followers who also follow the author replied to",
+    )
+    visibility: Literal["public", "followers"] = Field(
+        default="public",
+        description="followers: only the author's followers get it and see it (it cannot be "
+        "reposted)",
     )
 
 
@@ -85,6 +92,9 @@ class PostOut(_Body):
     )
     reply_to: PostRef | None = Field(
         default=None, description="the post this one replies to; absent on other posts"
+    )
+    visibility: Literal["public", "followers"] = Field(
+        description="followers: only the author and its followers see it"
     )
 
 

@@ -18,11 +18,17 @@ from timeline.model.keys import (
 T = TypeVar("T")
 
 PROFILE_ROW_KEY = "profile"
-POST_SELECT = ["RowKey", "author", "text", "reposted_by", "original", "reply_author", "reply_post"]
+POST_SELECT = [
+    "RowKey", "author", "text", "reposted_by", "original", "reply_author", "reply_post",
+    "visibility",
+]  # fmt: skip
 """The only properties a post or timeline page needs: the rest derives from the row key.
 ``reposted_by`` and ``original`` are set on a repost's copies (``timeline.delivery.repost``),
-``reply_author`` and ``reply_post`` on a reply; a plain post has none of them."""
-OPTIONAL = ("reposted_by", "original", "reply_author", "reply_post")
+``reply_author`` and ``reply_post`` on a reply, ``visibility`` on a followers-only post and
+its copies; a plain public post has none of them."""
+OPTIONAL = ("reposted_by", "original", "reply_author", "reply_post", "visibility")
+PUBLIC, FOLLOWERS = "public", "followers"
+"""A post's visibility: anyone, or only its author's followers (and the author)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +43,12 @@ class Post:
     reply_author: str | None = None
     reply_post: str | None = None
     """A reply: the post it answers."""
+    visibility: str | None = None
+    """``FOLLOWERS`` for a followers-only post; None (stored as nothing) for a public one."""
+
+    @property
+    def followers_only(self) -> bool:
+        return self.visibility == FOLLOWERS
 
     @property
     def row_key(self) -> str:
@@ -98,7 +110,13 @@ def row_json(row: PostRow) -> dict[str, Any]:
         item["reposted_by"] = row["reposted_by"]
     if row.get("reply_post"):
         item["reply_to"] = {"author": row["reply_author"], "post_id": row["reply_post"]}
+    item["visibility"] = row.get("visibility") or PUBLIC
     return item
+
+
+def followers_only(row: PostRow) -> bool:
+    """Whether a post or timeline row shows a followers-only post."""
+    return row.get("visibility") == FOLLOWERS
 
 
 def shown_post_id(row: PostRow) -> str:

@@ -57,6 +57,7 @@ from timeline.model.keys import (
 )
 from timeline.reads.home import HomeTimeline, Position
 from timeline.reads.landed import OVERLAP_S, Landed, Reading, landed_at
+from timeline.reads.private import unseen_authors
 from timeline.storage.names import POSTS, TIMELINES
 from timeline.tables.activity import MARKER_ROW
 from timeline.tables.audience import FIRST_POST_KEY, AudienceRepository, merge_row_author
@@ -164,16 +165,24 @@ class TimelineWatch:
         return fresh
 
     async def _visible(self, updates: list[Update]) -> list[Update]:
-        """Without the posts the reader's blocks, mutes and filters hide, read when there are posts
+        """Without the posts the reader's blocks, mutes and filters hide, nor followers-only
+        posts of authors it no longer follows, read when there are posts
         (one query; an idle poll spends none)."""
         if not any(isinstance(update, Post) for update in updates):
             return updates
-        hidden, _ = await self._relations.hidden(self._owner)
+        posts = [update for update in updates if isinstance(update, Post)]
+        (hidden, _), unseen = await asyncio.gather(
+            self._relations.hidden(self._owner),
+            unseen_authors(self._follows, self._owner, [post.to_entity("") for post in posts]),
+        )
         return [
             update
             for update in updates
             if not isinstance(update, Post)
-            or not hidden.hides(update.author, update.reposted_by, update.text)
+            or not (
+                hidden.hides(update.author, update.reposted_by, update.text)
+                or (update.followers_only and update.author in unseen)
+            )
         ]
 
     async def _poll(self) -> list[Update]:

@@ -65,6 +65,7 @@ class TimelineService:
             keys=keys,
             replies=repositories.reposts,
             relations=repositories.relations,
+            follows=repositories.follows,
         )
         self.reposts = Reposts(
             repositories.posts,
@@ -73,6 +74,7 @@ class TimelineService:
             pager,
             writes=limits.writes,
             relations=repositories.relations,
+            follows=repositories.follows,
         )
         self.follows = Follows(
             users,
@@ -93,5 +95,6 @@ class TimelineService:
             pager,
             timeline_cap=timeline_cap,
             relations=repositories.relations,
+            follows=repositories.follows,
         )
         self.markers = Markers(MarkersRepository(home.storage), signer)

@@ -8,7 +8,7 @@ import secrets
 from azure.core.exceptions import HttpResponseError
 
 from timeline.errors import NotFoundError, StorageUnavailableError
-from timeline.model.entities import Post
+from timeline.model.entities import FOLLOWERS, Post
 from timeline.model.idempotency import IdempotencyKeys
 from timeline.model.keys import (
     POST_FORMAT_CHARACTERS,
@@ -20,9 +20,11 @@ from timeline.model.keys import (
     validate_user_id,
 )
 from timeline.model.messages import PostCreated, PostDeleted
+from timeline.reads.private import may_see
 from timeline.service.accounts import require_self
 from timeline.service.outbox import Outbox
 from timeline.service.relations import refuse_if_blocked
+from timeline.tables.follows import FollowsRepository
 from timeline.tables.posts import PostsRepository
 from timeline.tables.ratelimits import RateLimiter
 from timeline.tables.relations import RelationsRepository
@@ -49,8 +51,10 @@ class Posts:
         keys: IdempotencyKeys,
         replies: RepostsRepository,
         relations: RelationsRepository,
+        follows: FollowsRepository,
     ) -> None:
         self._posts = posts
+        self._follows = follows
         self._relations = relations
         self._replies = replies
         self._keys = keys
@@ -67,21 +71,24 @@ class Posts:
         *,
         idempotency_key: str | None = None,
         reply_to: tuple[str, str] | None = None,
+        followers_only: bool = False,
     ) -> Post:
         """Publish a post; ``reply_to`` (author, post id): a reply, filed under that post,
-        which must exist (404 ``reply_target_not_found``)."""
+        which must exist and be visible to the author (404 ``reply_target_not_found``);
+        ``followers_only``: only the author's followers get it and see it."""
         require_self(actor, author)
         validate_idempotency_key(idempotency_key)
         cleaned = clean_text(
             text, max_chars=self._max_post_chars, allowed_format=POST_FORMAT_CHARACTERS
         )
-        target = None if reply_to is None else await self._reply_target(*reply_to)
+        target = None if reply_to is None else await self._reply_target(author, *reply_to)
         if target is not None:
             await refuse_if_blocked(self._relations, author, target.author, "reply to")
         await self._posting.check(author)
         record = None
         if idempotency_key is not None:
-            record = self._keys.record(idempotency_key, [author, cleaned, *(reply_to or ())])
+            request = [author, cleaned, *(reply_to or ()), *([FOLLOWERS] if followers_only else [])]
+            record = self._keys.record(idempotency_key, request)
             earlier = await self._posts.by_key(author, record)
             if earlier is not None:
                 return earlier
@@ -92,6 +99,7 @@ class Posts:
             text=cleaned,
             reply_author=None if target is None else target.author,
             reply_post=None if target is None else target.post_id,
+            visibility=FOLLOWERS if followers_only else None,
         )
         async with self._outbox.written(PostCreated(author=author, post_id=post.post_id)):
             if target is not None:
@@ -101,11 +109,11 @@ class Posts:
             await self._sweep_keys(author)
         return stored
 
-    async def _reply_target(self, author: str, post_id: str) -> Post:
+    async def _reply_target(self, replier: str, author: str, post_id: str) -> Post:
         validate_user_id(author)
         validate_post_id(post_id)
         target = await self._posts.get(author, post_id)
-        if target is None:
+        if target is None or not await may_see(self._follows, replier, author, target.visibility):
             raise NotFoundError(
                 f"the post replied to ({author!r}, {post_id!r}) does not exist",
                 code="reply_target_not_found",
@@ -120,10 +128,12 @@ class Posts:
         except (StorageUnavailableError, HttpResponseError) as error:
             log.warning("sweeping expired idempotency keys failed: %s", error)
 
-    async def get(self, author: str, post_id: str) -> Post:
+    async def get(self, author: str, post_id: str, reader: str | None = None) -> Post:
+        """One post; a 404 when there is none or ``reader`` (None: anonymous) may not see it
+        (``timeline.reads.private``)."""
         validate_user_id(author)
         post = await self._posts.get(author, validate_post_id(post_id))
-        if post is None:
+        if post is None or not await may_see(self._follows, reader, author, post.visibility):
             raise NotFoundError(f"post {post_id!r} not found", code="post_not_found")
         return post
 
@@ -131,7 +141,7 @@ class Posts:
         """Queue the delete, then delete the source row; the worker deletes it too if this
         request dies first, so a queued delete always happens."""
         require_self(actor, author)
-        post = await self.get(author, post_id)
+        post = await self.get(author, post_id, actor)
         await self._writes.check(actor)
         await self._outbox.queue.send(
             PostDeleted(

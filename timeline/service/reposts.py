@@ -8,14 +8,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from timeline.errors import NotFoundError
+from timeline.errors import NotFoundError, PermissionDeniedError
 from timeline.model.entities import Page, Post
 from timeline.model.keys import new_post_id, now_ticks, validate_post_id, validate_user_id
 from timeline.model.messages import Reposted, Unreposted
+from timeline.reads.private import may_see, unseen_authors
 from timeline.service.accounts import require_self
 from timeline.service.outbox import Outbox
 from timeline.service.paging import PageOut, Pager
 from timeline.service.relations import refuse_if_blocked
+from timeline.tables.follows import FollowsRepository
 from timeline.tables.posts import PostsRepository
 from timeline.tables.ratelimits import RateLimiter
 from timeline.tables.relations import RelationsRepository
@@ -34,8 +36,10 @@ class Reposts:
         *,
         writes: RateLimiter,
         relations: RelationsRepository,
+        follows: FollowsRepository,
     ) -> None:
         self._posts = posts
+        self._follows = follows
         self._relations = relations
         self._reposts = reposts
         self._outbox = outbox
@@ -45,7 +49,11 @@ class Reposts:
     async def repost(self, actor: str, reposter: str, author: str, post_id: str) -> dict[str, Any]:
         """Repost ``author``'s post (idempotent: a second repost of it is the first)."""
         require_self(actor, reposter)
-        original = await self.target(author, post_id, code="post_not_found")
+        original = await self.target(author, post_id, code="post_not_found", reader=reposter)
+        if original.followers_only:
+            raise PermissionDeniedError(
+                "a followers-only post cannot be reposted", code="not_repostable"
+            )
         existing = await self._reposts.live_id(reposter, post_id)
         if existing is None:
             await refuse_if_blocked(self._relations, reposter, author, "repost")
@@ -74,25 +82,35 @@ class Reposts:
         await self._outbox.queue.send(message)
         await self._reposts.remove(reposter, post_id, repost_id)
 
-    async def target(self, author: str, post_id: str, *, code: str) -> Post:
-        """The post a repost or reply names; a 404 with ``code`` when it does not exist."""
+    async def target(self, author: str, post_id: str, *, code: str, reader: str | None) -> Post:
+        """The post a repost or reply names; a 404 with ``code`` when it does not exist or
+        ``reader`` may not see it (a followers-only post of an author it does not follow)."""
         validate_user_id(author)
         validate_post_id(post_id)
         post = await self._posts.get(author, post_id)
-        if post is None:
+        if post is None or not await may_see(self._follows, reader, author, post.visibility):
             raise NotFoundError(f"post {post_id!r} of {author!r} not found", code=code)
         return post
 
     async def replies(
-        self, author: str, post_id: str, limit: int | None, continuation: str | None
+        self,
+        author: str,
+        post_id: str,
+        limit: int | None,
+        continuation: str | None,
+        *,
+        reader: str | None = None,
     ) -> PageOut:
         """A post's replies, newest first, one index query a page (then a point read per
-        reply: the index may name a reply deleted since, or never stored)."""
+        reply: the index may name a reply deleted since, or never stored), without the
+        followers-only ones ``reader`` may not see (such a page may be short)."""
         scope = f"replies:{validate_user_id(author)}:{validate_post_id(post_id)}"
         token = self._pager.continuation(scope, continuation)
-        if token is None:
-            await self.target(author, post_id, code="post_not_found")
+        await self.target(author, post_id, code="post_not_found", reader=reader)
         page = await self._reposts.replies_page(author, post_id, self._pager.limit(limit), token)
         found = await live_replies(self._posts, page.items)
         found = [post for post in found if post.reply_post == post_id]
+        rows = [{"author": post.author, "visibility": post.visibility} for post in found]
+        unseen = await unseen_authors(self._follows, reader, rows)
+        found = [post for post in found if not (post.followers_only and post.author in unseen)]
         return self._pager.posts_out(scope, Page(found, page.continuation))

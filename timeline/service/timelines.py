@@ -7,15 +7,17 @@ import re
 from dataclasses import replace
 
 from timeline.errors import InvalidInputError
-from timeline.model.entities import Page
+from timeline.model.entities import FOLLOWERS, Page
 from timeline.model.keys import USER_ID_PATTERN, validate_user_id
 from timeline.model.tokens import POSITION_KEY, TokenSigner
 from timeline.reads.hidden import Thinning, visible_rows
 from timeline.reads.home import HomeTimeline, Position
 from timeline.reads.live import TimelineWatch
+from timeline.reads.private import may_see
 from timeline.service.accounts import require_self, require_user
 from timeline.service.paging import PageOut, Pager
 from timeline.tables.audience import FIRST_POST_KEY
+from timeline.tables.follows import FollowsRepository
 from timeline.tables.posts import PostsRepository
 from timeline.tables.relations import RelationsRepository
 from timeline.tables.rows import META
@@ -49,8 +51,10 @@ class Timelines:
         *,
         timeline_cap: int = 0,
         relations: RelationsRepository | None = None,
+        follows: FollowsRepository | None = None,
     ) -> None:
         self._relations = relations or RelationsRepository(home.storage)
+        self._follows = follows or FollowsRepository(home.storage)
         self._thinning = Thinning()
         self._users = users
         self._posts = posts
@@ -81,7 +85,7 @@ class Timelines:
             if wanted <= 0:
                 return PageOut(items=[], continuation=None)
         page = await visible_rows(
-            self._home, self._relations, owner, wanted, position, self._thinning
+            self._home, self._relations, owner, wanted, position, self._thinning, self._follows
         )
         rows, following = page.rows, page.following
         served += page.read  # hidden entries count too: pages never read past the cap
@@ -131,13 +135,20 @@ class Timelines:
         limit: int | None,
         continuation: str | None,
         since: str | None = None,
+        *,
+        reader: str | None = None,
     ) -> PageOut:
-        """A user's own posts, newest first; with ``since``, only those newer than it."""
+        """A user's own posts, newest first; with ``since``, only those newer than it. A
+        ``reader`` (None: anonymous) who neither is nor follows the author does not get its
+        followers-only posts: such a page may be short."""
         scope = f"posts:{validate_user_id(author)}"
         token = self._pager.continuation(scope, continuation)
         until = token.pop(UNTIL, None) if token else None
         until = self._since(scope, since, until) or META
         page = await self._posts.page(author, self._pager.limit(limit), token or None, until)
+        private = [post for post in page.items if post.followers_only]
+        if private and not await may_see(self._follows, reader, author, FOLLOWERS):
+            page = Page([post for post in page.items if not post.followers_only], page.continuation)
         if not page.items and not (continuation or since):
             await require_user(self._users, author)
         if page.continuation is not None and until != META:

@@ -1,5 +1,6 @@
-"""Keyword filters: a reader's phrases hide matching entries from its home timeline and
-stream at once, until deleted or expired; pages stay full; bad requests are clear 4xx."""
+"""Read-time hiding: a reader's keyword filters hide matching entries from its home timeline
+and stream at once, until deleted or expired (pages stay full; bad requests are clear 4xx),
+and a stream leaves out followers-only posts of authors the reader does not follow."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from tests.delivery.hybrid_helpers import new_users
 from tests.helpers import Api, bearer, body_of, error_of
 from tests.reads.conftest import Live
 from tests.reads.test_since_and_stream import _events
-from timeline.model.entities import Post
+from timeline.model.entities import FOLLOWERS, Post
 from timeline.model.keys import new_post_id, now_ticks
 from timeline.service.operations import TimelineService
 from timeline.storage.accounts import Storage
@@ -161,3 +162,16 @@ async def test_filters_past_the_cap_are_refused(client: Client, repos: Repositor
     response = await client.post(f"/users/{user}/filters", json={"phrase": "one more"},
                                  headers=bearer(token))  # fmt: skip
     assert await error_of(response, 409) == "too_many_filters"
+
+
+async def test_a_stream_leaves_out_followers_only_posts_of_an_author_no_longer_followed(
+    live: Live,
+) -> None:
+    reader, author = await live.user("reader"), await live.user("author")
+    stream = await live.stream(reader)
+    base = now_ticks()
+    late = Post(new_post_id(base), author, "a late copy", visibility=FOLLOWERS)
+    shown = Post(new_post_id(base + 1), author, "a public copy")
+    await live.repos.timelines.put_many(reader, [late, shown])  # not followed: say purged late
+    assert [event["data"]["post_id"] for event in await _events(stream, 1)] == [shown.post_id]
+    stream.close()
