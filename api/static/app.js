@@ -75,5 +75,7 @@ function start() {
   else showSignedOut();
 }
 
-if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
-else start();
+// A module runs once the page is parsed (readyState "interactive"), before the deferred
+// classic scripts after it: start when they have run too, so their session hooks see the
+// first sign-in (profile.js shows the profile a reload's address names).
+document.addEventListener("DOMContentLoaded", start);
