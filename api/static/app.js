@@ -13,7 +13,14 @@ import {
   wireAccount,
 } from "./account.js";
 import { MAX_POST_CHARS, updateCount, wireCompose } from "./compose.js";
-import { follow, loadFollowing, unfollow, wireFollowing } from "./following.js";
+import {
+  follow,
+  loadFollowing,
+  noteRequest,
+  requested,
+  unfollow,
+  wireFollowing,
+} from "./following.js";
 import { mergeFirstPage, wirePaging } from "./paging.js";
 import { wireSettings } from "./settings.js";
 import { SseParser, live } from "./stream.js";
@@ -55,6 +62,8 @@ window.timelineCore = Object.freeze({
   mergeFirstPage,
   follow,
   unfollow,
+  requested,
+  noteRequest,
   loadFollowing,
   loadProfile,
   session: () => session,

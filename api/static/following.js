@@ -1,4 +1,5 @@
-// The people this user follows: the sidebar list, follow and unfollow.
+// The people this user follows: the sidebar list, follow and unfollow, and the requests to
+// follow locked users.
 
 import { api, session, userPath } from "./api.js";
 import { loadProfile } from "./account.js";
@@ -41,10 +42,43 @@ export async function loadFollowing() {
   }
 }
 
+// The requests this user made to follow locked users, as far as this browser knows (the API
+// lists them only to the user asked), kept in localStorage so a reload still shows them.
+const requestsKey = () => `timeline.requested.${session.user_id}`;
+
+function requestedSet() {
+  try {
+    const stored = JSON.parse(localStorage.getItem(requestsKey()) || "[]");
+    return new Set(Array.isArray(stored) ? stored : []);
+  } catch (_) {
+    return new Set(); // a damaged entry is the same as none
+  }
+}
+
+export function requested(target) {
+  return Boolean(session) && requestedSet().has(target);
+}
+
+export function noteRequest(target, pending) {
+  const targets = requestedSet();
+  if (pending) targets.add(target);
+  else targets.delete(target);
+  if (targets.size) localStorage.setItem(requestsKey(), JSON.stringify([...targets]));
+  else localStorage.removeItem(requestsKey());
+}
+
+// "following", or "requested" when the target is locked (202): the follow starts when they
+// approve it.
 export async function follow(target) {
-  await api("PUT", userPath(session.user_id, "following", target));
-  showMessage("follow-message", `Following @${target}. Their recent posts will appear shortly.`, "ok");
+  const answer = await api("PUT", userPath(session.user_id, "following", target));
   $("follow-target").value = "";
+  if (answer && answer.state === "requested") {
+    noteRequest(target, true);
+    showMessage("follow-message", `Requested to follow @${target}: they approve each follower.`, "ok");
+    return "requested";
+  }
+  noteRequest(target, false);
+  showMessage("follow-message", `Following @${target}. Their recent posts will appear shortly.`, "ok");
   loadFollowing();
   loadProfile();
   // the backfill of their recent posts is asynchronous: look for it twice
@@ -54,8 +88,10 @@ export async function follow(target) {
       if (session && generation === timeline.generation) mergeFirstPage();
     }, delay);
   }
+  return "following";
 }
 
+// Unfollow, or withdraw a request (the same DELETE).
 export async function unfollow(target, button) {
   if (button) button.disabled = true;
   try {
@@ -63,7 +99,10 @@ export async function unfollow(target, button) {
     for (const entry of Array.from(timeline.posts.values())) {
       if (entry.post.author === target) removePost(entry.post.post_id);
     }
-    showMessage("follow-message", `Unfollowed @${target}.`, "ok");
+    const withdrawn = requested(target);
+    noteRequest(target, false);
+    const done = withdrawn ? `Withdrew the request to follow @${target}.` : `Unfollowed @${target}.`;
+    showMessage("follow-message", done, "ok");
     loadFollowing();
     loadProfile();
     return true;

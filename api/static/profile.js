@@ -1,6 +1,6 @@
-// Profile pages (#/u/<user id>): a user's name and counts, their posts, followers and
-// following, and Follow, Mute and Block buttons. Plain JavaScript on top of app.js and
-// social.js, no build step.
+// Profile pages (#/u/<user id>): a user's name, counts and lock, their posts, followers and
+// following, and Follow (or a request to a locked user), Mute and Block buttons. Plain
+// JavaScript on top of app.js and social.js, no build step.
 "use strict";
 
 (() => {
@@ -59,9 +59,24 @@
     button.setAttribute("aria-pressed", String(on));
   }
 
+  // "none", "following", or "requested" (waiting for a locked user's approval): the button
+  // says what a click does, the badge beside it what is.
+  const FOLLOW_BUTTON = { none: "Follow", following: "Unfollow", requested: "Withdraw request" };
+  const FOLLOW_BADGE = { none: "", following: "Following", requested: "Requested" };
+
+  function setFollowState(state) {
+    const button = $("profile-follow");
+    button.dataset.state = state;
+    button.textContent = FOLLOW_BUTTON[state];
+    button.classList.toggle("secondary", state !== "none");
+    $("profile-view-relation").textContent = FOLLOW_BADGE[state];
+    $("profile-view-relation").hidden = state === "none";
+  }
+
   async function loadRelations(userId, generation) {
     const own = userId === me();
     $("profile-view-actions").hidden = !me() || own;
+    $("profile-view-relation").hidden = true;
     if (!me() || own) return;
     for (const id of ["profile-follow", "profile-mute", "profile-block"]) $(id).disabled = true;
     try {
@@ -71,8 +86,8 @@
         listed("blocks", userId),
       ]);
       if (generation !== view.generation) return;
-      setToggle("profile-follow", following, ["Unfollow", "Follow"]);
-      $("profile-follow").classList.toggle("secondary", following);
+      if (following) core.noteRequest(userId, false); // approved
+      setFollowState(following ? "following" : core.requested(userId) ? "requested" : "none");
       setToggle("profile-mute", muted, ["Unmute", "Mute"]);
       setToggle("profile-block", blocked, ["Unblock", "Block"]);
       for (const id of ["profile-follow", "profile-mute", "profile-block"]) $(id).disabled = false;
@@ -87,6 +102,7 @@
       if (generation !== view.generation) return;
       const name = profile.display_name || userId;
       $("profile-view-name").textContent = name;
+      $("profile-view-locked").hidden = !profile.locked;
       document.title = `${name} (@${userId}) · Timeline`;
       const count = (n, one, many) => `${n} ${n === 1 ? one : many}`;
       $("profile-view-counts").textContent = [
@@ -113,6 +129,7 @@
     $("profile-view-name").textContent = `@${userId}`;
     $("profile-view-id").textContent = `@${userId}`;
     $("profile-view-counts").textContent = "…";
+    $("profile-view-locked").hidden = true;
     if (!again) window.scrollTo(0, 0);
     loadCounts(userId, generation);
     loadRelations(userId, generation);
@@ -199,11 +216,22 @@
     });
     $("profile-more").addEventListener("click", () => showList(view.list, { more: true }));
     $("profile-follow").addEventListener("click", () =>
-      act("profile-follow", async (userId, on) => {
-        if (on) {
-          if (!(await core.unfollow(userId))) throw new Error(`could not unfollow @${userId}`);
-        } else await core.follow(userId);
-        core.showMessage("profile-message", on ? `Unfollowed @${userId}.` : `Following @${userId}.`, "ok");
+      act("profile-follow", async (userId) => {
+        const state = $("profile-follow").dataset.state;
+        let done;
+        if (state === "none") {
+          done =
+            (await core.follow(userId)) === "requested"
+              ? `Requested to follow @${userId}: they approve each follower.`
+              : `Following @${userId}.`;
+        } else {
+          const withdraw = state === "requested";
+          if (!(await core.unfollow(userId))) {
+            throw new Error(`could not ${withdraw ? "withdraw the request to" : "unfollow"} @${userId}`);
+          }
+          done = withdraw ? `Withdrew the request to follow @${userId}.` : `Unfollowed @${userId}.`;
+        }
+        core.showMessage("profile-message", done, "ok");
       }),
     );
     $("profile-mute").addEventListener("click", () =>
