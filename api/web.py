@@ -25,6 +25,7 @@ SCRIPTS = (
     "following.js",
     "account.js",
     "settings.js",
+    "requests.js",
     "social.js",
     "profile.js",
 )

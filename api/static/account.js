@@ -18,23 +18,31 @@ import { $, busy, clearMessage, describe, showError, showMessage } from "./ui.js
 
 // Called with the new session (or null) on sign-in and sign-out: social.js, profile.js.
 export const sessionHooks = [];
+// Called with the signed-in user's profile each time it is read or edited: social.js.
+export const profileHooks = [];
+
+// The signed-in user's profile in the sidebar (and wherever a hook shows their name).
+export function showProfile(profile) {
+  if (!session || session.user_id !== profile.user_id) return;
+  const userId = profile.user_id;
+  $("profile-display-name").textContent =
+    profile.display_name && profile.display_name !== userId ? profile.display_name : "";
+  const count = (n, one, many) => `${n} ${n === 1 ? one : many}`;
+  $("profile-counts").textContent = [
+    count(profile.posts, "post", "posts"),
+    count(profile.followers, "follower", "followers"),
+    `${profile.following} following`,
+  ].join(" · ");
+  profileHooks.forEach((hook) => hook(profile));
+}
 
 export async function loadProfile() {
   if (!session) return;
   const userId = session.user_id;
   try {
-    const profile = await api("GET", userPath(userId), { auth: false });
-    if (!session || session.user_id !== userId) return;
-    $("profile-display-name").textContent =
-      profile.display_name && profile.display_name !== userId ? profile.display_name : "";
-    const count = (n, one, many) => `${n} ${n === 1 ? one : many}`;
-    $("profile-counts").textContent = [
-      count(profile.posts, "post", "posts"),
-      count(profile.followers, "follower", "followers"),
-      `${profile.following} following`,
-    ].join(" · ");
+    showProfile(await api("GET", userPath(userId), { auth: false }));
   } catch (error) {
-    $("profile-counts").textContent = describe(error);
+    if (session && session.user_id === userId) $("profile-counts").textContent = describe(error);
   }
 }
 

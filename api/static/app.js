@@ -7,6 +7,7 @@ import { api, randomKey, session, userPath, withQuery } from "./api.js";
 import {
   followOtherTabs,
   loadProfile,
+  profileHooks,
   sessionHooks,
   showSignedIn,
   showSignedOut,
@@ -70,6 +71,7 @@ window.timelineCore = Object.freeze({
   shownPosts: () => Array.from(timeline.posts.values(), (entry) => entry.post),
   decorate: (decorator) => decorators.push(decorator),
   onSession: (hook) => sessionHooks.push(hook),
+  onProfile: (hook) => profileHooks.push(hook),
 });
 
 function start() {

@@ -1,8 +1,10 @@
-// The settings view (#/settings): the user's keyword filters, adding and removing them.
+// The settings view (#/settings): the display name and the lock, the follow requests
+// (requests.js), the keyword filters, adding and removing them.
 
 import { api, session, userPath, withQuery } from "./api.js";
-import { sessionHooks } from "./account.js";
+import { sessionHooks, showProfile } from "./account.js";
 import { loadTimeline } from "./paging.js";
+import { loadRequests, wireRequests } from "./requests.js";
 import { $, busy, clearMessage, showError, showMessage } from "./ui.js";
 
 const MAX_PAGES = 100; // a user has at most 100 filters
@@ -20,6 +22,63 @@ function formatEnd(iso) {
     minute: "2-digit",
   });
 }
+
+// ---------------------------------------------------------------- display name and lock
+
+function showEditable(profile) {
+  $("settings-display-name").value = profile.display_name || "";
+  $("settings-locked").checked = Boolean(profile.locked);
+}
+
+async function loadEditable() {
+  const userId = session.user_id;
+  $("settings-locked").disabled = true;
+  try {
+    const profile = await api("GET", userPath(userId), { auth: false });
+    if (!session || session.user_id !== userId) return;
+    showEditable(profile);
+    $("settings-locked").disabled = false;
+  } catch (error) {
+    showError("profile-settings-message", error);
+  }
+}
+
+// A PATCH of the user's profile; the edited profile is shown here, in the sidebar and on
+// the user's posts.
+async function edit(changes) {
+  const profile = await api("PATCH", userPath(session.user_id), { body: changes });
+  showEditable(profile);
+  showProfile(profile);
+  return profile;
+}
+
+async function saveName() {
+  try {
+    const profile = await edit({ display_name: $("settings-display-name").value.trim() });
+    showMessage("profile-settings-message", `Your display name is now “${profile.display_name}”.`, "ok");
+  } catch (error) {
+    showError("profile-settings-message", error);
+  }
+}
+
+async function saveLocked(box) {
+  const locked = box.checked;
+  box.disabled = true;
+  try {
+    const profile = await edit({ locked });
+    const done = profile.locked
+      ? "Your account is locked: whoever follows you now asks first."
+      : "Your account is unlocked: anyone can follow you at once; requests made before still wait.";
+    showMessage("profile-settings-message", done, "ok");
+  } catch (error) {
+    box.checked = !locked;
+    showError("profile-settings-message", error);
+  } finally {
+    box.disabled = false;
+  }
+}
+
+// ---------------------------------------------------------------- keyword filters
 
 function updateEmpty() {
   $("filter-empty").hidden = $("filter-list").children.length > 0;
@@ -115,15 +174,23 @@ function route() {
   const opening = shown && $("settings-view").hidden;
   $("settings-view").hidden = !shown;
   if (!opening) return;
-  clearMessage("settings-message");
+  for (const id of ["profile-settings-message", "requests-message", "settings-message"]) clearMessage(id);
   $("filter-list").replaceChildren();
   $("filter-empty").hidden = true;
   window.scrollTo(0, 0);
+  loadEditable();
+  loadRequests();
   loadFilters();
 }
 
 export function wireSettings() {
   window.addEventListener("hashchange", route);
+  $("name-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    busy(event.currentTarget, saveName);
+  });
+  $("settings-locked").addEventListener("change", (event) => saveLocked(event.currentTarget));
+  wireRequests();
   $("filter-form").addEventListener("submit", (event) => {
     event.preventDefault();
     const form = event.currentTarget;

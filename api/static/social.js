@@ -34,6 +34,15 @@
     if (name && name !== userId) element.textContent = name;
   }
 
+  // The signed-in user's profile, read or edited: their name on the posts shown.
+  function rename(profile) {
+    const userId = profile.user_id;
+    const name = profile.display_name || null;
+    names.set(userId, Promise.resolve(name));
+    const shown = document.querySelectorAll(`li[data-author="${userId}"] > .post-head .post-name`);
+    shown.forEach((element) => (element.textContent = name && name !== userId ? name : ""));
+  }
+
   // ---------------------------------------------------------------- reposts
 
   // The posts this user reposted, as far as this page knows (the API has no list of them).
@@ -238,5 +247,6 @@
 
   core.decorate(decorate);
   core.onSession(() => reposted.clear());
+  core.onProfile(rename);
   window.timelineSocial = Object.freeze({ displayName, mute, block, hideFrom });
 })();

@@ -23,6 +23,7 @@ SCRIPTS = [
     "following",
     "account",
     "settings",
+    "requests",
     "social",
     "profile",
 ]
