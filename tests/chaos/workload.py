@@ -41,6 +41,10 @@ Item = dict[str, Any]
 Peek = Callable[[str], Awaitable[str | None]]
 """A reader's dormancy state as stored (``dormant``, ``waking``, or None)."""
 
+RESTART_WAIT_S = 20.0
+"""How long a request waits for an API that refuses connections (``apikill`` restarts it) before
+it counts as refused: a restart on a loaded machine takes seconds."""
+
 
 class Clients:
     """Users acting at random through the API; every request is retried like a real client
@@ -222,7 +226,8 @@ class Clients:
 
     async def _request(self, method: str, path: str, **kwargs: Any) -> Any:
         """The JSON answer (or {} for 204), or None when every attempt failed or was refused."""
-        for _ in range(4):
+        attempts, restarting_until = 0, asyncio.get_running_loop().time() + RESTART_WAIT_S
+        while attempts < 4:
             try:
                 async with self._session.request(method, path, **kwargs) as response:
                     if response.status in (200, 201, 202):
@@ -237,8 +242,13 @@ class Clients:
                     ):
                         return None  # a follow, repost or reply refused by a block
                     assert response.status == 503, f"{method} {path}: {response.status}"
+            except aiohttp.ClientConnectorError:  # nothing sent: the API is restarting
+                if asyncio.get_running_loop().time() < restarting_until:
+                    await asyncio.sleep(0.2)
+                    continue
             except (aiohttp.ClientError, TimeoutError):
                 pass
+            attempts += 1
             await asyncio.sleep(0.2)
         self._report.refused += 1
         return None
