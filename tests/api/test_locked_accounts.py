@@ -9,6 +9,7 @@ import pytest
 from aiohttp import ClientResponse
 from aiohttp.test_utils import TestClient
 
+import timeline.tables.follows as follows_table
 from api import schemas
 from fanout_worker.worker import Worker
 from tests.conftest import eventually, unique
@@ -99,7 +100,8 @@ async def test_an_approved_request_starts_the_follow_with_its_backfill(
     await eventually(backfilled, what="the approved follow's backfill")
     assert (await _follow(client, fan, tf, owner)).status == 204  # following already
     response = await client.put(f"/users/{owner}/follow_requests/{fan}", headers=bearer(to))
-    assert await error_of(response, 404) == "follow_request_not_found"
+    assert response.status == 204  # a resend after a lost answer: done already
+    assert (await api.profile(owner))["followers"] == 1
 
 
 async def test_a_refused_or_withdrawn_request_cannot_be_approved(
@@ -189,3 +191,38 @@ async def test_an_approval_meets_a_withdrawal_and_its_own_resend(repos: Reposito
     assert not await follows.approve(other, owner, read)  # the resend meets its own commit
     assert await follows.is_following(other, owner)
     assert await follows.follower_count(owner) == 1
+
+
+async def test_a_refusal_between_the_approvals_two_writes_is_no_error(
+    api: Api, client: Client, repos: Repositories, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A follow made while unlocked, with a request left over: the approval meets the follow
+    (409) and deletes the request alone; a refusal landing between the two finds it gone."""
+    (owner, to), (fan, tf) = await _users(api, "owner", "fan")
+    await _lock(client, owner, to)
+    assert (await _follow(client, fan, tf, owner)).status == 202
+    await _lock(client, owner, to, locked=False)
+    assert (await _follow(client, fan, tf, owner)).status == 204
+    real = follows_table.transact  # type: ignore[attr-defined]
+
+    async def refused_first(*args: Any) -> None:  # only the 409 path calls this name
+        await repos.follows.drop_request(fan, owner)
+        await real(*args)
+
+    monkeypatch.setattr(follows_table, "transact", refused_first)
+    response = await client.put(f"/users/{owner}/follow_requests/{fan}", headers=bearer(to))
+    assert response.status == 204
+    assert await repos.follows.is_following(fan, owner)
+
+
+async def test_a_requests_reposts_choice_is_the_follows(
+    api: Api, client: Client, repos: Repositories
+) -> None:
+    (owner, to), (fan, tf) = await _users(api, "owner", "fan")
+    await _lock(client, owner, to)
+    response = await client.put(f"/users/{fan}/following/{owner}?reposts=false", headers=bearer(tf))
+    assert response.status == 202
+    response = await client.put(f"/users/{owner}/follow_requests/{fan}", headers=bearer(to))
+    assert response.status == 204
+    page = await repos.follows.repost_follower_ids_page(owner, 10, None, 0.0)
+    assert fan not in page.items  # the follower asked not to get the owner's reposts

@@ -64,7 +64,7 @@ class Follows:
             await follows.repair_index(follower, subject)
             return True
         if locked:
-            await follows.request(follower, subject)
+            await follows.request(follower, subject, reposts=reposts is not False)
             if await self._relations.blocked_either(follower, subject):  # a block raced it
                 await follows.drop_request(follower, subject)
                 await self._refuse_if_blocked(follower, subject)
@@ -92,13 +92,16 @@ class Follows:
     async def approve(self, actor: str, subject: str, follower: str) -> None:
         """Start the follow a request asked for: the request is consumed and the follow
         written in one transaction (``FollowsRepository.approve``), so a withdrawal or
-        refusal that came first wins (404, as for no request)."""
+        refusal that came first wins (404, as for no request). Idempotent: with the follow
+        already there (a resend, or a follow made while unlocked), it answers as done."""
         require_self(actor, subject)
         _check_subject(subject, follower)
         await self._writes.check(actor)
         follows = self._follows
         request = await follows.request_of(follower, subject)
         if request is None:
+            if await follows.is_following(follower, subject):
+                return  # approved already (a resend after a lost answer): the follow is there
             raise _no_request(subject, follower)
         await self._refuse_if_blocked(follower, subject)
         async with self._outbox.written(Followed(follower=follower, subject=subject)):

@@ -92,10 +92,17 @@ class FollowsRepository:
             raise
         return True
 
-    async def request(self, follower: str, subject: str) -> None:
+    async def request(self, follower: str, subject: str, *, reposts: bool = True) -> None:
         """Ask to follow (a repeated request keeps the first row, etag and all, so an
-        approval that read it still finds it unchanged)."""
-        row = {"PartitionKey": subject, "RowKey": REQUEST_PREFIX + follower, "since": _now()}
+        approval that read it still finds it unchanged); ``reposts=False`` is kept on the
+        row for the follow it becomes."""
+        row: dict[str, Any] = {
+            "PartitionKey": subject,
+            "RowKey": REQUEST_PREFIX + follower,
+            "since": _now(),
+        }
+        if not reposts:
+            row[REPOSTS] = False
         await create_entity(self._storage, SUBJECT_FOLLOWERS, row)
 
     async def request_of(self, follower: str, subject: str) -> TableEntity | None:
@@ -114,7 +121,9 @@ class FollowsRepository:
         transaction; False when the request went meanwhile. A follow that exists already
         (made while the subject was unlocked) consumes the request alone."""
         keys = {"PartitionKey": subject, "RowKey": REQUEST_PREFIX + follower}
-        edge = {"PartitionKey": subject, "RowKey": follower, "since": _now()}
+        edge: dict[str, Any] = {"PartitionKey": subject, "RowKey": follower, "since": _now()}
+        if request.get(REPOSTS) is False:
+            edge[REPOSTS] = False
         rows: list[TransactionOperation] = [
             ("delete", keys, if_unchanged(request)),
             ("create", edge),
@@ -126,7 +135,11 @@ class FollowsRepository:
                 return False
             if failed_index(error, 409) != 1:
                 raise
-            await transact(self._storage, SUBJECT_FOLLOWERS, subject, rows[:1])
+            try:  # following already: the request only goes (unless it went meanwhile)
+                await transact(self._storage, SUBJECT_FOLLOWERS, subject, rows[:1])
+            except TableTransactionError as error:
+                if failed_index(error, 404, 412) != 0:
+                    raise
         return True
 
     async def requests_page(
