@@ -4,6 +4,7 @@ and a stream leaves out followers-only posts of authors the reader does not foll
 
 from __future__ import annotations
 
+import asyncio
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -21,7 +22,7 @@ from timeline.model.entities import FOLLOWERS, Post
 from timeline.model.keys import new_post_id, now_ticks
 from timeline.service.operations import TimelineService
 from timeline.storage.accounts import Storage
-from timeline.tables.relations import MAX_FILTERS, Filter, RelationsRepository
+from timeline.tables.relations import MAX_FILTERS, RelationsRepository
 from timeline.tables.repositories import Repositories
 
 Client = TestClient[Any, Any]
@@ -84,9 +85,7 @@ async def test_a_filter_applies_until_its_expiry_and_loads_in_the_one_query(
     reader = unique("reader")
     relations = RelationsRepository(storage)
     ends = time.time() + 60
-    await relations.add_filter(
-        reader, Filter(new_post_id(now_ticks()), "soon", datetime.now(UTC), ends)
-    )
+    await relations.add_filter(reader, "soon", ends)
     await relations.mute(reader, unique("loud"), None, True)
     hidden, queries = await relations.hidden(reader, now=ends - 1)
     assert hidden.hides("someone", None, "Soon!")
@@ -142,6 +141,7 @@ async def test_filters_through_the_api(client: Client) -> None:
         ({"phrase": "   "}, "invalid_phrase"),
         ({"phrase": "x" * 101}, "invalid_phrase"),
         ({"phrase": "a\u0000b"}, "invalid_phrase"),
+        ({"phrase": "one two three four five six seven eight nine"}, "invalid_phrase"),
         ({"phrase": 7}, "invalid_body"),
         ({}, "invalid_body"),
         ({"phrase": "x", "expires_at": "2001-01-01T00:00:00Z"}, "invalid_expiry"),
@@ -151,17 +151,37 @@ async def test_filters_through_the_api(client: Client) -> None:
         assert await error_of(response, 400) == code, body
 
 
-async def test_filters_past_the_cap_are_refused(client: Client, repos: Repositories) -> None:
+async def test_filters_past_the_cap_are_refused_even_when_made_at_once(
+    client: Client, repos: Repositories
+) -> None:
+    """Each filter takes one of the owner's slots with an insert: however many creations
+    race, at most ``MAX_FILTERS`` succeed, and one more after that is a 409."""
     api = Api(client)
     user = unique("owner")
     token = await api.register(user)
-    base = now_ticks()
-    for n in range(MAX_FILTERS):
-        found = Filter(new_post_id(base + n), f"word{n}", datetime.now(UTC), None)
-        await repos.relations.add_filter(user, found)
+    made = await asyncio.gather(
+        *(repos.relations.add_filter(user, f"word{n}", None) for n in range(MAX_FILTERS + 20))
+    )
+    assert sum(found is not None for found in made) == MAX_FILTERS
+    ids = {found.filter_id for found in made if found is not None}
+    assert len(ids) == MAX_FILTERS
     response = await client.post(f"/users/{user}/filters", json={"phrase": "one more"},
                                  headers=bearer(token))  # fmt: skip
     assert await error_of(response, 409) == "too_many_filters"
+    listed = await body_of(
+        await client.get(f"/users/{user}/filters?limit=250", headers=bearer(token)),
+        schemas.FilterPage,
+    )
+    assert {item["filter_id"] for item in listed["items"]} == ids
+    one = next(iter(ids))
+    assert (
+        await client.delete(f"/users/{user}/filters/{one}", headers=bearer(token))
+    ).status == 204
+    response = await client.post(f"/users/{user}/filters", json={"phrase": "now it fits"},
+                                 headers=bearer(token))  # fmt: skip
+    assert response.status == 201
+    stale = await client.delete(f"/users/{user}/filters/{one}", headers=bearer(token))
+    assert await error_of(stale, 404) == "filter_not_found"  # its slot holds another now
 
 
 async def test_a_stream_leaves_out_followers_only_posts_of_an_author_no_longer_followed(

@@ -5,13 +5,11 @@ an expiry stays."""
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime
 
 from fanout_worker.sweeper import GRACE_S, Sweeper
 from tests.conftest import unique
-from timeline.model.keys import new_post_id, now_ticks
 from timeline.storage.accounts import Storage
-from timeline.tables.relations import Filter, RelationsRepository
+from timeline.tables.relations import RelationsRepository
 
 LATER = 60 + GRACE_S + 120
 """A sweep this far in the future finds a mute expiring within a minute due."""
@@ -36,11 +34,11 @@ async def test_an_expired_mute_is_swept_and_a_lasting_one_stays(own: Storage) ->
 
 async def test_an_expired_filter_is_swept_and_a_lasting_one_stays(own: Storage) -> None:
     relations = RelationsRepository(own)
-    reader, now = unique("reader"), datetime.now(UTC)
-    brief = Filter(new_post_id(now_ticks()), "brief", now, time.time() + 60)
-    lasting = Filter(new_post_id(now_ticks()), "lasting", now, None)
-    for found in (brief, lasting):
-        await relations.add_filter(reader, found)
+    reader = unique("reader")
+    brief = await relations.add_filter(reader, "brief", time.time() + 60)
+    lasting = await relations.add_filter(reader, "lasting", None)
+    assert brief is not None
+    assert lasting is not None
     sweeper = Sweeper(own)
     await sweeper.sweep(now=time.time())
     assert await relations.filter_of(reader, brief.filter_id) == brief

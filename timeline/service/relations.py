@@ -18,17 +18,15 @@ from timeline.model.keys import (
     POST_ID_PATTERN,
     clean_text,
     format_time,
-    new_post_id,
-    now_ticks,
     validate_user_id,
 )
+from timeline.model.phrases import MAX_PHRASE_TOKENS, tokens
 from timeline.service.accounts import require_self, require_user
 from timeline.service.follows import Follows
 from timeline.service.paging import PageOut, Pager
 from timeline.tables.ratelimits import RateLimiter
 from timeline.tables.relations import (
     BLOCK,
-    FILTERED,
     MAX_BLOCKS,
     MAX_FILTERS,
     MAX_MUTES,
@@ -105,11 +103,19 @@ class Relations:
         """A new keyword filter: it hides matching entries from the owner's reads at once."""
         require_self(actor, owner)
         cleaned = clean_text(phrase, max_chars=MAX_PHRASE_CHARS, field="phrase")
+        if len(tokens(cleaned)) > MAX_PHRASE_TOKENS:
+            raise InvalidInputError(
+                f"a phrase holds at most {MAX_PHRASE_TOKENS} words and other characters",
+                code="invalid_phrase",
+            )
         until = _until(expires_at)
         await self._writes.check(actor)
-        await self._refuse_past_cap(owner, FILTERED, MAX_FILTERS, "filters")
-        found = Filter(new_post_id(now_ticks()), cleaned, datetime.now(UTC), until)
-        await self._relations.add_filter(owner, found)
+        found = await self._relations.add_filter(owner, cleaned, until)
+        if found is None:
+            raise ConflictError(
+                f"a user holds at most {MAX_FILTERS} filters: remove one first",
+                code="too_many_filters",
+            )
         return _filter_json(found)
 
     async def delete_filter(self, actor: str, owner: str, filter_id: str) -> None:
@@ -120,9 +126,8 @@ class Relations:
                 "filter ids are 26 lowercase hex digits", code="invalid_filter_id"
             )
         await self._writes.check(actor)
-        if await self._relations.filter_of(owner, filter_id) is None:
+        if not await self._relations.delete_filter(owner, filter_id):
             raise NotFoundError(f"filter {filter_id!r} not found", code="filter_not_found")
-        await self._relations.delete_filter(owner, filter_id)
 
     async def filters(
         self, actor: str, user_id: str, limit: int | None, continuation: str | None

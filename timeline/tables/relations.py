@@ -8,8 +8,10 @@ Row keys (user ids never contain ``.``, so ``{prefix}`` to ``{prefix[0]}.`` is o
   and deleted *after* it, so a read of the blocked side finds it whenever the block exists;
 - ``m-{other}`` in the muter's partition: a mute, with ``reposts`` (their reposts muted too)
   and ``expires_at`` (epoch seconds; absent: no end), filed in ``expiries`` when it has one;
-- ``f-{filter id}`` in the owner's partition: a keyword filter, with ``phrase``, ``since`` and
-  ``expires_at`` as a mute's (``timeline.model.phrases`` matches it).
+- ``f-{slot}`` in the owner's partition (``00`` to ``63``, hex: ``MAX_FILTERS`` of them): a
+  keyword filter, with ``filter_id`` (the slot, then random digits), ``phrase``, ``since``
+  and ``expires_at`` as a mute's (``timeline.model.phrases`` matches it). A new filter
+  takes a free slot with an insert, so concurrent creations never pass the cap.
 
 A home read loads the reader's whole partition in one query (``hidden``): every row it needs
 to filter the page sits there, and each user holds at most ``MAX_BLOCKS`` blocks,
@@ -19,21 +21,26 @@ to filter the page sits there, and each user holds at most ``MAX_BLOCKS`` blocks
 from __future__ import annotations
 
 import asyncio
+import secrets
 import time
+from contextlib import suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from azure.core.exceptions import ResourceModifiedError, ResourceNotFoundError
 from azure.data.tables import TableEntity, UpdateMode
 
+from timeline.errors import contention
 from timeline.model.entities import Page
 from timeline.model.phrases import NO_PHRASES, Phrases
+from timeline.retry import ETAG_ATTEMPTS
 from timeline.storage import calls
 from timeline.storage.accounts import Storage
 from timeline.storage.calls import query_page
 from timeline.storage.names import RELATIONS
 from timeline.tables.expiries import FILTER, MUTE, ExpiriesRepository
-from timeline.tables.rows import PARTITION, get_entity
+from timeline.tables.rows import PARTITION, create_entity, get_entity, if_unchanged
 
 BLOCK, BLOCKED_BY, FILTERED, MUTED = "b-", "B-", "f-", "m-"
 MAX_BLOCKS = 1000
@@ -171,32 +178,60 @@ class RelationsRepository:
         page = await self._range(muter, MUTED, select, limit, continuation)
         return Page([_mute(row) for row in page.items], page.continuation)
 
-    async def add_filter(self, owner: str, found: Filter) -> None:
-        """Record a new filter; one with an expiry is filed to be swept after it."""
-        key = FILTERED + found.filter_id
-        if found.expires_at is not None:
-            await self._expiries.note(FILTER, RELATIONS, owner, key, at=found.expires_at)
-        row: dict[str, Any] = {
-            "PartitionKey": owner,
-            "RowKey": key,
-            "phrase": found.phrase,
-            "since": found.since,
-        }
-        if found.expires_at is not None:
-            row["expires_at"] = float(found.expires_at)
-        await self._upsert(row)
+    async def add_filter(self, owner: str, phrase: str, expires_at: float | None) -> Filter | None:
+        """Record a new filter in a free one of the owner's ``MAX_FILTERS`` slots (its row
+        key; its id starts with it), so no race of creations ever holds more; None when all
+        are taken. One with an expiry is filed to be swept after it."""
+        for _ in range(ETAG_ATTEMPTS):
+            page = await self._range(owner, FILTERED, ["RowKey"], MAX_FILTERS, None)
+            taken = {str(row["RowKey"]) for row in page.items}
+            free = [key for slot in range(MAX_FILTERS) if (key := _slot_key(slot)) not in taken]
+            if not free:
+                return None
+            key = secrets.choice(free)
+            found = Filter(key[2:] + secrets.token_hex(12), phrase, datetime.now(UTC), expires_at)
+            if expires_at is not None:
+                await self._expiries.note(FILTER, RELATIONS, owner, key, at=expires_at)
+            row: dict[str, Any] = {
+                "PartitionKey": owner,
+                "RowKey": key,
+                "filter_id": found.filter_id,
+                "phrase": phrase,
+                "since": found.since,
+            }
+            if expires_at is not None:
+                row["expires_at"] = float(expires_at)
+            if await create_entity(self._storage, RELATIONS, row):
+                return found
+        raise contention("the filter slots")
 
-    async def delete_filter(self, owner: str, filter_id: str) -> None:
-        await self._delete(owner, FILTERED + filter_id)
+    async def delete_filter(self, owner: str, filter_id: str) -> bool:
+        """Remove the filter; False when there is none with this id."""
+        row = await self._filter_row(owner, filter_id)
+        if row is None:
+            return False
+        async with self._storage.guard(kind="write-1"):
+            client = self._storage.table(RELATIONS, owner)
+            with suppress(ResourceNotFoundError, ResourceModifiedError):
+                await calls.delete_entity(client, owner, row["RowKey"], **if_unchanged(row))
+        return True
 
     async def filter_of(self, owner: str, filter_id: str) -> Filter | None:
-        row = await get_entity(self._storage, RELATIONS, owner, FILTERED + filter_id)
+        row = await self._filter_row(owner, filter_id)
         return None if row is None else _filter(row)
+
+    async def _filter_row(self, owner: str, filter_id: str) -> TableEntity | None:
+        """The row of the slot ``filter_id`` names, if it holds that filter."""
+        slot = int(filter_id[:2], 16)
+        if slot >= MAX_FILTERS:
+            return None
+        row = await get_entity(self._storage, RELATIONS, owner, _slot_key(slot))
+        return row if row is not None and row.get("filter_id") == filter_id else None
 
     async def filters_page(
         self, owner: str, limit: int, continuation: dict[str, str] | None
     ) -> Page[Filter]:
-        select = ["RowKey", "phrase", "since", "expires_at"]
+        select = ["RowKey", "filter_id", "phrase", "since", "expires_at"]
         page = await self._range(owner, FILTERED, select, limit, continuation)
         return Page([_filter(row) for row in page.items], page.continuation)
 
@@ -314,9 +349,13 @@ def _expiry(row: TableEntity) -> float | None:
     return None if expires is None else float(expires)
 
 
+def _slot_key(slot: int) -> str:
+    return f"{FILTERED}{slot:02x}"
+
+
 def _filter(row: TableEntity) -> Filter:
     return Filter(
-        filter_id=str(row["RowKey"])[2:],
+        filter_id=str(row["filter_id"]),
         phrase=str(row["phrase"]),
         since=row.get("since") or datetime.now(UTC),
         expires_at=_expiry(row),
