@@ -78,6 +78,9 @@ class Operation:
     """Further query parameters, as OpenAPI parameter objects."""
     other_success: tuple[tuple[int, str, type[BaseModel]], ...] = ()
     """Other success answers: (status, when, body)."""
+    optional_auth: bool = False
+    """Takes a bearer token if sent (a follower then sees followers-only posts); a bad one
+    is a 401."""
     head: bool = False
     """Also answers ``HEAD`` (the same status and headers, no body), as load balancers'
     health checks send; not in the OpenAPI document, which describes the ``GET``."""
@@ -134,6 +137,8 @@ def _describe(operation: Operation, page_size: int) -> dict[str, Any]:
     }
     if operation.auth:
         described["security"] = [{"bearer": []}]
+    elif operation.optional_auth:
+        described["security"] = [{}, {"bearer": []}]
     if operation.request is not None:
         described["requestBody"] = {
             "required": True,
@@ -257,6 +262,8 @@ def _implied_errors(operation: Operation) -> set[int]:
     implied = {503}
     if operation.auth:
         implied |= {401, 403}
+    if operation.optional_auth:
+        implied |= {401}
     if operation.request is not None:
         implied |= {400, 413, 415}
     if operation.paged or operation.since or operation.idempotent or "{" in operation.path:

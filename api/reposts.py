@@ -81,6 +81,6 @@ OPERATIONS = [
               "Undo one's repost of a post (idempotent; its entries are removed from "
               "followers' timelines asynchronously)", status=204, auth=True, errors=(429,)),
     Operation("GET", "/users/{user_id}/posts/{post_id}/replies", list_replies,
-              "A post's replies, newest first", response=schemas.PostPage, paged=True,
-              errors=(404,)),
+              "A post's replies, newest first (followers-only ones to followers)",
+              response=schemas.PostPage, paged=True, errors=(404,), optional_auth=True),
 ]  # fmt: skip

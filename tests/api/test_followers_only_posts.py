@@ -4,6 +4,7 @@ to current followers; they cannot be reposted."""
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ from fanout_worker.worker import Worker
 from tests.conftest import eventually, unique
 from tests.delivery.helpers import timeline_ids
 from tests.helpers import Api, bearer, body_of, error_of
+from timeline.model.keys import post_row_key
 from timeline.tables.repositories import Repositories
 
 Client = TestClient[Any, Any]
@@ -123,3 +125,43 @@ async def test_bad_visibility_is_a_400(api: Api, client: Client) -> None:
                                      headers=bearer(token))  # fmt: skip
         assert await error_of(response, 400) == "invalid_body", visibility
     assert await _ids(client, f"/users/{user}/posts", token) == []
+
+
+async def test_routes_that_take_an_optional_token_say_so(api: Api, client: Client) -> None:
+    spec = await body_of(await client.get("/openapi.json"))
+    for path in ("/users/{user_id}/posts", "/users/{user_id}/posts/{post_id}",
+                 "/users/{user_id}/posts/{post_id}/replies"):  # fmt: skip
+        described = spec["paths"][path]["get"]
+        assert described["security"] == [{}, {"bearer": []}], path
+        assert "401" in described["responses"], path
+    user = unique("me")
+    await api.register(user)
+    response = await client.get(f"/users/{user}/posts", headers=bearer("not-a-token"))
+    assert await error_of(response, 401) == "invalid_token"
+
+
+async def test_a_continuation_tells_nobody_which_row_comes_next(api: Api, client: Client) -> None:
+    """A page's continuation names the next stored row, which may be a followers-only post
+    the reader may not see: it is encrypted, and the pages still go on to the end."""
+    author = unique("author")
+    token = await api.register(author)
+    older = await _post(client, author, token, "public, older")
+    hidden = await _post(client, author, token, "followers only", visibility="followers")
+    newer = await _post(client, author, token, "public, newer")
+    seen: list[str] = []
+    continuation: str | None = None
+    while True:
+        query = {"limit": "1"} | ({"continuation": continuation} if continuation else {})
+        page = await body_of(await client.get(f"/users/{author}/posts", params=query))
+        seen += [item["post_id"] for item in page["items"]]
+        continuation = page["continuation"]
+        if continuation is None:
+            break
+        raw = b"".join(
+            base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
+            for part in continuation.split(".")
+        )
+        key = post_row_key(hidden["post_id"]).encode()
+        spellings = {key, base64.b64encode(key).rstrip(b"="), base64.urlsafe_b64encode(key)}
+        assert not any(spelling[:24] in raw for spelling in spellings)  # storage's form too
+    assert seen == [newer["post_id"], older["post_id"]]

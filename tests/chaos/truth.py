@@ -4,8 +4,10 @@ timeline read page by page against it.
 
 Plain posts are exact: the reader's own live posts and those of the authors its follow rows
 say it follows, each shown once, without the authors its blocks (either way) and live mutes
-hide. Where the documented rules leave the outcome to timing, the check is the weaker exact
-property the docs promise (docs/api.md "Reposts and replies", "Blocks and mutes"):
+hide, and without the entries whose text its live keyword filters name. A followers-only
+post is a plain post here: the reader gets it only from an author it follows. Where the
+documented rules leave the outcome to timing, the check is the weaker exact property the docs
+promise (docs/api.md "Reposts and replies", "Blocks and mutes"):
 
 - a reply of A to B (B neither A nor the reader) reaches the reader only if it followed B
   when a delivery (the post's fan-out, or the backfill of the reader's follow of A) ran, and
@@ -27,6 +29,7 @@ property the docs promise (docs/api.md "Reposts and replies", "Blocks and mutes"
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,7 +39,7 @@ from timeline.model.keys import post_row_key
 from timeline.storage.accounts import Storage
 from timeline.storage.names import POSTS, RELATIONS
 from timeline.tables.activity import STATE, ActivityRepository
-from timeline.tables.relations import BLOCK, BLOCKED_BY, MUTED
+from timeline.tables.relations import BLOCK, BLOCKED_BY, FILTERED, MUTED
 from timeline.tables.repositories import Repositories
 from timeline.tables.reposts import REPOST
 
@@ -58,9 +61,15 @@ class Hidden:
 
     authors: frozenset[str] = frozenset()
     reposters: frozenset[str] = frozenset()
+    phrases: frozenset[str] = frozenset()
+    """The reader's live keyword filters (the workload's are single plain words)."""
 
     def hides(self, author: str, reposted_by: str | None = None) -> bool:
         return author in self.authors or (reposted_by is not None and reposted_by in self.reposters)
+
+    def filters(self, text: str) -> bool:
+        """Whether a filter hides a text: an independent oracle, enough for plain words."""
+        return any(re.search(rf"\b{re.escape(p)}\b", text, re.IGNORECASE) for p in self.phrases)
 
 
 @dataclass
@@ -132,7 +141,8 @@ class Truth:
         for author in [reader, *followed]:
             since_author = self.followers[author].get(reader, 0.0)
             for post in self.live[author].values():
-                shown = None if author != reader and hidden.hides(author) else post.post_id
+                hides = (author != reader and hidden.hides(author)) or hidden.filters(post.text)
+                shown = None if hides else post.post_id
                 if shown is not None:
                     rule = self._reply_rule(reader, author, post, since_author)
                     if rule == MUST:
@@ -151,7 +161,8 @@ class Truth:
                     continue  # the original was deleted: its reposts go with it
                 key = post_row_key(repost_id)
                 candidates.append((key, None))
-                if not hidden.hides(origin, reposter):
+                text = self.live[origin][original].text
+                if not hidden.hides(origin, reposter) and not hidden.filters(text):
                     expect.reposts[(original, reposter)] = self.live[origin][original].text
                     expect.repost_keys[(original, reposter)] = key
         if self._cap:
@@ -210,6 +221,7 @@ class Truth:
         client = self._storage.table(RELATIONS, reader)
         authors: set[str] = set()
         reposters: set[str] = set()
+        phrases: set[str] = set()
         async with self._storage.guard():
             rows = [
                 row
@@ -226,7 +238,9 @@ class Truth:
                 authors.add(other)
                 if row.get("reposts", True):
                     reposters.add(other)
-        return Hidden(frozenset(authors), frozenset(reposters))
+            elif prefix == FILTERED and (row.get("expires_at") is None or now < row["expires_at"]):
+                phrases.add(str(row["phrase"]))
+        return Hidden(frozenset(authors), frozenset(reposters), frozenset(phrases))
 
     def check(self, reader: str, pages: list[list[Item]], expect: Expect) -> None:
         """The pages of a read (newest first) against ``expect``."""

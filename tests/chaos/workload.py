@@ -30,9 +30,12 @@ sweep interval and the marks, with room to spare."""
 MUTE_SHORT_S = 5.0
 """The longest short mute: it ends within the run or while the queues drain."""
 RELATE = (
-    "repost", "mute", "block", "repost", "unrepost", "repost",
-    "unmute", "unblock", "repost", "mute", "unrepost", "repost",
+    "repost", "mute", "block", "repost", "lock", "filter", "unrepost", "repost", "answer",
+    "unmute", "unblock", "repost", "mute", "unfilter", "unrepost", "repost", "unlock",
+    "answer",
 )  # fmt: skip
+WORDS = ("cat", "dog", "sun", "rain")
+"""Posts end with one of these; keyword filters name one."""
 """The relation actions in turn: reposts most, a mute every six, a block every twelve (each
 ends follows both ways: more would keep authors from crossing the hybrid threshold)."""
 Item = dict[str, Any]
@@ -133,9 +136,10 @@ class Clients:
         roll = rng.random()
         follow_share = 0.3 if growing else 0.08
         if roll < 0.2:
-            await self._act(
-                "post", "POST", f"/users/{user}/posts", user, {"text": f"t{rng.random()}"}
-            )
+            body = {"text": f"t{rng.random()} {rng.choice(WORDS)}"}
+            if rng.random() < 0.25:
+                body["visibility"] = "followers"
+            await self._act("post", "POST", f"/users/{user}/posts", user, body)
         elif roll < 0.28:
             await self._reply(user, other)
         elif roll < 0.36:
@@ -175,10 +179,37 @@ class Clients:
                 await self._act("unrepost", "DELETE", f"/users/{user}/reposts/{post_id}", user)
         elif kind == "mute":
             await self._act("mute", "PUT", f"/users/{user}/mutes/{other}", user, self._mute())
+        elif kind in ("lock", "unlock"):
+            body = {"locked": kind == "lock"}
+            await self._act(kind, "PATCH", f"/users/{user}", user, body)
+        elif kind == "answer":
+            await self._answer(user)
+        elif kind == "filter":
+            body = {"phrase": self._rng.choice(WORDS).upper()}
+            await self._act("filter", "POST", f"/users/{user}/filters", user, body)
+        elif kind == "unfilter":
+            await self._unfilter(user)
         else:
             method = "PUT" if kind == "block" else "DELETE"
             noun = "blocks" if kind.endswith("block") else "mutes"
             await self._act(kind, method, f"/users/{user}/{noun}/{other}", user)
+
+    async def _answer(self, owner: str) -> None:
+        """Approve (two in three) or refuse one of the requests waiting for ``owner``."""
+        headers = {"Authorization": f"Bearer {self.tokens[owner]}"}
+        page = await self._request("GET", f"/users/{owner}/follow_requests", headers=headers)
+        if page and page["items"]:
+            follower = self._rng.choice(page["items"])["user_id"]
+            kind = "approve" if self._rng.random() < 2 / 3 else "refuse"
+            method = "PUT" if kind == "approve" else "DELETE"
+            await self._act(kind, method, f"/users/{owner}/follow_requests/{follower}", owner)
+
+    async def _unfilter(self, owner: str) -> None:
+        headers = {"Authorization": f"Bearer {self.tokens[owner]}"}
+        page = await self._request("GET", f"/users/{owner}/filters", headers=headers)
+        if page and page["items"]:
+            found = self._rng.choice(page["items"])["filter_id"]
+            await self._act("unfilter", "DELETE", f"/users/{owner}/filters/{found}", owner)
 
     def _mute(self) -> dict[str, Any]:
         """A mute's body: with or without reposts; no expiry, a short one, or a long one."""
@@ -236,11 +267,10 @@ class Clients:
                         return {}
                     if response.status == 404:
                         return None  # a post deleted by another client meanwhile
-                    if (
-                        response.status == 403
-                        and (await response.json())["error"]["code"] == "blocked"
-                    ):
-                        return None  # a follow, repost or reply refused by a block
+                    if response.status in (403, 409) and (await response.json())["error"][
+                        "code"
+                    ] in ("blocked", "not_repostable", "too_many_filters"):
+                        return None  # refused by a block, a followers-only post, the cap
                     assert response.status == 503, f"{method} {path}: {response.status}"
             except aiohttp.ClientConnectorError:  # nothing sent: the API is restarting
                 if asyncio.get_running_loop().time() < restarting_until:

@@ -1,5 +1,5 @@
-"""HMAC-signed tokens: bearer tokens bound to a user (signed with a key ring, so the signing
-key can be rotated), and opaque continuation tokens and positions."""
+"""Tokens: bearer tokens bound to a user (HMAC-signed with a key ring, so the signing key can
+be rotated), encrypted continuation tokens, and signed positions."""
 
 from __future__ import annotations
 
@@ -14,13 +14,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import orjson
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from timeline.errors import AuthenticationError, InvalidInputError
 from timeline.model.keys import USER_ID_PATTERN, validate_user_id
 
 MAX_CONTINUATION_CHARS = 4096
 CONTINUATION_PATTERN = r"^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$"
-"""The shape of a continuation token (base64url payload, a dot, base64url signature)."""
+"""The shape of a continuation token (base64url nonce, a dot, base64url sealed payload)."""
 _CONTINUATION_KEYS = frozenset(
     {"PartitionKey", "RowKey", "NextPartitionKey", "NextRowKey", "n", "a", "m", "u", "d"}
 )
@@ -90,6 +92,7 @@ class TokenSigner:
     def __init__(self, secret: bytes | KeyRing, *, token_ttl_s: int) -> None:
         self.ring = secret if isinstance(secret, KeyRing) else KeyRing.single(secret)
         self._token_ttl_s = token_ttl_s
+        self._sealer = AESGCM(_mac(self.ring.data_key, b"continuation-key", b""))
 
     def use(self, ring: KeyRing) -> None:
         """Take a reloaded key ring; its data key is the one this signer had."""
@@ -134,10 +137,13 @@ class TokenSigner:
         return Bearer(user_id, int(expires), kid, int(epoch), token_id)
 
     def encode_continuation(self, scope: str, token: dict[str, str]) -> str:
-        """Wrap a storage continuation so clients cannot forge it or reuse it elsewhere."""
+        """Wrap a storage continuation so clients can neither forge it, reuse it elsewhere
+        nor read it: it names the next stored row, which may be one this reader may not see
+        (a followers-only post), so it is encrypted (AES-GCM, the scope as associated data)."""
         payload = orjson.dumps(token, option=orjson.OPT_SORT_KEYS)
-        signature = self._sign(b"continuation:" + scope.encode(), payload)[:16]
-        return f"{_b64encode(payload)}.{_b64encode(signature)}"
+        nonce = os.urandom(12)
+        sealed = self._sealer.encrypt(nonce, payload, b"continuation:" + scope.encode())
+        return f"{_b64encode(nonce)}.{_b64encode(sealed)}"
 
     def decode_continuation(self, scope: str, text: str) -> dict[str, str]:
         """Return the storage continuation wrapped in ``text``, or raise ``InvalidInputError``."""
@@ -145,8 +151,17 @@ class TokenSigner:
             "the continuation token is malformed, tampered with or from another list",
             code="invalid_continuation",
         )
-        payload = self._unwrap(b"continuation:" + scope.encode(), text, invalid)
-        token = orjson.loads(payload)
+        if len(text) > MAX_CONTINUATION_CHARS or text.count(".") != 1:
+            raise invalid
+        nonce_text, sealed_text = text.split(".")
+        try:
+            nonce, sealed = _b64decode(nonce_text), _b64decode(sealed_text)
+            if _b64encode(nonce) != nonce_text or _b64encode(sealed) != sealed_text:
+                raise invalid  # only the one canonical spelling of a token is accepted
+            payload = self._sealer.decrypt(nonce, sealed, b"continuation:" + scope.encode())
+            token = orjson.loads(payload)
+        except (binascii.Error, ValueError, InvalidTag, orjson.JSONDecodeError):
+            raise invalid from None
         if not _is_storage_continuation(token):
             raise invalid
         return token  # type: ignore[no-any-return]
