@@ -47,3 +47,5 @@ async def test_chaos(seed: int, variant: str, tmp_path: Path) -> None:
     # (not required: dedupe, dormancy, undos, deletes and unfollows may leave none at the end)
     assert report.requests["block"] > 0, "no block was made"
     assert report.requests["mute"] > 0, "no mute was made"
+    assert report.requests["lock"] > 0, "no account was locked"
+    assert report.requests["filter"] > 0, "no keyword filter was made"
