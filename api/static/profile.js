@@ -182,7 +182,8 @@
     }
     const path = core.withQuery(core.userPath(userId, list), { continuation: view.continuation });
     try {
-      const page = await core.api("GET", path, { auth: false });
+      // posts with the token: a follower sees the followers-only ones
+      const page = await core.api("GET", path, { auth: list === "posts" });
       if (generation !== view.generation || list !== view.list) return;
       const items = page.items.map((item) => (list === "posts" ? core.renderPost(item) : renderEdge(item)));
       $("profile-list").append(...items);

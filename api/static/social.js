@@ -181,10 +181,10 @@
     const next = area.querySelector(".replies-more");
     const path = core.userPath(post.author, "posts", post.post_id, "replies");
     try {
+      // with the token: a follower sees the followers-only replies
       const page = await core.api(
         "GET",
         core.withQuery(path, { continuation: more ? next.dataset.continuation : null }),
-        { auth: false },
       );
       if (!more) list.replaceChildren();
       page.items.forEach((reply) => addReply(element, reply));
