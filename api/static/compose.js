@@ -1,4 +1,4 @@
-// Writing posts (the compose form and its character count) and deleting them.
+// Writing posts (the compose form: its character count, who sees the post) and deleting them.
 
 import { api, randomKey, session, userPath } from "./api.js";
 import { loadProfile } from "./account.js";
@@ -30,10 +30,11 @@ export function wireCompose() {
     event.preventDefault();
     const form = event.currentTarget;
     const text = $("compose-text").value;
+    const visibility = $("compose-visibility").value; // "public" or "followers"
     busy(form, async () => {
       try {
         const post = await api("POST", userPath(session.user_id, "posts"), {
-          body: { text },
+          body: { text, visibility },
           headers: { "Idempotency-Key": randomKey() },
         });
         $("compose-text").value = "";

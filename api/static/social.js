@@ -1,6 +1,6 @@
-// What people do with a post besides reading it: reply, repost (and undo), read its replies,
-// mute or block its author; and the authors' display names. Plain JavaScript on top of
-// app.js (window.timelineCore), no build step.
+// What people do with a post besides reading it: reply, repost (and undo; not a followers-only
+// post), read its replies, mute or block its author; and the authors' display names. Plain
+// JavaScript on top of app.js (window.timelineCore), no build step.
 "use strict";
 
 (() => {
@@ -126,7 +126,9 @@
     const text = form.querySelector(".reply-text");
     const count = form.querySelector(".reply-count");
     const submit = form.querySelector(".reply-submit");
+    const visibility = form.querySelector(".reply-visibility");
     text.placeholder = `Reply to @${post.author}`;
+    visibility.value = post.visibility === "followers" ? "followers" : "public"; // as the post's
     const update = () => {
       const left = core.MAX_POST_CHARS - countChars(text.value);
       count.textContent = String(left);
@@ -141,7 +143,11 @@
         .busy(form, async () => {
           try {
             const reply = await core.api("POST", core.userPath(me(), "posts"), {
-              body: { text: text.value, reply_to: { author: post.author, post_id: post.post_id } },
+              body: {
+                text: text.value,
+                reply_to: { author: post.author, post_id: post.post_id },
+                visibility: visibility.value,
+              },
               headers: { "Idempotency-Key": core.randomKey() },
             });
             text.value = "";
@@ -225,9 +231,14 @@
       form.hidden = !form.hidden;
       if (!form.hidden) form.querySelector(".reply-text").focus();
     });
-    const repost = actionButton("post-repost-button", "Repost", () => toggleRepost(post, repost));
-    repostLabel(repost, post.post_id);
-    actions.prepend(reply, repost);
+    const buttons = [reply];
+    if (post.visibility !== "followers") {
+      // nobody can repost a followers-only post (403 not_repostable)
+      const repost = actionButton("post-repost-button", "Repost", () => toggleRepost(post, repost));
+      repostLabel(repost, post.post_id);
+      buttons.push(repost);
+    }
+    actions.prepend(...buttons);
     wireReplyForm(element, post);
     if (post.author === me()) return;
     const menu = document.createElement("details");

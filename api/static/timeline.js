@@ -91,6 +91,8 @@ export function renderPost(post, { fresh = false } = {}) {
   time.title = new Date(post.created_at).toLocaleString();
   time.textContent = formatTime(post.created_at);
   element.querySelector(".post-text").textContent = post.text;
+  element.dataset.visibility = post.visibility || "public";
+  element.querySelector(".post-visibility").hidden = post.visibility !== "followers";
   const remove = element.querySelector(".post-delete");
   if (session && post.author === session.user_id) {
     remove.hidden = false;
