@@ -10,7 +10,7 @@ from urllib.parse import quote
 
 from selenium import webdriver
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support.ui import WebDriverWait
+from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from tests.e2e.conftest import browser_log, request_json
 
@@ -92,9 +92,12 @@ class Page:
         self.wait(lambda: self.signed_in_as() == user_id, what=f"{user_id} signed in")
         return str(self.element("current-token").get_attribute("value"))
 
-    def post(self, text: str) -> None:
+    def post(self, text: str, visibility: str | None = None) -> None:
+        """Post from the compose box; ``visibility`` is the choice as shown ("Followers only")."""
         before = len(self.posts())
         self.fill("compose-text", text)
+        if visibility is not None:
+            Select(self.element("compose-visibility")).select_by_visible_text(visibility)
         self.click("compose-submit")
         self.wait_message("compose-message", "ok", "Posted")
         self.wait(lambda: len(self.posts()) > before, what="the new post on the author's page")
