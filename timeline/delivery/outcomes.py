@@ -22,7 +22,8 @@ class Continue:
 
 @dataclass(frozen=True, slots=True)
 class Defer:
-    """Not yet: the state this message acts on has not arrived; retry with backoff."""
+    """Not now: storage answered with a retryable error (unavailable, busy or contended);
+    retry with backoff."""
 
     reason: str
 

@@ -51,10 +51,10 @@ from timeline.tables.rows import (
 )
 
 INACTIVE = "inactive"
+"""On a follow row: the follower is dormant (``timeline.tables.activity``); posts skip it."""
 INACTIVE_FROM = "inactive_from"
 """On a follow row marked ``inactive``: the posts it skips are those made from then on
 (epoch seconds: the dormancy's ``since``); older posts always reach the reader."""
-"""On a follow row: the follower is dormant (``timeline.tables.activity``); posts skip it."""
 REPOSTS = "reposts"
 """On a follow row: ``False`` when the follower hides the subject's reposts."""
 REQUEST_PREFIX = f"{META}request-"
