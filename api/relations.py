@@ -130,7 +130,7 @@ RELATION_OPERATIONS = [
               request=schemas.FilterRequest, response=schemas.FilterOut, auth=True,
               errors=(409, 429), headers={"Location": "the new filter"}),
     Operation("GET", "/users/{user_id}/filters", list_filters,
-              "The user's keyword filters, oldest first (private)", response=schemas.FilterPage,
+              "The user's keyword filters, by filter id (private)", response=schemas.FilterPage,
               auth=True, paged=True),
     Operation("DELETE", "/users/{user_id}/filters/{filter_id}", delete_filter,
               "Delete a keyword filter: what it hid shows again at once", status=204, auth=True,

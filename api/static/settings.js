@@ -108,7 +108,7 @@ function renderFilter(filter) {
   return item;
 }
 
-// The whole list, page by page (oldest first); the ones already ended are left out.
+// The whole list, page by page (by filter id); the ones already ended are left out.
 async function loadFilters() {
   const userId = session.user_id;
   const load = ++loads;

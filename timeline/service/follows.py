@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any, TypeVar
 
 from timeline.errors import InvalidInputError, NotFoundError, PermissionDeniedError
@@ -124,12 +125,13 @@ class Follows:
     ) -> PageOut:
         """The requests waiting for the subject's answer (private)."""
         require_self(actor, subject)
-        scope = f"requests:{subject}"
-        pager = self._pager
-        page = await self._follows.requests_page(
-            subject, pager.limit(limit), pager.continuation(scope, continuation)
+        return await self._pager.listing(
+            f"requests:{subject}",
+            partial(self._follows.requests_page, subject),
+            Edge.to_json,
+            limit,
+            continuation,
         )
-        return pager.page_out(scope, page, Edge.to_json)
 
     async def unfollow(self, actor: str, follower: str, subject: str) -> None:
         """Unfollow (idempotent); a request waiting for the subject's answer is withdrawn

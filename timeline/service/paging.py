@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
@@ -39,6 +39,19 @@ class Pager:
                 f"limit must be between 1 and {self._page_size}", code="invalid_limit"
             )
         return limit
+
+    async def listing(
+        self,
+        scope: str,
+        fetch: Callable[[int, dict[str, str] | None], Awaitable[Page[T]]],
+        to_json: Callable[[T], dict[str, Any]],
+        limit: int | None,
+        continuation: str | None,
+    ) -> PageOut:
+        """One page of a listing: the limit checked, the token read, ``fetch`` called, the
+        items and the next token written."""
+        page = await fetch(self.limit(limit), self.continuation(scope, continuation))
+        return self.page_out(scope, page, to_json)
 
     def continuation(self, scope: str, continuation: str | None) -> dict[str, str] | None:
         return (

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import time
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 from timeline.errors import (
@@ -132,38 +133,41 @@ class Relations:
     async def filters(
         self, actor: str, user_id: str, limit: int | None, continuation: str | None
     ) -> PageOut:
-        """The user's own filters, oldest first, expired ones included until swept."""
+        """The user's own filters, by filter id, expired ones included until swept."""
         require_self(actor, user_id)
-        scope = f"filters:{user_id}"
-        pager = self._pager
-        page = await self._relations.filters_page(
-            user_id, pager.limit(limit), pager.continuation(scope, continuation)
+        return await self._pager.listing(
+            f"filters:{user_id}",
+            partial(self._relations.filters_page, user_id),
+            _filter_json,
+            limit,
+            continuation,
         )
-        return pager.page_out(scope, page, _filter_json)
 
     async def blocks(
         self, actor: str, user_id: str, limit: int | None, continuation: str | None
     ) -> PageOut:
         """The user's own blocks (private: only the user reads them)."""
         require_self(actor, user_id)
-        scope = f"blocks:{user_id}"
-        pager = self._pager
-        page = await self._relations.blocks_page(
-            user_id, pager.limit(limit), pager.continuation(scope, continuation)
+        return await self._pager.listing(
+            f"blocks:{user_id}",
+            partial(self._relations.blocks_page, user_id),
+            _block_json,
+            limit,
+            continuation,
         )
-        return pager.page_out(scope, page, _block_json)
 
     async def mutes(
         self, actor: str, user_id: str, limit: int | None, continuation: str | None
     ) -> PageOut:
         """The user's own mutes, expired ones included until swept (``expires_at`` says)."""
         require_self(actor, user_id)
-        scope = f"mutes:{user_id}"
-        pager = self._pager
-        page = await self._relations.mutes_page(
-            user_id, pager.limit(limit), pager.continuation(scope, continuation)
+        return await self._pager.listing(
+            f"mutes:{user_id}",
+            partial(self._relations.mutes_page, user_id),
+            _mute_json,
+            limit,
+            continuation,
         )
-        return pager.page_out(scope, page, _mute_json)
 
     async def _check(self, actor: str, user_id: str, other: str, verb: str) -> None:
         require_self(actor, user_id)
