@@ -30,7 +30,9 @@ themselves:
 Readers read their home timelines through the API on seeded schedules (``workload``): some
 all along, some stop and come back once dormant (the inactive period is 3 s), some never
 read. Once the queues drain, every reader's timeline read through the API (every page)
-equals the truth (``readers``), dormant ones first (the read wakes them); the reads go on,
+equals the truth (``readers``), dormant ones first (the read wakes them), and so does every
+author's page read by each user and anonymously (followers-only posts only for the author
+and its followers); the home reads go on,
 each checked, until every wake has ended; then no follow row is left marked inactive, and
 the checks above run.
 
@@ -57,7 +59,7 @@ from tests.chaos.cluster import (
     break_things,
 )
 from tests.chaos.invariants import check_end_state, check_placement, settle
-from tests.chaos.readers import check_flags, check_reads, quiesce, reading
+from tests.chaos.readers import check_author_pages, check_flags, check_reads, quiesce, reading
 from tests.chaos.report import Report
 from tests.chaos.truth import Truth
 from tests.chaos.workload import CLIENTS, Clients
@@ -116,6 +118,7 @@ async def run(
                 states = [await truth.state(reader) for reader in truth.homes]
                 report.dormant_at_end = states.count("dormant")
                 await check_reads(clients, truth)
+                await check_author_pages(clients, truth)
                 async with reading(clients, truth):
                     await quiesce(storage, truth)
                     await check_flags(storage, truth)
@@ -125,6 +128,7 @@ async def run(
         report.repost_entries = truth.seen.repost_entries
         report.replies_shown = truth.seen.replies
         report.optional_replies_shown = truth.seen.optional_replies
+        report.private_on_pages = truth.seen.private_on_pages
     finally:
         await peek.close()
         await cluster.stop()

@@ -1,6 +1,7 @@
-"""The readers' end-state checks: every home timeline read through the API (every page)
-equals the truth for dormant, waking and active readers alike; once every wake is done the
-readers' markers are gone and no follow row is left marked inactive."""
+"""The readers' end-state checks: every home timeline and every author's page read through
+the API (every page) equals the truth for dormant, waking and active readers alike; once
+every wake is done the readers' markers are gone and no follow row is left marked
+inactive."""
 
 from __future__ import annotations
 
@@ -35,6 +36,28 @@ async def check_reads(clients: Clients, truth: Truth) -> None:
                 break
         assert served is not None, f"{reader}: the API read failed {READ_TRIES} times"
         truth.check(f"{reader} ({clients.schedules[reader]})", served, expected)
+
+
+async def check_author_pages(clients: Clients, truth: Truth) -> None:
+    """Every author's page, read by each user and anonymously, holds exactly the author's
+    live posts the reader may see: the followers-only ones only for the author and the
+    author's followers (its ``subjectFollowers`` rows, the truth), newest first."""
+    for author, posts in truth.live.items():
+        newest_first = sorted(posts.values(), key=lambda post: post.row_key)
+        followers = truth.followers[author]
+        for reader in [None, *truth.homes]:
+            sees_all = reader is not None and (reader == author or reader in followers)
+            expected = [p.post_id for p in newest_first if sees_all or not p.followers_only]
+            served = None
+            for _ in range(READ_TRIES):
+                served = await clients.author_page(author, reader)
+                if served is not None:
+                    break
+            assert served is not None, f"{author}'s page as {reader}: the API read failed"
+            assert served == expected, f"{author}'s page as {reader}: {served} != {expected}"
+            truth.seen.private_on_pages += sum(
+                1 for p in newest_first if p.followers_only and p.post_id in served
+            )
 
 
 @contextlib.asynccontextmanager

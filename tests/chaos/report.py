@@ -36,6 +36,8 @@ class Report:
     replies_shown: int = 0
     optional_replies_shown: int = 0
     """Replies shown whose delivery depended on timing (allowed either way)."""
+    private_on_pages: int = 0
+    """Followers-only posts the end-state author pages showed (to the author or a follower)."""
 
     def line(self) -> dict[str, Any]:
         return {
@@ -59,4 +61,5 @@ class Report:
             "repost_entries": self.repost_entries,
             "replies_shown": self.replies_shown,
             "optional_replies_shown": self.optional_replies_shown,
+            "private_on_pages": self.private_on_pages,
         }

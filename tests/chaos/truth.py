@@ -92,6 +92,8 @@ class Seen:
     repost_entries: int = 0
     replies: int = 0
     optional_replies: int = 0
+    private_on_pages: int = 0
+    """Followers-only posts an author's page showed (to the author or a follower)."""
 
 
 class Truth:

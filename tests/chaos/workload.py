@@ -122,6 +122,23 @@ class Clients:
                 return pages
             query = {"limit": READ_PAGE, "continuation": page["continuation"]}
 
+    async def author_page(self, author: str, reader: str | None) -> list[str] | None:
+        """Every post id on ``author``'s page as ``reader`` (None: anonymous) reads it, every
+        page (None if a page failed)."""
+        headers = {} if reader is None else {"Authorization": f"Bearer {self.tokens[reader]}"}
+        ids: list[str] = []
+        query: dict[str, str | int] = {"limit": 100}
+        while True:
+            page = await self._request(
+                "GET", f"/users/{author}/posts", params=query, headers=headers
+            )
+            if not page:
+                return None
+            ids += [item["post_id"] for item in page["items"]]
+            if not page.get("continuation"):
+                return ids
+            query = {"limit": 100, "continuation": page["continuation"]}
+
     async def act(self, until: float) -> None:
         """Follows outnumber unfollows in the first half and the other way round in the
         second, so authors cross the hybrid threshold up, then back down."""
