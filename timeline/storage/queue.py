@@ -224,14 +224,6 @@ class FanoutQueue:
     ) -> None:
         await self.lane(level).send_raw(content, visible_in_s=visible_in_s)
 
-    async def peek_work(self, count: int = 32) -> list[QueueMessage]:
-        """Visible work messages of every lane, without leasing them."""
-        found: list[QueueMessage] = []
-        for lane in self.lanes:
-            if len(found) < count:
-                found += await lane.peek(count - len(found))
-        return found
-
     async def peek_poison(self, count: int = 32) -> list[PoisonedMessage]:
         async with self.storage.guard(limited=False):
             peeked = await self._poison.peek_messages(max_messages=count)
