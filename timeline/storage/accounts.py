@@ -136,10 +136,6 @@ class Storage:
     async def read_placement_entity(self) -> TableEntity | None:
         return await control_get(self, self.placement_table(), PLACEMENT_KEYS)
 
-    async def read_timing(self) -> tuple[float, float]:
-        """The longest placement lease and storage timeout any process has recorded."""
-        return await self.lease.read_timing()
-
     async def confirmed_placement(self) -> Placement:
         """The placement, read now if this process has none it may route by; raises
         ``StorageUnavailableError`` (or refuses) when there is none yet."""
