@@ -6,11 +6,13 @@ from typing import Any
 
 from aiohttp import ClientResponse, ClientSession
 from aiohttp.test_utils import TestClient
+from azure.storage.queue import QueueMessage
 from pydantic import BaseModel
 
 from api import schemas
 from timeline.storage.accounts import Storage
 from timeline.storage.calls import query_page
+from timeline.storage.queue import FanoutQueue
 from timeline.tables.traces import TRACE_BOUNDS, TRACE_RANGE
 
 
@@ -118,3 +120,8 @@ async def trace_keys(storage: Storage, table: str, partition: str) -> list[str]:
         continuation=None,
     )
     return [row["RowKey"] for row in page.items]
+
+
+async def visible_work(queue: FanoutQueue) -> list[QueueMessage]:
+    """The visible work messages of every lane of a shard, peeked (not leased)."""
+    return [message for lane in queue.lanes for message in await lane.peek()]

@@ -1,5 +1,5 @@
 """What a queue call costs the calling process (a post's send; a worker's receive, lease
-renewal and delete; an idle worker's empty receive), through ``timeline.storage.queue_calls``
+renewal and delete; an idle worker's empty receive), through ``timeline.storage.wire.lean_queue``
 (the lean path) and through the queue SDK's own calls, timed with ``time.process_time``
 (Azurite is another process). 16 calls in flight, as a worker keeps them; receives of 32
 messages, the most one request leases.
@@ -21,8 +21,8 @@ from azure.storage.queue import QueueMessage
 from azure.storage.queue.aio import QueueClient
 
 from loadtest.bench.harness import BENCH_OPTIONS, bounded
-from timeline.storage import queue_calls
 from timeline.storage.clients import Clients
+from timeline.storage.wire import lean_queue
 from timeline.tools.azurite import Azurite
 
 MESSAGES = 32 * 10
@@ -37,7 +37,8 @@ CONTENT = (
 
 @dataclass(frozen=True)
 class QueueCalls:
-    """A receive, send, update and delete, with ``timeline.storage.queue_calls``' signatures."""
+    """A receive, send, update and delete, with the signatures of
+    ``timeline.storage.wire.lean_queue``."""
 
     receive_messages: Callable[[QueueClient, int, int], Awaitable[list[QueueMessage]]]
     send_message: Callable[..., Awaitable[QueueMessage]]
@@ -65,10 +66,10 @@ async def _sdk_delete(client: QueueClient, message: QueueMessage) -> None:
 
 
 LEAN = QueueCalls(
-    queue_calls.receive_messages,
-    queue_calls.send_message,
-    queue_calls.update_message,
-    queue_calls.delete_message,
+    lean_queue.receive_messages,
+    lean_queue.send_message,
+    lean_queue.update_message,
+    lean_queue.delete_message,
 )
 SDK = QueueCalls(_sdk_receive, _sdk_send, _sdk_update, _sdk_delete)
 """The queue SDK's own calls, which the lean ones are measured against."""

@@ -9,6 +9,7 @@ from pathlib import Path
 from tests.conftest import eventually, make_settings, opened, running_worker
 from tests.delivery.helpers import author_and_reader, messages_counted, timeline_ids
 from tests.faults import StorageFront
+from tests.helpers import visible_work
 from timeline.model.messages import PostCreated, PostDeleted
 from timeline.storage.accounts import Storage
 from timeline.storage.names import META_TABLE, USERS
@@ -57,7 +58,7 @@ async def test_work_messages_never_expire(private_azurite: Azurite, tmp_path: Pa
     async with opened(settings) as storage:
         queue = FanoutQueue(storage)
         await queue.send(PostDeleted(author="a", post_id="0" * 26))
-        [message] = await queue.peek_work()
+        [message] = await visible_work(queue)
         assert message.expires_on is not None
         assert message.expires_on.year == 9999
 

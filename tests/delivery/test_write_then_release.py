@@ -23,6 +23,7 @@ from tests.delivery.helpers import (
     timeline_ids,
     unlimited_service,
 )
+from tests.helpers import visible_work
 from timeline.config import Settings
 from timeline.delivery.batching.writer import PartitionWriter
 from timeline.delivery.processor import FanoutProcessor
@@ -117,7 +118,7 @@ async def test_a_follow_whose_release_was_lost_is_backfilled_once_its_message_sh
         posts = await add_posts(repos, author, 3)
         service = unlimited_service(storage, outbox=_outbox(_NeverReleased(storage)))
         await service.follows.follow(reader, reader, author)
-        assert await FanoutQueue(storage).peek_work() == []  # hidden: never released
+        assert await visible_work(FanoutQueue(storage)) == []  # hidden: never released
         async with running_worker(settings):
             await eventually(
                 lambda: _has(repos, reader, len(posts)), timeout_s=30, what="the backfill"
@@ -133,16 +134,16 @@ async def test_a_reserved_message_is_hidden_until_released(own: Storage) -> None
     queue = FanoutQueue(own)
     message = Followed(follower=unique("f"), subject=unique("s"))
     reservation = await queue.reserve(message, hidden_s=60)
-    assert await queue.peek_work() == []
+    assert await visible_work(queue) == []
     await queue.release(reservation)
-    [shown] = await queue.peek_work()
+    [shown] = await visible_work(queue)
     assert shown.id == reservation.message.id
     assert shown.content == encode(message)  # the release left the content as sent
     await queue.release(reservation)  # a retried release (a stale receipt): harmless
     lane = reservation.lane
     [leased] = await lane.receive(1, visibility_timeout_s=30)
     await queue.release(reservation)  # a late release of a leased message: harmless
-    assert await queue.peek_work() == []  # and the lease holds
+    assert await visible_work(queue) == []  # and the lease holds
     await lane.delete(leased)
 
 
@@ -225,7 +226,7 @@ async def test_a_release_that_fails_is_tried_again_before_the_hidden_time(own: S
     await service.follows.follow(reader, reader, author)
 
     async def shown() -> bool:
-        return len(await FanoutQueue(own).peek_work()) == 1
+        return len(await visible_work(FanoutQueue(own))) == 1
 
     await eventually(shown, timeout_s=10, what="the message, released on a later try")
     assert queue.failures == 2

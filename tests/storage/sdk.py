@@ -1,5 +1,5 @@
 """The Azure SDKs' own calls, with the signatures of ``timeline.storage.calls`` and
-``timeline.storage.queue_calls``: the oracle the lean path's tests compare it with, on the
+``timeline.storage.wire.lean_queue``: the oracle the lean path's tests compare it with, on the
 same clients. ``TABLE_PATHS`` and ``QUEUE_PATHS`` name both paths' modules, so a test runs
 one body on either."""
 
@@ -17,9 +17,10 @@ from azure.storage.queue import QueueMessage
 from azure.storage.queue.aio import QueueClient
 
 from timeline.model.entities import Page
-from timeline.storage import calls, queue_calls
+from timeline.storage import calls
 from timeline.storage.accounts import Storage
 from timeline.storage.calls import Operation, TransactionOperation
+from timeline.storage.wire import lean_queue
 
 
 async def query_page(
@@ -160,5 +161,5 @@ async def delete_message(client: QueueClient, message: QueueMessage) -> None:
 
 TABLE_PATHS: dict[str, ModuleType] = {"lean": calls, "sdk": sys.modules[__name__]}
 """``timeline.storage.calls`` (the lean path) and this module (the SDK's calls)."""
-QUEUE_PATHS: dict[str, ModuleType] = {"lean": queue_calls, "sdk": sys.modules[__name__]}
-"""``timeline.storage.queue_calls`` (the lean path) and this module (the SDK's calls)."""
+QUEUE_PATHS: dict[str, ModuleType] = {"lean": lean_queue, "sdk": sys.modules[__name__]}
+"""``timeline.storage.wire.lean_queue`` (the lean path) and this module (the SDK's calls)."""

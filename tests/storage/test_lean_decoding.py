@@ -22,7 +22,7 @@ from tests.storage.sdk import TABLE_PATHS
 from timeline.config import Settings
 from timeline.model.entities import Page
 from timeline.storage.accounts import Storage
-from timeline.storage.calls import Operation, as_entity, query_rows, submit_batch
+from timeline.storage.calls import Operation, query_rows, submit_batch, to_entity
 from timeline.storage.names import TIMELINES
 from timeline.storage.wire import lean
 from timeline.storage.wire.egt import build_batch, entity_json, parse_batch
@@ -101,7 +101,7 @@ async def test_typed_values_round_trip_alike(storage: Storage, writer: str) -> N
 
 
 async def test_rows_made_entities_are_the_entities_a_page_gives(storage: Storage) -> None:
-    """``query_rows`` then ``as_entity`` (a home page's head rows) types values and carries
+    """``query_rows`` then ``to_entity`` (a home page's head rows) types values and carries
     the etag as the SDK's page does; the strings and booleans a page reads are the same raw."""
     partition = unique("rows")
     values = typed_values()
@@ -119,7 +119,7 @@ async def test_rows_made_entities_are_the_entities_a_page_gives(storage: Storage
         limit=1000,
         continuation=None,
     )
-    entities = [as_entity(row) for row in rows.items]
+    entities = [to_entity(row) for row in rows.items]
     assert len(entities) == 2
     assert [shape(e) for e in entities] == [shape(e) for e in pages]
     assert [e.metadata for e in entities] == [e.metadata for e in pages]

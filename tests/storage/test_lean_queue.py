@@ -21,9 +21,9 @@ from tests.conftest import unique
 from tests.faults import front_on
 from tests.storage import sdk
 from tests.storage.sdk import QUEUE_PATHS
-from timeline.storage import queue_calls
 from timeline.storage.accounts import StorageOptions
 from timeline.storage.clients import Clients
+from timeline.storage.wire import lean_queue
 from timeline.tools.azurite import Azurite
 
 PATHS = list(QUEUE_PATHS)
@@ -105,7 +105,7 @@ async def test_a_rewrite_and_many_messages_read_alike(clients: Clients) -> None:
     queue = await fresh_queue(clients)
     for number in range(40):
         await sdk.send_message(queue, f"m{number}")
-    leased = await queue_calls.receive_messages(queue, 32, 30)
+    leased = await lean_queue.receive_messages(queue, 32, 30)
     assert len({m.id for m in leased}) == len(leased) == 32
     rest = await sdk.receive_messages(queue, 32, 30)
     assert sorted(m.content for m in leased + rest) == sorted(f"m{n}" for n in range(40))
@@ -133,20 +133,20 @@ async def test_the_same_errors(clients: Clients) -> None:
     ``MessageNotFound``), a message too large (413) and a missing queue (404
     ``QueueNotFound``) raise what the SDK raises, messages included."""
     queue = await fresh_queue(clients)
-    await queue_calls.send_message(queue, "stale")
-    (got,) = await queue_calls.receive_messages(queue, 1, 30)
-    renewed = await queue_calls.update_message(queue, got, visibility_timeout=30)
+    await lean_queue.send_message(queue, "stale")
+    (got,) = await lean_queue.receive_messages(queue, 1, 30)
+    renewed = await lean_queue.update_message(queue, got, visibility_timeout=30)
     found = {
-        "delete": await _error(queue_calls.delete_message(queue, got)),
-        "update": await _error(queue_calls.update_message(queue, got, visibility_timeout=1)),
-        "too_large": await _error(queue_calls.send_message(queue, "x" * 70_000)),
+        "delete": await _error(lean_queue.delete_message(queue, got)),
+        "update": await _error(lean_queue.update_message(queue, got, visibility_timeout=1)),
+        "too_large": await _error(lean_queue.send_message(queue, "x" * 70_000)),
     }
-    await queue_calls.delete_message(queue, renewed)
-    found["deleted"] = await _error(queue_calls.delete_message(queue, renewed))
-    found["deleted_update"] = await _error(queue_calls.update_message(queue, renewed))
+    await lean_queue.delete_message(queue, renewed)
+    found["deleted"] = await _error(lean_queue.delete_message(queue, renewed))
+    found["deleted_update"] = await _error(lean_queue.update_message(queue, renewed))
     missing = clients.queue_client(0, unique("missing"))
-    found["missing"] = await _error(queue_calls.receive_messages(missing, 1, 30))
-    found["missing_send"] = await _error(queue_calls.send_message(missing, "x"))
+    found["missing"] = await _error(lean_queue.receive_messages(missing, 1, 30))
+    found["missing_send"] = await _error(lean_queue.send_message(missing, "x"))
     expected = {
         "delete": (HttpResponseError, 400, "PopReceiptMismatch"),
         "update": (HttpResponseError, 400, "PopReceiptMismatch"),

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from tests.conftest import api_client, make_settings, program_env
-from tests.helpers import Api
+from tests.helpers import Api, visible_work
 from timeline.model.entities import PROFILE_ROW_KEY
 from timeline.model.keys import new_post_id, now_ticks, post_row_key
 from timeline.storage.accounts import Storage
@@ -91,11 +91,11 @@ async def test_poison_drop_and_requeue_one_message_by_id(
 
     requeued = await run_cli(private_azurite, "poison", "requeue", ids[2])
     assert requeued.returncode == 0, requeued.stderr
-    assert [m.content for m in await shard.peek_work()] == ["message 2"]
+    assert [m.content for m in await visible_work(shard)] == ["message 2"]
     twice = await run_cli(private_azurite, "poison", "requeue", ids[2])
     assert twice.returncode == 2
     assert "no poison message has id" in twice.stderr
-    assert [m.content for m in await shard.peek_work()] == ["message 2"]  # sent once
+    assert [m.content for m in await visible_work(shard)] == ["message 2"]  # sent once
     rows = listed((await run_cli(private_azurite, "poison", "list")).stdout)
     assert [row[0] for row in rows] == [ids[0]]
 

@@ -14,6 +14,7 @@ from prometheus_client import Counter
 
 from fanout_worker.worker import Worker
 from tests.conftest import eventually, make_settings, program_env, running_worker
+from tests.helpers import visible_work
 from tests.worker.helpers import author_with_followers, timeline_ids
 from timeline.config import Settings
 from timeline.delivery.batching.writer import PartitionWriter
@@ -132,7 +133,7 @@ async def test_stop_drains_in_flight_messages(private_azurite: Azurite, tmp_path
 async def _in_flight(queue: FanoutQueue) -> bool:
     """The message is leased: counted in the queue but not visible to a peek."""
     work, _ = await queue.depth()
-    return work == 1 and not await queue.peek_work()
+    return work == 1 and not await visible_work(queue)
 
 
 async def test_huge_fan_out_is_split_into_continuation_messages(

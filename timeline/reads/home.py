@@ -32,7 +32,7 @@ from azure.data.tables import TableEntity
 from timeline.model.entities import POST_SELECT, Post, PostRow, shown_post_id
 from timeline.reads.activity import Attendance
 from timeline.storage.accounts import Storage
-from timeline.storage.calls import as_entity, query_page, query_rows
+from timeline.storage.calls import query_page, query_rows, to_entity
 from timeline.storage.names import POSTS, TIMELINES
 from timeline.tables.activity import HEAD_SELECT, Head, head_of
 from timeline.tables.audience import FIRST_POST_KEY, merge_row_author
@@ -245,7 +245,7 @@ class HomeTimeline:
             for row in page.items:
                 if row["RowKey"] >= FIRST_POST_KEY:
                     break  # head rows sort before every post
-                heads.append(as_entity(row))  # few, and read as entities (etags, types)
+                heads.append(to_entity(row))  # few, and read as entities (etags, types)
                 author = merge_row_author(row["RowKey"])
                 if author is not None:
                     listed.append(author)

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager, suppress
 from dataclasses import dataclass
 
 import aiohttp
-from azure.core.credentials_async import AsyncTokenCredential
 from azure.core.exceptions import HttpResponseError
 from azure.data.tables import TableEntity
 from azure.data.tables.aio import TableClient
@@ -48,14 +47,6 @@ def account_id(connection_string: str) -> str:
         raise ConfigurationError(f"a storage connection string is not valid: {error}") from None
 
 
-def default_credential() -> AsyncTokenCredential:
-    """Entra ID as every Azure SDK user gets it: environment, workload identity, managed
-    identity, then the developer's ``az login`` (imported here: only token accounts need it)."""
-    from azure.identity.aio import DefaultAzureCredential
-
-    return DefaultAzureCredential()
-
-
 @dataclass(frozen=True, slots=True)
 class StorageOptions:
     timeout_s: float = 5.0
@@ -73,8 +64,6 @@ class StorageOptions:
     """Hooks on every HTTP request of table calls (tests and benchmarks count requests)."""
     ca_file: str | None = None
     """A CA certificate (PEM) trusted for storage's HTTPS beside the system's."""
-    credential: Callable[[], AsyncTokenCredential] = default_credential
-    """Makes the token credential of accounts that sign in with Entra ID."""
 
 
 class Storage:
@@ -146,10 +135,6 @@ class Storage:
 
     async def read_placement_entity(self) -> TableEntity | None:
         return await control_get(self, self.placement_table(), PLACEMENT_KEYS)
-
-    async def read_timing(self) -> tuple[float, float]:
-        """The longest placement lease and storage timeout any process has recorded."""
-        return await self.lease.read_timing()
 
     async def confirmed_placement(self) -> Placement:
         """The placement, read now if this process has none it may route by; raises

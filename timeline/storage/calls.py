@@ -2,73 +2,34 @@
 a single entity's read, insert, update or delete, all on the lean path (``lean``,
 ``lean_single``: the SDK's requests, answers and errors without its model layer).
 
-Each holds its place in the limiter through ``Storage.guard`` and is routed to the
-partition's account at the moment it is sent."""
+The query and single-entity calls are the wire functions themselves, named here so that
+callers have one place to take a storage call from; they run inside the caller's
+``Storage.guard``. The batch calls below take their own place in the limiter through
+``Storage.guard`` and are routed to the partition's account at the moment they are sent."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from azure.core import MatchConditions
-from azure.data.tables import TableEntity, TableTransactionError, UpdateMode
+from azure.data.tables import TableTransactionError, UpdateMode
 from azure.data.tables.aio import TableClient
 
-from timeline.model.entities import Page
-from timeline.storage.wire import lean, lean_single
+from timeline.storage.wire import lean
+from timeline.storage.wire.lean import query_page as query_page
+from timeline.storage.wire.lean import query_rows as query_rows
+from timeline.storage.wire.lean import to_entity as to_entity
+from timeline.storage.wire.lean_single import create_entity as create_entity
+from timeline.storage.wire.lean_single import delete_entity as delete_entity
+from timeline.storage.wire.lean_single import get_entity as get_entity
+from timeline.storage.wire.lean_single import update_entity as update_entity
 
 if TYPE_CHECKING:
     from timeline.storage.accounts import Storage
 
 MAX_BATCH_OPERATIONS = 100
 """Entity Group Transactions take at most 100 operations (Azurite breaks above that)."""
-
-
-async def query_page(
-    client: TableClient,
-    query_filter: str,
-    parameters: dict[str, Any],
-    *,
-    select: list[str] | None,
-    limit: int,
-    continuation: dict[str, str] | None,
-    on_headers: Callable[[Mapping[str, str]], None] | None = None,
-) -> Page[TableEntity]:
-    """Exactly one storage query: up to ``limit`` entities and the storage continuation
-    (``on_headers`` is given the response's headers, e.g. for the server's ``Date``)."""
-    return await lean.query_page(
-        client,
-        query_filter,
-        parameters,
-        select=select,
-        limit=limit,
-        continuation=continuation,
-        on_headers=on_headers,
-    )
-
-
-async def query_rows(
-    client: TableClient,
-    query_filter: str,
-    parameters: dict[str, Any],
-    *,
-    select: list[str],
-    limit: int,
-    continuation: dict[str, str] | None,
-) -> Page[dict[str, Any]]:
-    """``query_page`` for pages whose selected properties are strings and booleans (a read's
-    hot path): each row as the response's JSON decoded it (the values the SDK gives), with no
-    entity built per row."""
-    return await lean.query_rows(
-        client, query_filter, parameters, select=select, limit=limit, continuation=continuation
-    )
-
-
-def as_entity(row: dict[str, Any]) -> TableEntity:
-    """A row ``query_rows`` gave, as ``query_page`` gives it: typed, its etag in
-    ``metadata`` (for the few rows of a page that are not posts)."""
-    return lean.to_entity(row)
 
 
 Operation = tuple[str, dict[str, Any]]
@@ -130,47 +91,6 @@ async def _send(client: TableClient, operations: list[Operation]) -> None:
             await lean.upsert_entity(client, entity)
         return
     await lean.submit_transaction(client, [_transaction_operation(op) for op in operations])
-
-
-async def get_entity(
-    client: TableClient, partition_key: str, row_key: str, *, select: list[str] | None = None
-) -> TableEntity:
-    """``client.get_entity``'s answer: the row, or the SDK's ``ResourceNotFoundError``."""
-    return await lean_single.get_entity(client, partition_key, row_key, select=select)
-
-
-async def create_entity(client: TableClient, entity: Mapping[str, Any]) -> Mapping[str, Any]:
-    """``client.create_entity``'s answer (``ResourceExistsError`` when the row exists)."""
-    return await lean_single.create_entity(client, entity)
-
-
-async def update_entity(
-    client: TableClient,
-    entity: Mapping[str, Any],
-    mode: UpdateMode = UpdateMode.MERGE,
-    *,
-    etag: str | None = None,
-    match_condition: MatchConditions | None = None,
-) -> Mapping[str, Any]:
-    """``client.update_entity``'s answer (``ResourceModifiedError`` when the etag no longer
-    matches)."""
-    return await lean_single.update_entity(
-        client, entity, mode, etag=etag, match_condition=match_condition
-    )
-
-
-async def delete_entity(
-    client: TableClient,
-    partition_key: str,
-    row_key: str,
-    *,
-    etag: str | None = None,
-    match_condition: MatchConditions | None = None,
-) -> None:
-    """``client.delete_entity``'s answer (a missing row is no error)."""
-    await lean_single.delete_entity(
-        client, partition_key, row_key, etag=etag, match_condition=match_condition
-    )
 
 
 def size_kind(verb: str, rows: int) -> str:

@@ -57,7 +57,12 @@ class Clients:
         self._queue_session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=tls))
         self._control_session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=tls))
         if any(account.uses_token for account in self._accounts):
-            self._credential = self._options.credential()
+            # Entra ID as every Azure SDK user gets it: environment, workload identity,
+            # managed identity, then the developer's ``az login`` (imported here: only
+            # token accounts need it).
+            from azure.identity.aio import DefaultAzureCredential
+
+            self._credential = DefaultAzureCredential()
         self.tables = [
             {name: self._table_client(account.table, name) for name in (*TABLES, META_TABLE)}
             for account in self._accounts

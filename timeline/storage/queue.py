@@ -28,9 +28,9 @@ from timeline.model.messages import (
     urgency,
 )
 from timeline.model.priority import Priority
-from timeline.storage import queue_calls
 from timeline.storage.accounts import Storage
 from timeline.storage.placement import hash64
+from timeline.storage.wire import lean_queue
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +98,7 @@ class Lane:
     async def send_raw(self, content: str, *, visible_in_s: int | None = None) -> QueueMessage:
         """Enqueue with no time-to-live: a backlog must never silently drop a delete."""
         async with self._storage.guard(limited=False):
-            return await queue_calls.send_message(
+            return await lean_queue.send_message(
                 self._queue, content, time_to_live=-1, visibility_timeout=visible_in_s
             )
 
@@ -108,7 +108,7 @@ class Lane:
         fine: the message is visible or taken."""
         try:
             async with self._storage.guard(limited=False):
-                await queue_calls.update_message(self._queue, message, visibility_timeout=0)
+                await lean_queue.update_message(self._queue, message, visibility_timeout=0)
         except HttpResponseError as error:
             if getattr(error, "error_code", None) not in _STALE_RECEIPT:  # set by the storage SDK
                 raise
@@ -116,7 +116,7 @@ class Lane:
     async def receive(self, count: int, visibility_timeout_s: int) -> list[QueueMessage]:
         """Lease up to ``count`` (≤ 32) messages for ``visibility_timeout_s`` seconds."""
         async with self._storage.guard(limited=False):
-            return await queue_calls.receive_messages(self._queue, count, visibility_timeout_s)
+            return await lean_queue.receive_messages(self._queue, count, visibility_timeout_s)
 
     def moves(self, replacement: FanoutMessage) -> Lane | None:
         """The other lane of this shard, when ``replacement`` belongs there."""
@@ -128,7 +128,7 @@ class Lane:
     async def extend(self, message: QueueMessage, visibility_timeout_s: int) -> QueueMessage:
         """Renew the lease; the returned message carries the new pop receipt."""
         async with self._storage.guard(limited=False):
-            updated = await queue_calls.update_message(
+            updated = await lean_queue.update_message(
                 self._queue, message, visibility_timeout=visibility_timeout_s
             )
         message.pop_receipt = updated.pop_receipt
@@ -142,7 +142,7 @@ class Lane:
         the new pop receipt."""
         content = encode(replacement)
         async with self._storage.guard(limited=False):
-            updated = await queue_calls.update_message(
+            updated = await lean_queue.update_message(
                 self._queue, message, content, visibility_timeout=visibility_timeout_s
             )
         message.pop_receipt = updated.pop_receipt
@@ -158,13 +158,13 @@ class Lane:
         replacement that belongs in the other lane is moved by the worker (``moves``)."""
         delay = math.ceil(visibility_timeout_s)
         async with self._storage.guard(limited=False):
-            await queue_calls.update_message(
+            await lean_queue.update_message(
                 self._queue, message, encode(replacement), visibility_timeout=delay
             )
 
     async def delete(self, message: QueueMessage) -> None:
         async with self._storage.guard(limited=False):
-            await queue_calls.delete_message(self._queue, message)
+            await lean_queue.delete_message(self._queue, message)
 
     async def poison(self, message: QueueMessage, reason: str) -> None:
         """Park ``message`` in the shard's poison queue with ``reason``; drop it from this
@@ -176,7 +176,7 @@ class Lane:
             "message_id": message.id,
         }
         async with self._storage.guard(limited=False):
-            await queue_calls.send_message(
+            await lean_queue.send_message(
                 self._poison, orjson.dumps(record).decode(), time_to_live=-1
             )
         await self.delete(message)
@@ -223,14 +223,6 @@ class FanoutQueue:
         self, content: str, *, visible_in_s: int | None = None, level: Priority = Priority.HIGH
     ) -> None:
         await self.lane(level).send_raw(content, visible_in_s=visible_in_s)
-
-    async def peek_work(self, count: int = 32) -> list[QueueMessage]:
-        """Visible work messages of every lane, without leasing them."""
-        found: list[QueueMessage] = []
-        for lane in self.lanes:
-            if len(found) < count:
-                found += await lane.peek(count - len(found))
-        return found
 
     async def peek_poison(self, count: int = 32) -> list[PoisonedMessage]:
         async with self.storage.guard(limited=False):

@@ -167,7 +167,7 @@ class Rebalancer:
         """Wait until no process can route by an older placement and no request routed by
         one is still in flight: the longest lease and storage timeout any process has
         recorded (read now, after the change), plus the margin."""
-        lease_s, timeout_s = await self._storage.read_timing()
+        lease_s, timeout_s = await self._storage.lease.read_timing()
         fence_s = lease_s + timeout_s + self._margin_s
         log.info(
             "placement version %d: waiting %.1f s for every process to %s",

@@ -89,8 +89,6 @@ class AdaptiveLimiter:
         self._timer: asyncio.TimerHandle | None = None
         rate = self.settings.requests_per_s
         self._rate = AsyncLimiter(rate, 1.0) if rate else None
-        self.decreases = 0
-        """How often the limit was lowered (for metrics and tests)."""
 
     def waiting(self, level: Priority) -> int:
         return len(self._waiters[level])
@@ -205,7 +203,6 @@ class AdaptiveLimiter:
     def _lower(self, limit: float) -> None:
         self.limit = max(float(self.settings.minimum), limit)
         self._slow_start = False
-        self.decreases += 1
 
 
 @dataclass(slots=True)
