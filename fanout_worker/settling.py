@@ -13,6 +13,7 @@ import asyncio
 import logging
 import math
 from dataclasses import dataclass
+from functools import partial
 
 from azure.core.exceptions import HttpResponseError
 from azure.storage.queue import QueueMessage
@@ -25,7 +26,7 @@ from timeline.delivery.outcomes import Continue, Defer, Done, Outcome
 from timeline.delivery.processor import FanoutProcessor
 from timeline.errors import RetryableError, StorageUnavailableError, TimelineError
 from timeline.model.messages import FanoutMessage, encode
-from timeline.retry import MAX_EXPONENT
+from timeline.retry import MAX_EXPONENT, backoff_delay
 from timeline.storage.queue import Lane
 
 log = logging.getLogger(__name__)
@@ -76,7 +77,9 @@ class Settler:
 
     def __init__(self, settings: Settings, stopping: asyncio.Event) -> None:
         self._settings = settings
-        self._policy = settings.retry_policy()
+        self._delay = partial(  # the message-level retry policy
+            backoff_delay, base=settings.worker_retry_base_s, cap=settings.worker_retry_cap_s
+        )
         self._stopping = stopping
 
     async def mark(
@@ -131,7 +134,7 @@ class Settler:
                     log.warning("could not settle %s message %s; its lease will expire",
                                 message.type, lease.message.id)  # fmt: skip
                     return
-                await asyncio.sleep(self._policy.delay(attempt))
+                await asyncio.sleep(self._delay(attempt))
             except HttpResponseError as error:  # the lease was lost: another worker has it
                 log.warning("lease of %s lost before settling: %s", lease.message.id, error.reason)
                 return
@@ -158,7 +161,7 @@ class Settler:
                 attempt += 1
                 if self._stopping.is_set() and attempt >= _SETTLE_ATTEMPTS:
                     break
-                await asyncio.sleep(self._policy.delay(attempt))
+                await asyncio.sleep(self._delay(attempt))
         return outcome  # not sent (lease lost, or stopping): rewritten in place, if at all
 
     async def _settle(
@@ -176,9 +179,7 @@ class Settler:
                 attempt = min(message.attempt + 1, MAX_EXPONENT)
                 log.info("%s message %s deferred: %s", message.type, leased.id, reason)
                 update = {"released": released, "attempt": attempt, **CLEARED}
-                await queue.rewrite(
-                    leased, message.model_copy(update=update), self._policy.delay(attempt)
-                )
+                await queue.rewrite(leased, message.model_copy(update=update), self._delay(attempt))
             case Failed(reason=reason):
                 failures = message.failures + 1
                 attempt = min(message.attempt + 1, MAX_EXPONENT)
@@ -191,9 +192,7 @@ class Settler:
                     "failures": failures,
                     **CLEARED,
                 }
-                await queue.rewrite(
-                    leased, message.model_copy(update=update), self._policy.delay(attempt)
-                )
+                await queue.rewrite(leased, message.model_copy(update=update), self._delay(attempt))
         MESSAGES.labels(message.type, _label(outcome)).inc()
 
     async def poison(self, queue: Lane, message: QueueMessage, reason: str, detail: str) -> None:

@@ -13,7 +13,6 @@ from timeline.delivery.settings import Hybrid, Timing
 from timeline.errors import ConfigurationError
 from timeline.logs import LogFormat
 from timeline.reads.live import StreamTiming
-from timeline.retry import RetryPolicy
 from timeline.storage.accounts import StorageOptions
 from timeline.storage.endpoints import account_lines
 from timeline.storage.flow.limiter import AdaptiveLimiter, LimiterSettings
@@ -265,9 +264,6 @@ class Settings(BaseSettings):
                 requests_per_s=share / self.workers,
             )
         )
-
-    def retry_policy(self) -> RetryPolicy:
-        return RetryPolicy(base_s=self.worker_retry_base_s, cap_s=self.worker_retry_cap_s)
 
     def hybrid(self, queue: MessageSender) -> Hybrid:
         """When authors are merged at read time; ``queue`` is where crossings are sent."""

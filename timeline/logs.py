@@ -55,9 +55,9 @@ def log_handler(log_format: LogFormat, stream: IO[str] | None = None) -> logging
     return handler
 
 
-def configure_logging(log_format: LogFormat = "text", level: int = logging.INFO) -> None:
+def configure_logging(log_format: LogFormat) -> None:
     """Log ``log_format`` lines (``Settings.log_format``), Python's warnings among them; the
     Azure SDK's per-request HTTP logging stays off."""
-    logging.basicConfig(level=level, handlers=[log_handler(log_format)])
+    logging.basicConfig(level=logging.INFO, handlers=[log_handler(log_format)])
     logging.captureWarnings(True)
     logging.getLogger("azure").setLevel(logging.WARNING)

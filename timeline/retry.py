@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
 
 from azure.core.exceptions import HttpResponseError
 
@@ -40,14 +39,3 @@ def retry_after_of(error: BaseException) -> float | None:
                 return float(value)
         cause = cause.__cause__
     return None
-
-
-@dataclass(frozen=True, slots=True)
-class RetryPolicy:
-    """The one message-level retry policy: exponential backoff with full jitter."""
-
-    base_s: float = 0.5
-    cap_s: float = 60.0
-
-    def delay(self, attempt: int, *, retry_after: float | None = None) -> float:
-        return backoff_delay(attempt, base=self.base_s, cap=self.cap_s, retry_after=retry_after)

@@ -16,6 +16,7 @@ from tests.helpers import Api
 from tests.storage.entra import IDENTITY_SECRET, IdentityEndpoint, self_signed
 from timeline.config import Settings
 from timeline.errors import ConfigurationError
+from timeline.storage.endpoints import parse_account
 from timeline.tools.azurite import Azurite
 
 
@@ -54,8 +55,8 @@ def token_settings(
         "",
         tmp_path,
         storage_connection_string=None,
-        storage_table_urls=tables.table_url,
-        storage_queue_urls=queues.queue_url,
+        storage_table_urls=parse_account(tables.connection_string).table.url,
+        storage_queue_urls=parse_account(queues.connection_string).queue.url,
         storage_ca_file=certificate[0],
         **overrides,
     )

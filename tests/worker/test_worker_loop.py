@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -258,7 +259,8 @@ async def test_stop_is_bounded_while_storage_is_down(
         await eventually(  # the first writes landed: thousands more wait behind 2 request slots
             lambda: _counter_above(DELIVERIES, written), what="the fan-out writing"
         )
-        await asyncio.to_thread(private_azurite.kill)
+        private_azurite.signal(signal.SIGKILL)  # as a crash would
+        await asyncio.to_thread(private_azurite.stop)
     finally:
         worker.stop()
         await asyncio.wait_for(running, 30)

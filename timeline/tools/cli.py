@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from collections.abc import Awaitable, Callable
 
 from timeline.config import Settings
 from timeline.delivery.regrade import queue_due_regrades
@@ -22,133 +21,101 @@ from timeline.tables.repositories import Repositories
 from timeline.tables.secret import list_keys, load_key_ring, retire_key, rotate_key
 from timeline.tables.users import UsersRepository
 from timeline.tools.poison import drop_poison, requeue_one_poison
-from timeline.tools.stack import Stack, init_storage
+from timeline.tools.stack import Stack
 from timeline.tools.views import one_line, poison_lines, stats_lines
 
 
-async def _with_storage(settings: Settings, action: Callable[[Storage], Awaitable[None]]) -> None:
-    async with Storage(settings.connection_string(), settings.storage_options()) as storage:
-        await action(storage)
-
-
-def cmd_init(settings: Settings, _args: argparse.Namespace) -> None:
-    asyncio.run(init_storage(settings.connection_string(), settings))
+async def cmd_init(_settings: Settings, storage: Storage, _args: argparse.Namespace) -> None:
+    await storage.create_all()
     print("tables and queues are ready")
 
 
-def cmd_token(settings: Settings, args: argparse.Namespace) -> None:
-    async def mint(storage: Storage) -> None:
-        if not await UsersRepository(storage).exists(args.user):
-            raise TimelineError(f"user {args.user!r} does not exist", code="user_not_found")
-        ring = await load_key_ring(storage, settings.auth_secret)
-        epoch = (await CredentialsRepository(storage).state(args.user)).epoch
-        signer = TokenSigner(ring, token_ttl_s=settings.token_ttl_s)
-        print(signer.mint_bearer(args.user, epoch=epoch))
-
-    asyncio.run(_with_storage(settings, mint))
+async def cmd_token(settings: Settings, storage: Storage, args: argparse.Namespace) -> None:
+    if not await UsersRepository(storage).exists(args.user):
+        raise TimelineError(f"user {args.user!r} does not exist", code="user_not_found")
+    ring = await load_key_ring(storage, settings.auth_secret)
+    epoch = (await CredentialsRepository(storage).state(args.user)).epoch
+    signer = TokenSigner(ring, token_ttl_s=settings.token_ttl_s)
+    print(signer.mint_bearer(args.user, epoch=epoch))
 
 
-def cmd_revoke(settings: Settings, args: argparse.Namespace) -> None:
-    async def revoke(storage: Storage) -> None:
-        epoch = await CredentialsRepository(storage).revoke_all(args.user)
-        print(f"every token of {args.user!r} minted so far is revoked (epoch {epoch})")
-
-    asyncio.run(_with_storage(settings, revoke))
+async def cmd_revoke(_settings: Settings, storage: Storage, args: argparse.Namespace) -> None:
+    epoch = await CredentialsRepository(storage).revoke_all(args.user)
+    print(f"every token of {args.user!r} minted so far is revoked (epoch {epoch})")
 
 
-def cmd_secret_list(settings: Settings, _args: argparse.Namespace) -> None:
-    async def show(storage: Storage) -> None:
-        await load_key_ring(storage, settings.auth_secret)
-        keys = await list_keys(storage)
-        for key in keys:
-            signs = "\tsigns new tokens" if key is keys[-1] else ""
-            print(f"key {key.key_id}\tadded {key.created}{signs}")
-
-    asyncio.run(_with_storage(settings, show))
+async def cmd_secret_list(settings: Settings, storage: Storage, _args: argparse.Namespace) -> None:
+    await load_key_ring(storage, settings.auth_secret)
+    keys = await list_keys(storage)
+    for key in keys:
+        signs = "\tsigns new tokens" if key is keys[-1] else ""
+        print(f"key {key.key_id}\tadded {key.created}{signs}")
 
 
-def cmd_secret_rotate(settings: Settings, _args: argparse.Namespace) -> None:
-    async def rotate(storage: Storage) -> None:
-        key_id = await rotate_key(storage, settings.auth_secret)
-        print(
-            f"key {key_id} added: API processes sign new tokens with it within "
-            f"{settings.credentials_cache_s:g} s; older keys verify until retired"
-        )
-
-    asyncio.run(_with_storage(settings, rotate))
-
-
-def cmd_secret_retire(settings: Settings, args: argparse.Namespace) -> None:
-    async def retire(storage: Storage) -> None:
-        await retire_key(storage, settings.auth_secret, args.key_id)
-        print(
-            f"key {args.key_id} retired: its tokens are refused by every API process within "
-            f"{settings.credentials_cache_s:g} s"
-        )
-
-    asyncio.run(_with_storage(settings, retire))
+async def cmd_secret_rotate(
+    settings: Settings, storage: Storage, _args: argparse.Namespace
+) -> None:
+    key_id = await rotate_key(storage, settings.auth_secret)
+    print(
+        f"key {key_id} added: API processes sign new tokens with it within "
+        f"{settings.credentials_cache_s:g} s; older keys verify until retired"
+    )
 
 
-def cmd_stats(settings: Settings, _args: argparse.Namespace) -> None:
-    async def stats(storage: Storage) -> None:
-        print("\n".join(await stats_lines(storage)))
-
-    asyncio.run(_with_storage(settings, stats))
-
-
-def cmd_poison_list(settings: Settings, args: argparse.Namespace) -> None:
-    async def show(storage: Storage) -> None:
-        print("\n".join(poison_lines(await FanoutQueues(storage).peek_poison(args.count))))
-
-    asyncio.run(_with_storage(settings, show))
+async def cmd_secret_retire(settings: Settings, storage: Storage, args: argparse.Namespace) -> None:
+    await retire_key(storage, settings.auth_secret, args.key_id)
+    print(
+        f"key {args.key_id} retired: its tokens are refused by every API process within "
+        f"{settings.credentials_cache_s:g} s"
+    )
 
 
-def cmd_poison_drop(settings: Settings, args: argparse.Namespace) -> None:
-    async def drop(storage: Storage) -> None:
-        reason = await drop_poison(FanoutQueues(storage), args.id)
-        print(f"dropped poison message {args.id} ({one_line(reason, 120)})")
-
-    asyncio.run(_with_storage(settings, drop))
+async def cmd_stats(_settings: Settings, storage: Storage, _args: argparse.Namespace) -> None:
+    print("\n".join(await stats_lines(storage)))
 
 
-def cmd_poison_requeue(settings: Settings, args: argparse.Namespace) -> None:
-    async def requeue(storage: Storage) -> None:
-        if args.id is not None:
-            reason = await requeue_one_poison(FanoutQueues(storage), args.id)
-            print(f"requeued poison message {args.id} ({one_line(reason, 120)})")
-            return
-        moved = await FanoutQueues(storage).requeue_poison(args.count)
-        print(f"requeued {moved} message(s)")
-
-    asyncio.run(_with_storage(settings, requeue))
+async def cmd_poison_list(_settings: Settings, storage: Storage, args: argparse.Namespace) -> None:
+    print("\n".join(poison_lines(await FanoutQueues(storage).peek_poison(args.count))))
 
 
-def cmd_rebalance(settings: Settings, args: argparse.Namespace) -> None:
-    async def rebalance(storage: Storage) -> None:
-        margin = settings.rebalance_margin_s
-        report = await Rebalancer(storage, margin_s=margin, steps=args.steps).run()
-        print(
-            f"placement version {report.version} is settled on {report.accounts} account(s): "
-            f"{report.partitions} partition(s) and {report.rows} row(s) moved, "
-            f"{report.removed} old row(s) removed"
-        )
-
-    asyncio.run(_with_storage(settings, rebalance))
+async def cmd_poison_drop(_settings: Settings, storage: Storage, args: argparse.Namespace) -> None:
+    reason = await drop_poison(FanoutQueues(storage), args.id)
+    print(f"dropped poison message {args.id} ({one_line(reason, 120)})")
 
 
-def cmd_regrade(settings: Settings, args: argparse.Namespace) -> None:
-    async def regrade(storage: Storage) -> None:
-        hybrid = settings.hybrid(FanoutQueues(storage))
-        sent = await queue_due_regrades(
-            Repositories.on(storage), hybrid, args.users or None, resume=args.resume
-        )
-        print(f"queued {len(sent)} regrade(s){': ' if sent else ''}{' '.join(sent)}")
+async def cmd_poison_requeue(
+    _settings: Settings, storage: Storage, args: argparse.Namespace
+) -> None:
+    if args.id is not None:
+        reason = await requeue_one_poison(FanoutQueues(storage), args.id)
+        print(f"requeued poison message {args.id} ({one_line(reason, 120)})")
+        return
+    moved = await FanoutQueues(storage).requeue_poison(args.count)
+    print(f"requeued {moved} message(s)")
 
-    asyncio.run(_with_storage(settings, regrade))
+
+async def cmd_rebalance(settings: Settings, storage: Storage, args: argparse.Namespace) -> None:
+    margin = settings.rebalance_margin_s
+    report = await Rebalancer(storage, margin_s=margin, steps=args.steps).run()
+    print(
+        f"placement version {report.version} is settled on {report.accounts} account(s): "
+        f"{report.partitions} partition(s) and {report.rows} row(s) moved, "
+        f"{report.removed} old row(s) removed"
+    )
 
 
-def cmd_run(settings: Settings, _args: argparse.Namespace) -> None:
-    sys.exit(Stack(settings).run())
+async def cmd_regrade(settings: Settings, storage: Storage, args: argparse.Namespace) -> None:
+    hybrid = settings.hybrid(FanoutQueues(storage))
+    sent = await queue_due_regrades(
+        Repositories.on(storage), hybrid, args.users or None, resume=args.resume
+    )
+    print(f"queued {len(sent)} regrade(s){': ' if sent else ''}{' '.join(sent)}")
+
+
+async def run_with_storage(settings: Settings, args: argparse.Namespace) -> None:
+    """Run the command ``args`` names on the configured storage."""
+    async with Storage(settings.connection_string(), settings.storage_options()) as storage:
+        await args.func(settings, storage, args)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -177,7 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="queue depths (ready apart from delayed) and table counts (people's rows "
         "apart from internal ones)",
     ).set_defaults(func=cmd_stats)
-    commands.add_parser("run", help="run storage, API and worker").set_defaults(func=cmd_run)
+    commands.add_parser("run", help="run storage, API and worker")
     rebalance = commands.add_parser(
         "rebalance", help="move partitions onto accounts added at the end of the list"
     )
@@ -219,7 +186,9 @@ def main(argv: list[str] | None = None) -> None:
     settings = load_settings("timeline")
     configure_logging(settings.log_format)
     try:
-        args.func(settings, args)
+        if args.command == "run":
+            sys.exit(Stack(settings).run())
+        asyncio.run(run_with_storage(settings, args))
     except TimelineError as error:
         print(f"timeline: {error.message}", file=sys.stderr)
         sys.exit(2)

@@ -83,14 +83,14 @@ async def count_table(storage: Storage, table: str) -> Count:
     return count
 
 
-async def lane_line(lane: Lane, name: str, account: int) -> str:
+async def lane_line(lane: Lane, account: int) -> str:
     """A work queue's messages, those workers can take now apart from the rest."""
     total = await lane.depth()
     ready = len(await lane.peek(_PEEK))
     shown = f"{ready}+" if ready == _PEEK else str(ready)
     later = max(0, total - ready)
     return (
-        f"queue {name} (account {account}): {total} message(s): {shown} ready now, "
+        f"queue {lane.name} (account {account}): {total} message(s): {shown} ready now, "
         f"{'about ' if ready == _PEEK else ''}{later} delayed or leased"
     )
 
@@ -106,7 +106,7 @@ async def stats_lines(storage: Storage) -> list[str]:
     for shard in FanoutQueues(storage).shards:
         account = placement.queue_accounts[shard.shard]
         for lane in shard.lanes:
-            lines.append(await lane_line(lane, lane.name, account))
+            lines.append(await lane_line(lane, account))
         poison = await shard.poison_depth()
         lines.append(f"queue fanout-{shard.shard}-poison (account {account}): {poison}")
     lines.append(f"tables ({LEGEND}):")
