@@ -204,7 +204,8 @@ class Azurite:
             process.wait()
 
     def signal(self, signum: int) -> None:
-        """Send ``signum`` (SIGSTOP, SIGCONT: a frozen storage account, for fault tests)."""
+        """Send ``signum`` (SIGSTOP and SIGCONT freeze and thaw the account, SIGKILL kills it:
+        for fault tests)."""
         if self._process is not None:
             self._process.send_signal(signum)
 
