@@ -4,7 +4,6 @@ author's post count and the rows that remember each idempotency key's post for i
 
 from __future__ import annotations
 
-import time
 from contextlib import suppress
 from typing import Any
 
@@ -22,8 +21,6 @@ from timeline.storage.calls import (
     TransactionOperation,
     failed_index,
     query_page,
-    size_kind,
-    transact,
 )
 from timeline.storage.names import POSTS
 from timeline.tables.counters import transact_counted
@@ -39,11 +36,6 @@ from timeline.tables.traces import sweep_traces, trace_of
 
 KEY_ROWS = f"{META}idem-"
 """An idempotency key's row: ``~idem-{HMAC of the key}``, its post and its record."""
-SWEEP_ROWS = 100
-"""Expired key rows one sweep removes (one query and one batch)."""
-_SWEPT = "RowKey ge @keys and RowKey lt @keys_end and idem_expires lt @now"
-"""(The SDK substitutes a parameter only when a space follows it, hence ``@now )`` in the
-query.)"""
 
 
 class PostsRepository:
@@ -116,36 +108,6 @@ class PostsRepository:
                     entity["RowKey"],
                     **if_unchanged(entity),
                 )
-
-    async def sweep_keys(self, author: str, *, now: float | None = None) -> int:
-        """Remove up to ``SWEEP_ROWS`` of the author's expired key rows in one query and one
-        batch; returns how many went. Each delete holds only if the row is unchanged since
-        read, so a key reused meanwhile keeps its row."""
-        parameters = {
-            "pk": author,
-            "keys": KEY_ROWS,
-            "keys_end": KEY_ROWS[:-1] + ".",
-            "now": float(time.time() if now is None else now),  # Edm.Double, as stored
-        }
-        async with self._storage.guard(kind=size_kind("query", SWEEP_ROWS)):
-            page = await query_page(
-                self._storage.reader(POSTS, author),
-                f"{PARTITION} and ({_SWEPT} )",
-                parameters,
-                select=["PartitionKey", "RowKey"],
-                limit=SWEEP_ROWS,
-                continuation=None,
-            )
-        if not page.items:
-            return 0
-        keys = [("delete", entity, if_unchanged(entity)) for entity in page.items]
-        try:
-            await transact(self._storage, POSTS, author, keys)
-        except TableTransactionError as error:
-            if failed_index(error, 404, 412) is None:
-                raise
-            return 0  # one row changed or went meanwhile: the next sweep takes the rest
-        return len(keys)
 
     async def get(self, author: str, post_id: str) -> Post | None:
         entity = await self._row(author, post_id)
