@@ -20,8 +20,10 @@ from timeline.model.keys import new_post_id, now_ticks
 from timeline.model.messages import PostCreated, Regrade
 from timeline.reads.home import HomeTimeline, Position
 from timeline.storage.accounts import Storage
-from timeline.tables.audience import COPIED, MERGED
+from timeline.storage.names import TIMELINES
+from timeline.tables.audience import COPIED, MERGE_COUNT_ROW, MERGED
 from timeline.tables.repositories import Repositories
+from timeline.tables.rows import get_entity
 
 THRESHOLD = 4
 HYBRID = Hybrid(threshold=THRESHOLD, max_merged=2, queue=None)
@@ -33,6 +35,12 @@ async def new_users(repos: Repositories, *prefixes: str) -> list[str]:
     for user in users:
         await repos.users.create(User(user, user, created_at=datetime.now(UTC)))
     return users
+
+
+async def merge_count(storage: Storage, reader: str) -> int:
+    """The reader's count of merge rows, as its counter row stores it."""
+    counter = await get_entity(storage, TIMELINES, reader, MERGE_COUNT_ROW)
+    return 0 if counter is None else int(counter["n"])
 
 
 async def run_to_end(processor: FanoutProcessor, message) -> None:  # type: ignore[no-untyped-def]

@@ -105,7 +105,7 @@ async def test_a_block_racing_a_follow_ends_the_follow(
     with pytest.raises(PermissionDeniedError):
         await following
     assert not await repos.follows.is_following(follower, subject)
-    assert await repos.follows.following_ids(follower) == []
+    assert (await repos.follows.following_page(follower, 1000, None)).items == []
 
 
 async def test_a_follow_whose_request_died_is_ended_by_its_delivery(

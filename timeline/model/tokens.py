@@ -110,10 +110,6 @@ class TokenSigner:
         body = f"{validate_user_id(user_id)}.{expires}.{kid}.{epoch}.{_b64encode(os.urandom(8))}"
         return f"{body}.{_b64encode(_mac(self.ring.keys[kid], b'bearer', body.encode()))}"
 
-    def verify_bearer(self, token: str, *, now: float | None = None) -> str:
-        """Return the token's user id, or raise ``AuthenticationError`` and nothing else."""
-        return self.verify(token, now=now).user_id
-
     def verify(self, token: str, *, now: float | None = None) -> Bearer:
         """The verified token, or raise ``AuthenticationError`` (``UnknownKeyError`` for a
         key id not in the ring: retired, or newer than this process's ring).

@@ -73,7 +73,7 @@ class AudienceRepository:
     """Who reads an author's posts: the follower rows, the hybrid mode, the merge rows.
 
     About 200 lines: the mode, the merge rows and the counters change together under one
-    ETag discipline; ``merged_authors`` and ``merge_count`` let tests check invariants."""
+    ETag discipline."""
 
     def __init__(self, storage: Storage) -> None:
         self._storage = storage
@@ -193,9 +193,6 @@ class AudienceRepository:
                 continuation=None,
             )
         return {entity["RowKey"]: entity for entity in page.items}
-
-    async def merge_count(self, reader: str) -> int:
-        return _count(await self._get(TIMELINES, reader, MERGE_COUNT_ROW))
 
     async def merge_etag(self, reader: str, author: str) -> str | None:
         entity = await self._get(TIMELINES, reader, MERGE_PREFIX + author)

@@ -294,17 +294,6 @@ class FollowsRepository:
         rows = [(str(entity["RowKey"]), bool(entity.get("active"))) for entity in page.items]
         return [s for s, active in rows if active], [s for s, active in rows if not active]
 
-    async def following_ids(self, follower: str) -> list[str]:
-        """Every subject the follower follows now, from its ``subjectFollowing`` rows."""
-        subjects: list[str] = []
-        continuation: dict[str, str] | None = None
-        while True:
-            page = await self.following_page(follower, 1000, continuation)
-            subjects.extend(edge.user_id for edge in page.items)
-            continuation = page.continuation
-            if continuation is None:
-                return subjects
-
     async def follower_ids_page(
         self, subject: str, limit: int, continuation: dict[str, str] | None
     ) -> Page[str]:

@@ -150,12 +150,6 @@ class RepostsRepository:
                     **if_unchanged(row),
                 )
 
-    async def reposts_of(self, author: str, post_id: str) -> list[tuple[str, str]]:
-        """``(reposter, repost_id)`` of every repost filed under the post."""
-        prefix = f"{REPOSTS_OF}{post_id}-"
-        rows = await self._range(author, prefix, 1000, None, follow=True)
-        return [(str(row["reposter"]), str(row["repost_id"])) for row in rows.items]
-
     async def reposts_page(
         self,
         author: str,
@@ -246,7 +240,3 @@ async def live_replies(posts: Any, replies: list[tuple[str, str]]) -> list[Post]
     """The replies among ``replies`` that exist now (a point read each, all at once)."""
     found = await asyncio.gather(*(posts.get(author, post_id) for author, post_id in replies))
     return [post for post in found if post is not None]
-
-
-def reply_row_key(post_id: str) -> str:
-    return post_row_key(post_id)

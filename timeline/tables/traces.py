@@ -52,16 +52,6 @@ def trace(partition: str, row_key: str) -> Operation:
     return ("trace", {"PartitionKey": partition, "RowKey": trace_key(row_key)})
 
 
-def with_traces(operations: list[Operation]) -> list[Operation]:
-    """Each delete followed by its trace (other operations as they are)."""
-    traced: list[Operation] = []
-    for kind, entity in operations:
-        traced.append((kind, entity))
-        if kind == "delete":
-            traced.append(trace(entity["PartitionKey"], entity["RowKey"]))
-    return traced
-
-
 def trace_of(keys: dict[str, Any]) -> tuple[Any, ...]:
     """The transaction operation that records the delete of the row with ``keys``."""
     _, entity = trace(keys["PartitionKey"], keys["RowKey"])
