@@ -11,6 +11,7 @@ from tests.delivery.helpers import (
     add_follow,
     add_posts,
     add_users,
+    feed_on,
     run_every_pass,
     unlimited_service,
 )
@@ -221,13 +222,13 @@ async def test_unfollowing_a_reposter_purges_its_reposts_not_the_originals_autho
     await add_follow(repos, reader, reposter)
     [post] = await add_posts(repos, author, 1)
     async with PartitionWriter(storage, TIMELINES, linger_s=0) as writer:
-        worker = FanoutProcessor.on(storage, writer)
+        worker, feed = FanoutProcessor.on(storage, writer), feed_on(storage, writer)
         await worker.handle(await _repost(storage, reposter, author, post.post_id))
-        await worker.purge(reader, author)  # the original's author is not followed: no purge
+        await feed.purge(reader, author)  # the original's author is not followed: no purge
         assert await shown(repos, reader) == [(post.post_id, reposter)]
         await add_follow(repos, reader, author)
-        await worker.purge(reader, author)  # followed: reconciles, and keeps others' reposts
+        await feed.purge(reader, author)  # followed: reconciles, and keeps others' reposts
         assert await shown(repos, reader) == [(post.post_id, reposter)]
         await repos.follows.remove(reader, reposter)
-        await worker.purge(reader, reposter)
+        await feed.purge(reader, reposter)
     assert await shown(repos, reader) == []
