@@ -12,7 +12,7 @@ from typing import Any
 from tests.conftest import unique
 from tests.delivery.helpers import add_follow, remove_follow
 from timeline.delivery.batching.writer import PartitionWriter
-from timeline.delivery.outcomes import Continue, Defer
+from timeline.delivery.outcomes import Continue
 from timeline.delivery.processor import FanoutProcessor
 from timeline.delivery.settings import Hybrid, Timing
 from timeline.model.entities import Post, User
@@ -47,12 +47,9 @@ async def run_to_end(processor: FanoutProcessor, message) -> None:  # type: igno
     """Handle a message and its continuations to the end, without the delays."""
     while True:
         outcome = await processor.handle(message)
-        if isinstance(outcome, Continue):
-            message = outcome.message
-        elif isinstance(outcome, Defer):
-            await asyncio.sleep(0.2)
-        else:
+        if not isinstance(outcome, Continue):
             return
+        message = outcome.message
 
 
 async def add_post(repos: Repositories, author: str, ticks: int | None = None) -> Post:
