@@ -18,12 +18,13 @@ from timeline.model.entities import Edge, Page
 from timeline.storage import calls
 from timeline.storage.accounts import Storage
 from timeline.storage.calls import query_page, size_kind
-from timeline.tables.audience import FIRST_POST_KEY
 
 META = "~"
 """Row keys from here on are metadata: counters and idempotency keys."""
 PARTITION = "PartitionKey eq @pk"
 LISTING = "PartitionKey eq @pk and RowKey lt @meta"
+FIRST_POST_KEY = "0"
+"""Every post row key (19 digits, ``_``, post id) sorts after this and every head row before."""
 POST_LISTING = "PartitionKey eq @pk and RowKey ge @first and RowKey lt @meta"
 """A timeline's posts: its head rows (merge rows, ``timeline.tables.audience``) sort before them."""
 
