@@ -216,10 +216,6 @@ class RelationsRepository:
                 await calls.delete_entity(client, owner, row["RowKey"], **if_unchanged(row))
         return True
 
-    async def filter_of(self, owner: str, filter_id: str) -> Filter | None:
-        row = await self._filter_row(owner, filter_id)
-        return None if row is None else _filter(row)
-
     async def _filter_row(self, owner: str, filter_id: str) -> TableEntity | None:
         """The row of the slot ``filter_id`` names, if it holds that filter."""
         slot = int(filter_id[:2], 16)
