@@ -16,6 +16,7 @@ from tests.delivery.helpers import (
     unlimited_service,
 )
 from tests.delivery.social.helpers import shown
+from tests.helpers import put_copies
 from timeline.delivery.batching.writer import PartitionWriter
 from timeline.delivery.outcomes import DONE, Continue
 from timeline.delivery.processor import FanoutProcessor
@@ -207,7 +208,7 @@ async def test_the_deletes_second_pass_removes_a_late_repost_copy(
         first = await worker.handle(PostDeleted(author=author, post_id=post.post_id))
         assert isinstance(first, Continue)
         late = repost_copy(post, message)  # what the dead delivery wrote, late
-        await repos.timelines.put_many(reader, [late])
+        await put_copies(storage, reader, [late])
         assert await shown(repos, reader) == [(post.post_id, reposter)]
         await run_every_pass(worker, first.message)
     assert await shown(repos, reader) == []
