@@ -49,7 +49,7 @@ class CredentialsRepository:
     def __init__(self, storage: Storage) -> None:
         self._storage = storage
 
-    async def state(self, user_id: str, *, now: float | None = None) -> CredentialState:
+    async def state(self, user_id: str) -> CredentialState:
         """The user's epoch and live revocations (epoch 0 and none for a user with no
         profile: such a token was minted by an operator, and nothing revoked it)."""
         parameters = {
@@ -67,7 +67,7 @@ class CredentialsRepository:
                 limit=MAX_REVOKED_READ,
                 continuation=None,
             )
-        moment = time.time() if now is None else now
+        moment = time.time()
         epoch, revoked = 0, set()
         for row in page.items:
             if row["RowKey"] == PROFILE_ROW_KEY:

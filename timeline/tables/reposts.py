@@ -213,27 +213,19 @@ class RepostsRepository:
         limit: int,
         continuation: dict[str, str] | None,
         *,
-        follow: bool = False,
         first: str | None = None,
     ) -> Page[TableEntity]:
-        """Rows whose key starts with ``prefix`` (and sorts after ``first``): one query, or
-        every page (``follow``)."""
-        items: list[TableEntity] = []
+        """Rows whose key starts with ``prefix`` (and sorts after ``first``): one query."""
         bounds = {"pk": partition, "first": first or prefix, "end": _range_end(prefix)}
-        while True:
-            async with self._storage.guard():
-                page = await query_page(
-                    self._storage.reader(POSTS, partition),
-                    _RANGE,
-                    bounds,
-                    select=None,
-                    limit=limit,
-                    continuation=continuation,
-                )
-            items.extend(page.items)
-            continuation = page.continuation
-            if not follow or continuation is None:
-                return Page(items, continuation)
+        async with self._storage.guard():
+            return await query_page(
+                self._storage.reader(POSTS, partition),
+                _RANGE,
+                bounds,
+                select=None,
+                limit=limit,
+                continuation=continuation,
+            )
 
 
 async def live_replies(posts: Any, replies: list[tuple[str, str]]) -> list[Post]:

@@ -68,9 +68,9 @@ def traced_deletes(partition: str, rows: list[tuple[str, str]]) -> list[tuple[An
     return batch
 
 
-def expired_traces(rows: list[TableEntity], *, now: datetime | None = None) -> list[TableEntity]:
+def expired_traces(rows: list[TableEntity]) -> list[TableEntity]:
     """The traces among ``rows`` (read with their ``Timestamp`` and etag) that expired."""
-    before = (now or datetime.now(UTC)) - timedelta(seconds=TRACE_LIFETIME_S)
+    before = datetime.now(UTC) - timedelta(seconds=TRACE_LIFETIME_S)
     expired: list[TableEntity] = []
     for row in rows:
         stamp = row.metadata["timestamp"]
