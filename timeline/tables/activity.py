@@ -29,7 +29,7 @@ from azure.core.exceptions import ResourceModifiedError, ResourceNotFoundError
 from azure.data.tables import TableEntity, TableTransactionError, UpdateMode
 
 from timeline.storage.accounts import Storage
-from timeline.storage.calls import failed_index, query_page, transact
+from timeline.storage.calls import failed_index, query_page, submit_batch, transact
 from timeline.storage.names import SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING, TIMELINES
 from timeline.tables.expiries import DORMANCY, ExpiriesRepository
 from timeline.tables.follows import INACTIVE, INACTIVE_FROM
@@ -269,8 +269,7 @@ class ActivityRepository:
         dormant pages read those from the partition from now on."""
         row = {"PartitionKey": reader, "RowKey": CURSOR_ROW, GENERATION: generation}
         row[RESTORED] = subject
-        async with self._storage.guard(kind="write-1"):
-            await self._storage.table(TIMELINES, reader).upsert_entity(row, mode=UpdateMode.REPLACE)
+        await submit_batch(self._storage, TIMELINES, reader, [("upsert", row)])
 
     async def follow_row(self, subject: str, reader: str) -> TableEntity | None:
         """The reader's follow row of ``subject`` (None: no follow), with its ETag: a sweep

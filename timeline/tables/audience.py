@@ -34,7 +34,13 @@ from timeline.model.entities import Page
 from timeline.retry import ETAG_ATTEMPTS
 from timeline.storage import calls
 from timeline.storage.accounts import Storage
-from timeline.storage.calls import TransactionOperation, failed_index, query_page, transact
+from timeline.storage.calls import (
+    TransactionOperation,
+    failed_index,
+    query_page,
+    submit_batch,
+    transact,
+)
 from timeline.storage.names import SUBJECT_FOLLOWERS, TIMELINES
 from timeline.tables.counters import COUNT_BOUNDS, COUNT_RANGE, by_partition, total
 from timeline.tables.rows import FIRST_POST_KEY, get_entity, if_unchanged, if_unchanged_etag
@@ -223,9 +229,8 @@ class AudienceRepository:
 
     async def add_copy(self, author: str, reader: str) -> None:
         """Record an overflow reader: the merged author's posts are copied to it."""
-        await self._upsert(
-            SUBJECT_FOLLOWERS, {"PartitionKey": author, "RowKey": COPY_PREFIX + reader}
-        )
+        row = {"PartitionKey": author, "RowKey": COPY_PREFIX + reader}
+        await submit_batch(self._storage, SUBJECT_FOLLOWERS, author, [("upsert", row)])
 
     async def copy_etag(self, author: str, reader: str) -> str | None:
         entity = await get_entity(self._storage, SUBJECT_FOLLOWERS, author, COPY_PREFIX + reader)
@@ -266,11 +271,6 @@ class AudienceRepository:
             )
         keys = [entity["RowKey"].removeprefix(prefix) for entity in page.items]
         return Page(keys, page.continuation)
-
-    async def _upsert(self, table: str, row: dict[str, Any]) -> None:
-        async with self._storage.guard():
-            client = self._storage.table(table, row["PartitionKey"])
-            await client.upsert_entity(row, mode=UpdateMode.REPLACE)
 
 
 def _prefix_range(partition: str, prefix: str) -> dict[str, str]:

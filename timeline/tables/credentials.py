@@ -21,7 +21,7 @@ from timeline.model.entities import PROFILE_ROW_KEY
 from timeline.retry import ETAG_ATTEMPTS
 from timeline.storage import calls
 from timeline.storage.accounts import Storage
-from timeline.storage.calls import query_page
+from timeline.storage.calls import query_page, submit_batch
 from timeline.storage.names import USERS
 from timeline.tables.rows import META, PARTITION, get_entity, if_unchanged
 
@@ -93,8 +93,7 @@ class CredentialsRepository:
             "RowKey": f"{REVOKED}{token_id}",
             "expires_at": float(expires),
         }
-        async with self._storage.guard(kind="write-1"):
-            await self._storage.table(USERS, user_id).upsert_entity(row, mode=UpdateMode.REPLACE)
+        await submit_batch(self._storage, USERS, user_id, [("upsert", row)])
 
     async def revoke_all(self, user_id: str) -> int:
         """Raise the user's token epoch (a conditional merge on the profile row, so two at

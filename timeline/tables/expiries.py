@@ -28,12 +28,11 @@ from contextlib import suppress
 from dataclasses import dataclass
 
 from azure.core.exceptions import ResourceNotFoundError
-from azure.data.tables import UpdateMode
 
 from timeline.model.entities import Page
 from timeline.storage import calls
 from timeline.storage.accounts import Storage
-from timeline.storage.calls import query_page
+from timeline.storage.calls import query_page, submit_batch
 from timeline.storage.names import EXPIRIES
 from timeline.storage.placement import hash64
 
@@ -108,10 +107,7 @@ class ExpiriesRepository:
             "pk": pk,
             "rk": rk,
         }
-        async with self._storage.guard(kind="write-1"):
-            await self._storage.table(EXPIRIES, row["PartitionKey"]).upsert_entity(
-                row, mode=UpdateMode.REPLACE
-            )
+        await submit_batch(self._storage, EXPIRIES, row["PartitionKey"], [("upsert", row)])
 
     def _writable_shard(self, prefix: str, pk: str) -> str:
         """The named row's shard, or the next one a rebalance has not frozen."""

@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from azure.core.exceptions import ResourceModifiedError, ResourceNotFoundError
-from azure.data.tables import TableEntity, UpdateMode
+from azure.data.tables import TableEntity
 
 from timeline.errors import contention
 from timeline.model.entities import Page
@@ -37,7 +37,7 @@ from timeline.model.phrases import NO_PHRASES, Phrases
 from timeline.retry import ETAG_ATTEMPTS
 from timeline.storage import calls
 from timeline.storage.accounts import Storage
-from timeline.storage.calls import query_page
+from timeline.storage.calls import query_page, submit_batch
 from timeline.storage.names import RELATIONS
 from timeline.tables.expiries import FILTER, MUTE, ExpiriesRepository
 from timeline.tables.rows import PARTITION, create_entity, get_entity, if_unchanged
@@ -303,9 +303,7 @@ class RelationsRepository:
             )
 
     async def _upsert(self, row: dict[str, Any]) -> None:
-        async with self._storage.guard(kind="write-1"):
-            table = self._storage.table(RELATIONS, row["PartitionKey"])
-            await table.upsert_entity(row, mode=UpdateMode.REPLACE)
+        await submit_batch(self._storage, RELATIONS, row["PartitionKey"], [("upsert", row)])
 
     async def _delete(self, user: str, key: str) -> None:
         async with self._storage.guard(kind="write-1"):
