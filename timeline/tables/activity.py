@@ -33,7 +33,15 @@ from timeline.storage.calls import failed_index, query_page, submit_batch, trans
 from timeline.storage.names import SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING, TIMELINES
 from timeline.tables.expiries import DORMANCY, ExpiriesRepository
 from timeline.tables.follows import INACTIVE, INACTIVE_FROM
-from timeline.tables.rows import LISTING, META, create_entity, get_entity, if_unchanged
+from timeline.tables.rows import (
+    LISTING,
+    META,
+    create_entity,
+    delete_entity,
+    etag,
+    get_entity,
+    if_unchanged,
+)
 
 STAMP_ROW, CURSOR_ROW, MARKER_ROW = "!a", "!c", "!d"
 STAMP, GENERATION, STATE, WAKE_AT, SINCE = "stamp", "gen", "state", "wake_at", "since"
@@ -252,16 +260,8 @@ class ActivityRepository:
                 return False
             if marker.get(STATE) != WAKING:
                 return False
-            async with self._storage.guard(kind="write-1"):
-                try:
-                    await self._storage.table(TIMELINES, reader).delete_entity(
-                        reader, MARKER_ROW, **if_unchanged(marker)
-                    )
-                except ResourceNotFoundError:
-                    return False
-                except ResourceModifiedError:
-                    continue
-            return True
+            if await delete_entity(self._storage, TIMELINES, reader, MARKER_ROW, etag(marker)):
+                return True
         raise ResourceModifiedError(f"{reader}'s marker changed {_END_TRIES} times in a row")
 
     async def note_restored(self, reader: str, generation: str, subject: str) -> None:

@@ -21,10 +21,8 @@ has a merge row or an overflow row.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
 
 from azure.core.exceptions import ResourceExistsError, ResourceModifiedError, ResourceNotFoundError
 from azure.data.tables import TableEntity, TableTransactionError, UpdateMode
@@ -43,7 +41,13 @@ from timeline.storage.calls import (
 )
 from timeline.storage.names import SUBJECT_FOLLOWERS, TIMELINES
 from timeline.tables.counters import COUNT_BOUNDS, COUNT_RANGE, by_partition, total
-from timeline.tables.rows import FIRST_POST_KEY, get_entity, if_unchanged, if_unchanged_etag
+from timeline.tables.rows import (
+    FIRST_POST_KEY,
+    delete_entity,
+    get_entity,
+    if_unchanged,
+    if_unchanged_etag,
+)
 from timeline.tables.traces import trace_of
 
 COPIED, GROWING, MERGED, SHRINKING = "copied", "growing", "merged", "shrinking"
@@ -237,13 +241,7 @@ class AudienceRepository:
         return None if entity is None else str(entity.metadata["etag"])
 
     async def remove_copy(self, author: str, reader: str, etag: str | None = None) -> None:
-        kwargs: dict[str, Any] = {}
-        if etag is not None:
-            kwargs = if_unchanged_etag(etag)
-        async with self._storage.guard():
-            client = self._storage.table(SUBJECT_FOLLOWERS, author)
-            with contextlib.suppress(ResourceModifiedError, ResourceNotFoundError):
-                await calls.delete_entity(client, author, COPY_PREFIX + reader, **kwargs)
+        await delete_entity(self._storage, SUBJECT_FOLLOWERS, author, COPY_PREFIX + reader, etag)
 
     async def copy_readers_page(
         self, author: str, limit: int, continuation: dict[str, str] | None

@@ -10,10 +10,9 @@ per cache period (``timeline.service.credentials``).
 from __future__ import annotations
 
 import time
-from contextlib import suppress
 from dataclasses import dataclass
 
-from azure.core.exceptions import ResourceModifiedError, ResourceNotFoundError
+from azure.core.exceptions import ResourceModifiedError
 from azure.data.tables import TableEntity, UpdateMode
 
 from timeline.errors import NotFoundError, contention
@@ -23,7 +22,7 @@ from timeline.storage import calls
 from timeline.storage.accounts import Storage
 from timeline.storage.calls import query_page, submit_batch
 from timeline.storage.names import USERS
-from timeline.tables.rows import META, PARTITION, get_entity, if_unchanged
+from timeline.tables.rows import META, PARTITION, delete_entity, etag, get_entity, if_unchanged
 
 TOKEN_EPOCH = "token_epoch"  # noqa: S105 (a field name)
 """The profile row's field: tokens minted with a lower epoch are revoked (absent: 0)."""
@@ -80,11 +79,7 @@ class CredentialsRepository:
 
     async def _forget(self, user_id: str, row: TableEntity) -> None:
         """Delete a revoked row whose token has expired by itself."""
-        async with self._storage.guard(kind="write-1"):
-            with suppress(ResourceNotFoundError, ResourceModifiedError):
-                await calls.delete_entity(
-                    self._storage.table(USERS, user_id), user_id, row["RowKey"], **if_unchanged(row)
-                )
+        await delete_entity(self._storage, USERS, user_id, row["RowKey"], etag(row))
 
     async def revoke(self, user_id: str, token_id: str, expires: int) -> None:
         """Revoke one token (idempotent): its row lives until the token's own expiry."""

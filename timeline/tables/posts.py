@@ -7,7 +7,6 @@ from __future__ import annotations
 from contextlib import suppress
 from typing import Any
 
-from azure.core.exceptions import ResourceModifiedError, ResourceNotFoundError
 from azure.data.tables import TableEntity, TableTransactionError
 
 from timeline.errors import ConflictError, StorageUnavailableError, contention
@@ -15,7 +14,6 @@ from timeline.model.entities import POST_SELECT, Page, Post
 from timeline.model.idempotency import IdempotencyRecord
 from timeline.model.keys import post_row_key
 from timeline.retry import ETAG_ATTEMPTS
-from timeline.storage import calls
 from timeline.storage.accounts import Storage
 from timeline.storage.calls import (
     TransactionOperation,
@@ -28,6 +26,8 @@ from timeline.tables.expiries import IDEMPOTENCY, ExpiriesRepository
 from timeline.tables.rows import (
     META,
     PARTITION,
+    delete_entity,
+    etag,
     get_entity,
     if_unchanged,
     partition_page,
@@ -100,14 +100,7 @@ class PostsRepository:
 
     async def _remove(self, author: str, entity: TableEntity) -> None:
         """Delete an expired key row unless it changed since read (a new use of the key)."""
-        async with self._storage.guard(kind="write-1"):
-            with suppress(ResourceNotFoundError, ResourceModifiedError):
-                await calls.delete_entity(
-                    self._storage.table(POSTS, author),
-                    author,
-                    entity["RowKey"],
-                    **if_unchanged(entity),
-                )
+        await delete_entity(self._storage, POSTS, author, entity["RowKey"], etag(entity))
 
     async def get(self, author: str, post_id: str) -> Post | None:
         entity = await self._row(author, post_id)

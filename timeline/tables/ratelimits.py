@@ -35,10 +35,9 @@ import asyncio
 import hashlib
 import math
 import time
-from contextlib import suppress
 from dataclasses import dataclass
 
-from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
+from azure.core.exceptions import HttpResponseError
 from azure.data.tables import TableEntity, UpdateMode
 from limits import RateLimitItemPerMinute
 from limits.aio.storage import Storage as LimitsStorage
@@ -50,7 +49,7 @@ from timeline.storage import calls
 from timeline.storage.accounts import Storage
 from timeline.storage.names import RATE_LIMITS
 from timeline.tables.expiries import RATE_LIMIT, ExpiriesRepository
-from timeline.tables.rows import get_entity, if_unchanged
+from timeline.tables.rows import delete_entity, get_entity, if_unchanged
 
 _ROW = "window"
 _LOST_RACE = frozenset({404, 409, 412})
@@ -153,10 +152,7 @@ class TableWindowStorage(LimitsStorage):
                 )
 
     async def _delete(self, partition: str) -> None:
-        async with self._storage.guard():
-            client = self._storage.table(RATE_LIMITS, partition)
-            with suppress(ResourceNotFoundError):
-                await calls.delete_entity(client, partition, _ROW)
+        await delete_entity(self._storage, RATE_LIMITS, partition, _ROW)
 
 
 def _live(row: TableEntity | None, now: float) -> TableEntity | None:
