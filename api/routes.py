@@ -62,7 +62,8 @@ def _bearer(request: web.Request) -> str:
     """The bearer token as sent, not yet verified.
 
     A header that is present but garbled (say one non-UTF-8 byte) is an invalid token, not a
-    missing one; the token itself is left to ``verify_bearer``, which rejects anything not ASCII.
+    missing one; the token itself is left to ``TokenSigner.verify``, which rejects anything not
+    ASCII.
     """
     header = request.headers.get("Authorization", "").strip()
     scheme, _, token = header.partition(" ")

@@ -22,7 +22,7 @@ from fanout_worker.isolation import Suspicion, marked
 from fanout_worker.lease import Lease
 from fanout_worker.metrics import MESSAGES, POISONED
 from timeline.config import Settings
-from timeline.delivery.outcomes import Continue, Defer, Done, Outcome
+from timeline.delivery.outcomes import Continue, Done, Outcome
 from timeline.delivery.processor import FanoutProcessor
 from timeline.errors import RetryableError, StorageUnavailableError, TimelineError
 from timeline.model.messages import FanoutMessage, encode
@@ -34,6 +34,14 @@ log = logging.getLogger(__name__)
 _SETTLE_ATTEMPTS = 4
 """Settle attempts once the worker is stopping; before that, a settle is retried as long as
 the lease holds (the lease is renewed meanwhile)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Defer:
+    """Not now: storage answered with a retryable error (unavailable, busy or contended);
+    retry with backoff."""
+
+    reason: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +57,7 @@ class Moved:
     continuation)."""
 
 
-Result = Outcome | Failed | Moved
+Result = Outcome | Defer | Failed | Moved
 
 
 def _label(outcome: Result) -> str:

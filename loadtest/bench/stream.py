@@ -23,8 +23,10 @@ from loadtest.bench.stream_polls import poll_requests
 from timeline.model.entities import Post
 from timeline.model.keys import new_post_id, now_ticks
 from timeline.model.tokens import TokenSigner
+from timeline.storage.accounts import Storage
+from timeline.storage.calls import submit_batch
+from timeline.storage.names import TIMELINES
 from timeline.tables.audience import AudienceRepository
-from timeline.tables.timelines import TimelinesRepository
 
 POLL_S = 2.0
 """The default ``TIMELINE_STREAM_POLL_S``, set explicitly so the figure names its cause."""
@@ -47,9 +49,7 @@ async def stream(sizes: Sizes) -> dict[str, Any]:
                 reader: await _requests_per_client_minute(server, signer, reader, sizes)
                 for reader in (plain, merged)
             }
-            latencies = await _event_latencies(
-                server, signer, plain, TimelinesRepository(storage), sizes
-            )
+            latencies = await _event_latencies(server, signer, plain, storage, sizes)
         polls = await poll_requests([azurite.connection_string for azurite in azurites])
     return {
         **polls,
@@ -97,7 +97,7 @@ async def _event_latencies(
     server: ApiProcess,
     signer: TokenSigner,
     reader: str,
-    timelines: TimelinesRepository,
+    storage: Storage,
     sizes: Sizes,
 ) -> list[float]:
     """Seconds from an entry's write to storage until a stream sends it; writes come at
@@ -108,7 +108,7 @@ async def _event_latencies(
         for _ in range(sizes.stream_events):
             await asyncio.sleep(random.uniform(0, POLL_S))
             post = Post(new_post_id(now_ticks()), "friend", TEXT)
-            await timelines.put_many(reader, [post])
+            await submit_batch(storage, TIMELINES, reader, [("upsert", post.to_entity(reader))])
             written = time.monotonic()
             while post.post_id.encode() not in await response.content.readline():
                 pass

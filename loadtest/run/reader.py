@@ -15,8 +15,8 @@ from timeline.reads.home import MIN_AUTHOR_ROWS
 from timeline.storage.accounts import Storage
 from timeline.storage.calls import query_page
 from timeline.storage.names import POSTS, SUBJECT_FOLLOWING, TIMELINES
-from timeline.tables.audience import FIRST_POST_KEY, merge_row_author
-from timeline.tables.rows import META
+from timeline.tables.audience import merge_row_author
+from timeline.tables.rows import FIRST_POST_KEY, META
 
 HEAD = "PartitionKey eq @pk and RowKey lt @meta"
 """``timeline.reads.home``'s first-page query of the reader's partition (merge rows and posts)."""

@@ -60,7 +60,7 @@ async def test_non_ascii_authorization_is_401_json(
         "alice.1." + "A" * 43 + "\x00",
     ],
 )
-def test_verify_bearer_rejects_non_ascii_as_invalid_token(token: str) -> None:
+def test_verify_rejects_non_ascii_as_invalid_token(token: str) -> None:
     with pytest.raises(AuthenticationError) as raised:
-        TokenSigner(b"k", token_ttl_s=60).verify_bearer(token)
+        TokenSigner(b"k", token_ttl_s=60).verify(token)
     assert raised.value.code == "invalid_token"

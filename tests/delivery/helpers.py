@@ -9,6 +9,9 @@ from azure.storage.queue import QueueMessage
 
 from fanout_worker.metrics import MESSAGES
 from tests.conftest import unique
+from timeline.delivery.batching.writer import PartitionWriter
+from timeline.delivery.context import Context
+from timeline.delivery.feed import Feed
 from timeline.delivery.outcomes import Continue, Outcome
 from timeline.delivery.processor import FanoutProcessor
 from timeline.model.entities import Post, User
@@ -57,6 +60,11 @@ async def author_and_reader(repos: Repositories, posts: int = 1) -> tuple[str, s
     await add_users(repos, author, reader)
     await add_follow(repos, reader, author)
     return author, reader, await add_posts(repos, author, posts)
+
+
+def feed_on(storage: Storage, writer: PartitionWriter) -> Feed:
+    """Every write to a reader's timeline (a purge, say), as a ``FanoutProcessor`` has it."""
+    return Feed(Context(Repositories.on(storage), writer))
 
 
 async def timeline_ids(repos: Repositories, owner: str) -> list[str]:

@@ -12,7 +12,7 @@ from typing import Any
 from tests.conftest import unique
 from tests.delivery.helpers import add_follow, remove_follow
 from timeline.delivery.batching.writer import PartitionWriter
-from timeline.delivery.outcomes import Continue, Defer
+from timeline.delivery.outcomes import Continue
 from timeline.delivery.processor import FanoutProcessor
 from timeline.delivery.settings import Hybrid, Timing
 from timeline.model.entities import Post, User
@@ -20,8 +20,10 @@ from timeline.model.keys import new_post_id, now_ticks
 from timeline.model.messages import PostCreated, Regrade
 from timeline.reads.home import HomeTimeline, Position
 from timeline.storage.accounts import Storage
-from timeline.tables.audience import COPIED, MERGED
+from timeline.storage.names import TIMELINES
+from timeline.tables.audience import COPIED, MERGE_COUNT_ROW, MERGED
 from timeline.tables.repositories import Repositories
+from timeline.tables.rows import get_entity
 
 THRESHOLD = 4
 HYBRID = Hybrid(threshold=THRESHOLD, max_merged=2, queue=None)
@@ -35,16 +37,19 @@ async def new_users(repos: Repositories, *prefixes: str) -> list[str]:
     return users
 
 
+async def merge_count(storage: Storage, reader: str) -> int:
+    """The reader's count of merge rows, as its counter row stores it."""
+    counter = await get_entity(storage, TIMELINES, reader, MERGE_COUNT_ROW)
+    return 0 if counter is None else int(counter["n"])
+
+
 async def run_to_end(processor: FanoutProcessor, message) -> None:  # type: ignore[no-untyped-def]
     """Handle a message and its continuations to the end, without the delays."""
     while True:
         outcome = await processor.handle(message)
-        if isinstance(outcome, Continue):
-            message = outcome.message
-        elif isinstance(outcome, Defer):
-            await asyncio.sleep(0.2)
-        else:
+        if not isinstance(outcome, Continue):
             return
+        message = outcome.message
 
 
 async def add_post(repos: Repositories, author: str, ticks: int | None = None) -> Post:

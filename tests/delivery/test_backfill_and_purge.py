@@ -6,7 +6,13 @@ from __future__ import annotations
 import asyncio
 
 from tests.conftest import eventually
-from tests.delivery.helpers import add_follow, author_and_reader, remove_follow, timeline_ids
+from tests.delivery.helpers import (
+    add_follow,
+    author_and_reader,
+    feed_on,
+    remove_follow,
+    timeline_ids,
+)
 from tests.faults import StorageFront
 from timeline.delivery.batching.writer import PartitionWriter
 from timeline.delivery.outcomes import DONE, Continue
@@ -22,16 +28,14 @@ async def test_purge_keeps_a_refollows_backfill(front: StorageFront, fronted: St
     author, reader, posts = await author_and_reader(repos, 3)
     async with PartitionWriter(fronted, TIMELINES, linger_s=0) as writer:
         prompt = FanoutProcessor.on(fronted, writer)
-        await prompt.backfill(Followed(follower=reader, subject=author))
+        await prompt.handle(Followed(follower=reader, subject=author))
         await remove_follow(repos, reader, author)
         async with PartitionWriter(fronted, TIMELINES, linger_s=0) as held_writer:
             front.hold_deletes.add(TIMELINES)
-            purging = asyncio.create_task(FanoutProcessor.on(fronted, held_writer).purge(
-                reader, author
-            ))  # fmt: skip
+            purging = asyncio.create_task(feed_on(fronted, held_writer).purge(reader, author))
             await asyncio.wait_for(front.held.wait(), 10)  # read the rows, about to delete
             await add_follow(repos, reader, author)
-            backfilled = await prompt.backfill(Followed(follower=reader, subject=author))
+            backfilled = await prompt.handle(Followed(follower=reader, subject=author))
             front.gate.set()
             await purging
         if isinstance(backfilled, Continue):  # damped (a re-follow): its second pass
@@ -44,9 +48,7 @@ async def test_backfill_reads_through_short_pages(front: StorageFront, fronted: 
     author, reader, posts = await author_and_reader(repos, 20)
     async with PartitionWriter(fronted, TIMELINES, linger_s=0) as writer:
         front.page_limit = 7  # as real Azure may: short pages with a continuation
-        await FanoutProcessor.on(fronted, writer).backfill(
-            Followed(follower=reader, subject=author)
-        )
+        await FanoutProcessor.on(fronted, writer).handle(Followed(follower=reader, subject=author))
     front.page_limit = None
     assert sorted(await timeline_ids(repos, reader)) == sorted(post.post_id for post in posts)
 
@@ -63,9 +65,7 @@ async def test_a_backfill_held_by_admission_reads_the_follow_again(storage: Stor
         backlog = writer.admission(0.001, 10**9)  # hold the writer's admission closed
         await backlog.__aenter__()
         requests_before = writer.requests
-        backfill = asyncio.create_task(
-            processor.backfill(Followed(follower=reader, subject=author))
-        )
+        backfill = asyncio.create_task(processor.handle(Followed(follower=reader, subject=author)))
 
         async def waiting() -> bool:
             return writer.admission_waiters > 0

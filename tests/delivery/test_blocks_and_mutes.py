@@ -11,6 +11,7 @@ import pytest
 from tests.delivery.helpers import add_follow, timeline_ids, unlimited_service
 from tests.delivery.hybrid_helpers import HYBRID, add_post, new_users
 from tests.faults import StorageFront
+from tests.helpers import put_copies
 from timeline.delivery.batching.writer import PartitionWriter
 from timeline.delivery.outcomes import Continue
 from timeline.delivery.processor import FanoutProcessor
@@ -58,7 +59,7 @@ async def test_a_merged_author_is_hidden_by_a_mute_and_a_block_at_once(
     assert await repos.audience.add_merge(reader, author, HYBRID.max_merged)
     merged = [await add_post(repos, author) for _ in range(3)]
     kept = await add_post(repos, friend)
-    await repos.timelines.put_many(reader, [kept])
+    await put_copies(storage, reader, [kept])
     service = _service(storage)
     assert set(_flat(await _home(service, reader))) == {kept.post_id, *(p.post_id for p in merged)}
     await service.relations.mute(reader, reader, author, None, True)
@@ -76,7 +77,7 @@ async def test_the_blocked_side_stops_seeing_the_blocker_at_once(
     blocker, blocked = await new_users(repos, "blocker", "blocked")
     await add_follow(repos, blocked, blocker)
     post = await add_post(repos, blocker)
-    await repos.timelines.put_many(blocked, [post])
+    await put_copies(storage, blocked, [post])
     service = _service(storage)
     assert _flat(await _home(service, blocked)) == [post.post_id]
     await service.relations.block(blocker, blocker, blocked)
@@ -105,7 +106,7 @@ async def test_a_block_racing_a_follow_ends_the_follow(
     with pytest.raises(PermissionDeniedError):
         await following
     assert not await repos.follows.is_following(follower, subject)
-    assert await repos.follows.following_ids(follower) == []
+    assert (await repos.follows.following_page(follower, 1000, None)).items == []
 
 
 async def test_a_follow_whose_request_died_is_ended_by_its_delivery(
@@ -146,7 +147,7 @@ async def test_a_mute_without_reposts_keeps_their_reposts(
 ) -> None:
     reader, muted, author = await new_users(repos, "reader", "muted", "author")
     own = await add_post(repos, muted)
-    await repos.timelines.put_many(reader, [own])
+    await put_copies(storage, reader, [own])
     reposted = await _write_repost(storage, reader, await add_post(repos, author), muted)
     service = _service(storage)
     await service.relations.mute(reader, reader, muted, None, False)
@@ -168,7 +169,7 @@ async def test_thinned_pages_are_full_and_continue_right(
     for i in range(40):
         author = muted if i % 4 else friend  # three muted in four
         entries.append(Post(new_post_id(base - i * 1000), author, "x"))
-    await repos.timelines.put_many(reader, entries)
+    await put_copies(storage, reader, entries)
     service = _service(storage)
     await service.relations.mute(reader, reader, muted, None, True)
     visible = [post.post_id for post in entries if post.author == friend]
@@ -198,7 +199,7 @@ async def test_thinned_pages_with_a_merged_author(storage: Storage, repos: Repos
     assert await repos.audience.add_merge(reader, large, HYBRID.max_merged)
     base = now_ticks()
     copies = [Post(new_post_id(base - i * 1000), muted, "x") for i in range(30)]
-    await repos.timelines.put_many(reader, copies)
+    await put_copies(storage, reader, copies)
     merged = [await add_post(repos, large, base - i * 3000 - 500) for i in range(8)]
     service = _service(storage)
     await service.relations.mute(reader, reader, muted, None, True)

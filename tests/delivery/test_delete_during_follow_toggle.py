@@ -35,7 +35,7 @@ async def test_refollow_during_delete_leaves_no_copy_of_the_deleted_post(
         worker = FanoutProcessor.on(storage, writer, timing=TIMING)
         await api.follows.follow(reader, reader, author)
         [post] = await add_posts(repos, author, 1)
-        await worker.deliver(PostCreated(author=author, post_id=post.post_id))
+        await worker.handle(PostCreated(author=author, post_id=post.post_id))
         assert await timeline_ids(repos, reader) == [post.post_id]
         await api.follows.unfollow(reader, reader, author)
         await api.posts.delete(author, author, post.post_id)

@@ -48,7 +48,7 @@ async def test_deleted_post_survives_unfollow_refollow(
         worker = FanoutProcessor.on(storage, prompt, timing=TIMING)
         # 1. the delivery buffers R's copy, then its worker dies before the re-check
         dying = asyncio.create_task(
-            FanoutProcessor.on(storage, held, timing=TIMING).deliver(
+            FanoutProcessor.on(storage, held, timing=TIMING).handle(
                 PostCreated(author=author, post_id=post.post_id)
             )
         )
@@ -62,13 +62,13 @@ async def test_deleted_post_survives_unfollow_refollow(
             await dying
         # 2. delete: the API deletes the source row, the worker's first pass
         await repos.posts.delete(author, post.post_id)
-        delete_first = await worker.retract(PostDeleted(author=author, post_id=post.post_id))
+        delete_first = await worker.handle(PostDeleted(author=author, post_id=post.post_id))
         assert isinstance(delete_first, Continue)
         # 3. unfollow 0.5 s later (the gap is the schedule under test, not a wait for sync):
         # the API removes the follow, the worker's first pass
         await asyncio.sleep(0.5)
         await remove_follow(repos, reader, author)
-        unfollow_first = await worker.unfollowed(Unfollowed(follower=reader, subject=author))
+        unfollow_first = await worker.handle(Unfollowed(follower=reader, subject=author))
         assert isinstance(unfollow_first, Continue)
         # 4. the dead delivery's write lands (well inside D = 1 s of its read)
         await held.flush()
@@ -79,7 +79,7 @@ async def test_deleted_post_survives_unfollow_refollow(
         # 6. R follows A again; its backfill
         await add_follow(repos, reader, author)
         assert isinstance(  # within the cool-down of an unfollow: damped, one more pass
-            await worker.backfill(Followed(follower=reader, subject=author)),
+            await worker.handle(Followed(follower=reader, subject=author)),
             Done | Continue,
         )
         # 7. S after the unfollow's first pass (its 0.5 s lag behind the delete's): its sweep

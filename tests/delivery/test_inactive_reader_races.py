@@ -256,7 +256,7 @@ async def test_a_dormant_page_costs_a_bounded_number_of_requests(
     """Was (high, cost): a dormant reader's every page costs one query per followed
     author, unbounded.
 
-    ``_dormant_page`` reads ``following_ids`` (one query per 1,000 follows) and then one
+    ``_dormant_page`` reads every follow (one query per 1,000 follows) and then one
     ``posts`` query per followed author, on every page (continuations carry ``d``), each
     asking ``max(10, 250 / (n + 1))`` rows. A merged (hybrid) page is bounded by
     ``max_merged`` (20 to 40) sources; a dormant page is not: 60 follows cost 61 queries

@@ -59,10 +59,11 @@ class World:
 
     async def truth(self) -> list[str]:
         """Every live post of every author the reader follows now, and its own, newest first."""
-        following = await self.repos.follows.following_ids(self.reader)
+        following = await self.repos.follows.following_page(self.reader, 1000, None)
+        assert following.continuation is None
         posts = [
             post
-            for author in {self.reader, *following}
+            for author in {self.reader, *(edge.user_id for edge in following.items)}
             for post in await self.repos.posts.newest(author, 1000)
         ]
         return [post.post_id for post in sorted(posts, key=lambda post: post.row_key)]

@@ -25,7 +25,7 @@ async def _crash_after_write(storage: Storage, held: PartitionWriter, post: Post
     copies are still in flight (they land when ``held`` is flushed), nothing undoes them."""
     delivering = FanoutProcessor.on(storage, held)
     task = asyncio.create_task(
-        delivering.deliver(PostCreated(author=post.author, post_id=post.post_id))
+        delivering.handle(PostCreated(author=post.author, post_id=post.post_id))
     )
 
     async def buffered() -> bool:

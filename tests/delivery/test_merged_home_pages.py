@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from tests.delivery.helpers import add_follow, remove_follow
 from tests.delivery.hybrid_helpers import HYBRID, add_post, home_pages, new_users
+from tests.helpers import put_copies
 from timeline.model.keys import now_ticks
 from timeline.storage.accounts import Storage
 from timeline.tables.repositories import Repositories
@@ -25,7 +26,7 @@ async def test_an_unfollowed_merged_authors_copies_never_show(
     base = now_ticks()
     old = await add_post(repos, small, base - 10_000_000)
     copies = [await add_post(repos, author, base - i * 1000) for i in range(8)]
-    await repos.timelines.put_many(reader, [old, *copies])  # copied while the author was small
+    await put_copies(storage, reader, [old, *copies])  # copied while the author was small
     assert await repos.audience.add_merge(reader, author, HYBRID.max_merged)  # merged since
     await remove_follow(repos, reader, author)  # the API's part; the worker has not run yet
     for limit in (1, 2, 250):

@@ -15,6 +15,7 @@ from tests.delivery.hybrid_helpers import (
     add_post,
     finish_down_then_up,
     hybrid_processor,
+    merge_count,
     new_users,
     regrade,
     run_to_end,
@@ -148,4 +149,4 @@ async def test_a_stale_page_of_a_move_up_takes_its_rows_back(
         resume.set()
         await stale
     assert await repos.audience.merged_authors(fan) == []
-    assert await repos.audience.merge_count(fan) == 0
+    assert await merge_count(storage, fan) == 0

@@ -16,7 +16,7 @@ from tests.conftest import (
     running_worker,
     unique,
 )
-from tests.helpers import Api, bearer, error_of
+from tests.helpers import Api, bearer, error_of, put_copies
 from timeline.delivery.feed import TRIM_SLACK_SHARE, Feed
 from timeline.metrics import TRIM_REQUESTS
 from timeline.model.keys import new_post_id, now_ticks
@@ -94,13 +94,12 @@ async def test_a_page_never_crosses_the_cap_before_the_trim(capped: Any) -> None
     """More entries stored than the cap (a trim is due later): reads still stop at it."""
     api, storage = capped
     from timeline.model.entities import Post
-    from timeline.tables.repositories import Repositories
 
     reader = unique("reader")
     token = await api.register(reader)
     base = now_ticks()
     posts = [Post(new_post_id(base + i * 10), unique("a"), "x") for i in range(CAP + 5)]
-    await Repositories.on(storage).timelines.put_many(reader, posts)
+    await put_copies(storage, reader, posts)
     pages = await _pages(api, reader, token, 4)
     assert [len(page) for page in pages] == [4, 4, 2]
     assert await _stored_rows(storage, reader) == CAP + 5

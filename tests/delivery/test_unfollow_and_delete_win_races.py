@@ -12,7 +12,9 @@ from collections.abc import Awaitable
 from datetime import UTC, datetime
 
 from tests.conftest import eventually, unique
+from tests.delivery.helpers import feed_on
 from timeline.delivery.batching.writer import PartitionWriter
+from timeline.delivery.feed import Feed
 from timeline.delivery.processor import FanoutProcessor
 from timeline.model.entities import Post, User
 from timeline.model.keys import new_post_id, now_ticks
@@ -57,12 +59,10 @@ async def _hold_then_release(
     await task
 
 
-async def _unfollow(
-    repos: Repositories, processor: FanoutProcessor, follower: str, author: str
-) -> None:
+async def _unfollow(repos: Repositories, feed: Feed, follower: str, author: str) -> None:
     """What the API and then the worker do for an unfollow, to the end."""
     await repos.follows.remove(follower, author)
-    await processor.purge(follower, author)
+    await feed.purge(follower, author)
 
 
 async def test_delete_beats_in_flight_delivery(storage: Storage, repos: Repositories) -> None:
@@ -75,8 +75,8 @@ async def test_delete_beats_in_flight_delivery(storage: Storage, repos: Reposito
         deleting = FanoutProcessor.on(storage, prompt)
         await _hold_then_release(
             held,
-            delivering.deliver(PostCreated(author=author, post_id=post.post_id)),
-            deleting.retract(PostDeleted(author=author, post_id=post.post_id)),
+            delivering.handle(PostCreated(author=author, post_id=post.post_id)),
+            deleting.handle(PostDeleted(author=author, post_id=post.post_id)),
         )
     assert await _ids(repos, follower) == []
     assert await _ids(repos, author) == []
@@ -91,10 +91,10 @@ async def test_unfollow_beats_in_flight_delivery(storage: Storage, repos: Reposi
     ):
         await _hold_then_release(
             held,
-            FanoutProcessor.on(storage, held).deliver(
+            FanoutProcessor.on(storage, held).handle(
                 PostCreated(author=author, post_id=post.post_id)
             ),
-            _unfollow(repos, FanoutProcessor.on(storage, prompt), follower, author),
+            _unfollow(repos, feed_on(storage, prompt), follower, author),
         )
     assert await _ids(repos, follower) == []
     assert await _ids(repos, author) == [post.post_id]
@@ -109,8 +109,8 @@ async def test_unfollow_beats_in_flight_backfill(storage: Storage, repos: Reposi
     ):
         await _hold_then_release(
             held,
-            FanoutProcessor.on(storage, held).backfill(Followed(follower=follower, subject=author)),
-            _unfollow(repos, FanoutProcessor.on(storage, prompt), follower, author),
+            FanoutProcessor.on(storage, held).handle(Followed(follower=follower, subject=author)),
+            _unfollow(repos, feed_on(storage, prompt), follower, author),
         )
     assert await _ids(repos, follower) == []
 
@@ -124,8 +124,8 @@ async def test_delete_beats_in_flight_backfill(storage: Storage, repos: Reposito
     ):
         await _hold_then_release(
             held,
-            FanoutProcessor.on(storage, held).backfill(Followed(follower=follower, subject=author)),
-            FanoutProcessor.on(storage, prompt).retract(
+            FanoutProcessor.on(storage, held).handle(Followed(follower=follower, subject=author)),
+            FanoutProcessor.on(storage, prompt).handle(
                 PostDeleted(author=author, post_id=doomed.post_id)
             ),
         )

@@ -23,7 +23,7 @@ from tests.delivery.helpers import (
     timeline_ids,
     unlimited_service,
 )
-from tests.helpers import visible_work
+from tests.helpers import put_copies, visible_work
 from timeline.config import Settings
 from timeline.delivery.batching.writer import PartitionWriter
 from timeline.delivery.processor import FanoutProcessor
@@ -97,7 +97,7 @@ async def test_an_unfollow_past_its_deadline_changes_nothing(
     settings: Settings, storage: Storage, repos: Repositories
 ) -> None:
     author, reader, posts = await author_and_reader(repos, 3)
-    await repos.timelines.put_many(reader, posts)  # the earlier backfill
+    await put_copies(storage, reader, posts)  # the earlier backfill
     service = unlimited_service(storage, outbox=_outbox(_StallAfterReserve(storage)))
     async with running_worker(settings):
         with pytest.raises(StorageUnavailableError):
@@ -208,7 +208,7 @@ async def test_an_unfollow_never_made_leaves_the_live_copies_and_drops_a_deleted
     still followed; meanwhile a post was deleted while the reader was out of its delete's
     reach. The unfollow's passes reconcile: live copies stay, the deleted post's goes."""
     author, reader, posts = await author_and_reader(repos, 2)
-    await repos.timelines.put_many(reader, posts)
+    await put_copies(storage, reader, posts)
     gone = posts[0]
     assert await repos.posts.delete(author, gone.post_id)  # its delete skipped the reader
     async with PartitionWriter(storage, TIMELINES, linger_s=0) as writer:

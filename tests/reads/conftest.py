@@ -27,6 +27,7 @@ LOOKBACK_S = 300
 class Live:
     client: TestClient[Any, Any]
     api: Api
+    storage: Storage
     repos: Repositories
     tokens: dict[str, str]
 
@@ -80,7 +81,7 @@ async def live(private_azurite: Azurite, tmp_path: Path) -> AsyncIterator[Live]:
     async with Storage(settings.connection_string()) as storage:
         await storage.create_all()
         async with api_client(settings) as client, running_worker(settings):
-            yield Live(client, Api(client), Repositories.on(storage), {})
+            yield Live(client, Api(client), storage, Repositories.on(storage), {})
 
 
 async def merged_author(live: Live) -> str:

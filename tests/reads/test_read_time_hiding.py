@@ -15,7 +15,7 @@ from api import schemas
 from tests.conftest import unique
 from tests.delivery.helpers import unlimited_service
 from tests.delivery.hybrid_helpers import new_users
-from tests.helpers import Api, bearer, body_of, error_of
+from tests.helpers import Api, bearer, body_of, error_of, put_copies
 from tests.reads.conftest import Live
 from tests.reads.test_since_and_stream import _events
 from timeline.model.entities import FOLLOWERS, Post
@@ -43,11 +43,11 @@ def _flat(pages: list[list[str]]) -> list[str]:
     return [post for page in pages for post in page]
 
 
-async def _entries(repos: Repositories, reader: str, author: str, texts: list[str]) -> list[str]:
+async def _entries(storage: Storage, reader: str, author: str, texts: list[str]) -> list[str]:
     """Copies of posts with these texts on the reader's timeline, newest first."""
     base = now_ticks()
     posts = [Post(new_post_id(base - i * 1000), author, text) for i, text in enumerate(texts)]
-    await repos.timelines.put_many(reader, posts)
+    await put_copies(storage, reader, posts)
     return [post.post_id for post in posts]
 
 
@@ -56,7 +56,7 @@ async def test_a_filter_hides_whole_words_at_once_and_its_delete_restores(
 ) -> None:
     reader, friend = await new_users(repos, "reader", "friend")
     texts = ["Cat!", "concatenate", "a CAT nap", "dogs", "cats"]
-    ids = await _entries(repos, reader, friend, texts)
+    ids = await _entries(storage, reader, friend, texts)
     service = unlimited_service(storage)
     found = await service.relations.add_filter(reader, reader, "  cat ", None)
     assert found["phrase"] == "cat"
@@ -70,7 +70,7 @@ async def test_filtered_pages_stay_full_and_continue_right(
 ) -> None:
     reader, friend = await new_users(repos, "reader", "friend")
     texts = ["spoiler alert" if i % 4 else f"plain {i}" for i in range(40)]  # 3 in 4 hidden
-    ids = await _entries(repos, reader, friend, texts)
+    ids = await _entries(storage, reader, friend, texts)
     service = unlimited_service(storage)
     await service.relations.add_filter(reader, reader, "SPOILER", None)
     visible = [post for post, text in zip(ids, texts, strict=True) if text.startswith("plain")]
@@ -192,6 +192,6 @@ async def test_a_stream_leaves_out_followers_only_posts_of_an_author_no_longer_f
     base = now_ticks()
     late = Post(new_post_id(base), author, "a late copy", visibility=FOLLOWERS)
     shown = Post(new_post_id(base + 1), author, "a public copy")
-    await live.repos.timelines.put_many(reader, [late, shown])  # not followed: say purged late
+    await put_copies(live.storage, reader, [late, shown])  # not followed: say purged late
     assert [event["data"]["post_id"] for event in await _events(stream, 1)] == [shown.post_id]
     stream.close()

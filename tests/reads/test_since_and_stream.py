@@ -23,13 +23,12 @@ from tests.conftest import (
     program_env,
     unique,
 )
-from tests.helpers import Api, bearer, error_of
+from tests.helpers import Api, bearer, error_of, put_copies
 from tests.reads.conftest import Live, merged_author
 from timeline.model.entities import Post
 from timeline.model.keys import new_post_id, now_ticks
 from timeline.model.tokens import TokenSigner
 from timeline.storage.accounts import Storage
-from timeline.tables.repositories import Repositories
 from timeline.tools.azurite import Azurite, free_ports
 
 
@@ -159,7 +158,7 @@ async def test_an_entry_that_lands_late_is_still_streamed(live: Live) -> None:
     first = await live.post(reader, "first")
     assert [e["data"]["post_id"] for e in await _events(stream, 1)] == [first]
     late = Post(post_id=late_id, author=reader, text="late")
-    await live.repos.timelines.put_many(reader, [late])
+    await put_copies(live.storage, reader, [late])
     assert [e["data"]["post_id"] for e in await _events(stream, 1)] == [late_id]
     stream.close()
 
@@ -228,15 +227,14 @@ async def test_a_stream_resumed_from_long_ago_sends_at_most_a_capped_timeline(
     )
     async with Storage(settings.connection_string()) as storage:
         await storage.create_all()
-        repos = Repositories.on(storage)
         async with api_client(settings) as client:
             api, reader = Api(client), unique("reader")
             token = await api.register(reader)
             old = Post(post_id=new_post_id(now_ticks()), author=reader, text="old")
-            await repos.timelines.put_many(reader, [old])
+            await put_copies(storage, reader, [old])
             position = (await api.timeline(reader, token))["newest"]
             newer = [Post(new_post_id(now_ticks() + i), reader, f"{i}") for i in range(10)]
-            await repos.timelines.put_many(reader, newer)
+            await put_copies(storage, reader, newer)
             stream = await client.get(
                 f"/users/{reader}/timeline/stream",
                 headers=bearer(token) | {"Last-Event-ID": position},

@@ -12,7 +12,7 @@ import pytest
 from aiohttp import ClientResponse
 
 from tests.conftest import eventually, unique
-from tests.helpers import trace_keys
+from tests.helpers import put_copies, trace_keys
 from tests.reads.conftest import Live, merged_author
 from timeline.model.entities import Post
 from timeline.model.keys import new_post_id, now_ticks
@@ -88,7 +88,7 @@ async def test_traces_are_never_in_pages_trims_or_counts(
 ) -> None:
     owner = unique("reader")
     posts = [Post(new_post_id(now_ticks() + i), "friend", str(i)) for i in range(6)]
-    await repos.timelines.put_many(owner, posts)
+    await put_copies(storage, owner, posts)
     rows = [
         (post.row_key, await repos.timelines.etag_of(owner, post.row_key)) for post in posts[:3]
     ]
@@ -117,7 +117,7 @@ async def test_traces_expire_swept_by_the_trim_and_the_next_delete(
 ) -> None:
     owner, author = unique("reader"), unique("author")
     posts = [Post(new_post_id(now_ticks() + i), "friend", str(i)) for i in range(3)]
-    await repos.timelines.put_many(owner, posts)
+    await put_copies(storage, owner, posts)
     etag = await repos.timelines.etag_of(owner, posts[0].row_key)
     assert etag is not None
     await repos.timelines.remove_unchanged(owner, [(posts[0].row_key, etag)])

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import eventually, make_settings, unique
+from tests.helpers import put_copies
 from timeline.delivery.batching.tracker import Tracker
 from timeline.delivery.batching.writer import PartitionWriter
 from timeline.errors import DeadlineExceededError
@@ -102,7 +103,7 @@ async def test_deletes_of_missing_rows_do_not_fail_the_batch(
 ) -> None:
     owner = unique()
     posts = _posts(4)
-    await repos.timelines.put_many(owner, posts[:2])
+    await put_copies(storage, owner, posts[:2])
     async with PartitionWriter(storage, TIMELINES, linger_s=3600) as writer:
         tracker = Tracker()
         for post in posts:  # two exist, two never did

@@ -57,7 +57,7 @@ async def test_upsert_lands_after_the_sweep(
         started = time.monotonic()
         delivering = FanoutProcessor.on(slow, held, timing=TIMING)
         task = asyncio.create_task(
-            delivering.deliver(PostCreated(author=author, post_id=post.post_id))
+            delivering.handle(PostCreated(author=author, post_id=post.post_id))
         )
 
         async def buffered() -> bool:
@@ -76,7 +76,7 @@ async def test_upsert_lands_after_the_sweep(
         await eventually(on_its_way, timeout_s=5, what="the held delivery to be sent")
 
         deleting = FanoutProcessor.on(storage, prompt, timing=TIMING)
-        first = await deleting.retract(PostDeleted(author=author, post_id=post.post_id))
+        first = await deleting.handle(PostDeleted(author=author, post_id=post.post_id))
         assert isinstance(first, Continue)
         first_done = time.monotonic()
         await asyncio.sleep(first.delay_s)  # the queue makes it visible S later

@@ -10,7 +10,7 @@ from aiohttp.test_utils import TestClient
 
 from fanout_worker.worker import Worker
 from tests.conftest import eventually, messages_done, unique
-from tests.helpers import Api, bearer
+from tests.helpers import Api, bearer, put_copies
 from timeline.delivery.batching.writer import PartitionWriter
 from timeline.delivery.processor import FanoutProcessor
 from timeline.model.entities import Post
@@ -70,12 +70,12 @@ async def test_non_followers_do_not_get_posts(api: Api) -> None:
     assert await api.timeline_ids(stranger, stranger_token) == []
 
 
-async def test_600_items_page_as_250_250_100(api: Api, repos: Repositories) -> None:
+async def test_600_items_page_as_250_250_100(api: Api, storage: Storage) -> None:
     owner = unique("reader")
     token = await api.register(owner)
     base = now_ticks()
     posts = [Post(new_post_id(base + i * 10), unique("a"), f"#{i}") for i in range(600)]
-    await repos.timelines.put_many(owner, posts)
+    await put_copies(storage, owner, posts)
 
     sizes: list[int] = []
     seen: list[str] = []

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import unique
-from tests.helpers import trace_keys
+from tests.helpers import put_copies, trace_keys
 from timeline.model.entities import Post
 from timeline.model.keys import new_post_id, now_ticks
 from timeline.storage.accounts import Storage
@@ -31,7 +31,7 @@ async def test_the_trim_keeps_a_trace_rewritten_after_its_read(
 ) -> None:
     owner = unique("reader")
     post = Post(new_post_id(now_ticks()), "friend", "p")
-    await repos.timelines.put_many(owner, [post])
+    await put_copies(storage, owner, [post])
     await _remove(repos, owner, post)
     monkeypatch.setattr(traces, "TRACE_LIFETIME_S", -5.0)  # every trace counts as expired
     real = partition_page
@@ -39,7 +39,7 @@ async def test_the_trim_keeps_a_trace_rewritten_after_its_read(
     async def read_then_race(*args: Any, **kwargs: Any) -> Any:
         page = await real(*args, **kwargs)
         monkeypatch.setattr(traces, "TRACE_LIFETIME_S", 3600.0)  # the purge's own sweep
-        await repos.timelines.put_many(owner, [post])  # copied again (re-follow) ...
+        await put_copies(storage, owner, [post])  # copied again (re-follow) ...
         await _remove(repos, owner, post)  # ... and purged again: its trace rewritten
         monkeypatch.setattr(traces, "TRACE_LIFETIME_S", -5.0)
         return page
@@ -55,7 +55,7 @@ async def test_a_purge_sweeps_expired_traces_of_an_untrimmed_timeline(
 ) -> None:
     owner = unique("reader")
     posts = [Post(new_post_id(now_ticks() + i), "friend", str(i)) for i in range(3)]
-    await repos.timelines.put_many(owner, posts)
+    await put_copies(storage, owner, posts)
     for post in posts[:2]:
         await _remove(repos, owner, post)
     assert len(await trace_keys(storage, TIMELINES, owner)) == 2

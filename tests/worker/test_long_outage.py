@@ -17,7 +17,7 @@ import pytest
 import fanout_worker.worker as worker_module
 import timeline.storage.queue as queue_module
 from tests.conftest import eventually, make_settings, opened, running_worker, unique
-from timeline.delivery.outcomes import Defer, Outcome
+from timeline.delivery.outcomes import Outcome
 from timeline.delivery.processor import FanoutProcessor
 from timeline.errors import StorageUnavailableError
 from timeline.model.messages import FanoutMessage, Followed
@@ -67,12 +67,12 @@ DEFERRED: list[FanoutMessage] = []
 
 
 class _DeferOnce(FanoutProcessor):
-    """Defers a message the first three times it sees it, as storage trouble would."""
+    """Defers a message the first three times it sees it: storage trouble."""
 
     async def handle(self, message: FanoutMessage) -> Outcome:
         DEFERRED.append(message)
         if len(DEFERRED) <= 3:
-            return Defer("injected: storage unavailable")
+            raise StorageUnavailableError("injected: storage unavailable", retry_after=1)
         return await super().handle(message)
 
 

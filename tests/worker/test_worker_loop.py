@@ -151,8 +151,8 @@ async def test_huge_fan_out_is_split_into_continuation_messages(
 
         async with PartitionWriter(storage, TIMELINES) as writer:
             processor = FanoutProcessor.on(storage, writer, follower_page_size=50)
-            first = await processor.deliver(message)
-            again = await processor.deliver(message)  # a redelivery of the same page
+            first = await processor.handle(message)
+            again = await processor.handle(message)  # a redelivery of the same page
         # one message did one page of work and asks to be rewritten for the next page;
         # doing the page again asks for the same next page and queues nothing (no fork)
         delivered = [f for f in followers if await timeline_ids(repos, f)]

@@ -1,4 +1,5 @@
-"""What handling a message leads to: the worker deletes it, rewrites it, or retries it."""
+"""What handling a message leads to: the worker deletes it or rewrites it (a handler that
+raises is the worker's to retry, ``fanout_worker.settling``)."""
 
 from __future__ import annotations
 
@@ -20,13 +21,5 @@ class Continue:
     delay_s: float = 0.0
 
 
-@dataclass(frozen=True, slots=True)
-class Defer:
-    """Not now: storage answered with a retryable error (unavailable, busy or contended);
-    retry with backoff."""
-
-    reason: str
-
-
-Outcome = Done | Continue | Defer
+Outcome = Done | Continue
 DONE = Done()

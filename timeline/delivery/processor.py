@@ -67,14 +67,14 @@ class FanoutProcessor:
             hybrid=hybrid,
         )
         self._context = context
-        self._feed = Feed(context, timeline_cap=timeline_cap)
-        self._posts = PostDelivery(context, self._feed)
-        self._reposts = RepostDelivery(context, self._feed)
-        self._unreposts = RepostRetraction(context, self._feed)
-        self._deletes = PostRetraction(context, self._feed)
-        self._follows = FollowChanges(context, self._feed)
-        self._regrades = Regrading(context, self._feed)
-        self._wakes = Waking(context, self._feed, inactivity or Inactivity())
+        feed = Feed(context, timeline_cap=timeline_cap)
+        self._posts = PostDelivery(context, feed)
+        self._reposts = RepostDelivery(context, feed)
+        self._unreposts = RepostRetraction(context, feed)
+        self._deletes = PostRetraction(context, feed)
+        self._follows = FollowChanges(context, feed)
+        self._regrades = Regrading(context, feed)
+        self._wakes = Waking(context, feed, inactivity or Inactivity())
 
     @classmethod
     def on(
@@ -101,40 +101,18 @@ class FanoutProcessor:
     async def handle(self, message: FanoutMessage) -> Outcome:
         match message:
             case PostCreated():
-                return await self.deliver(message)
+                return await self._posts.deliver(message)
             case PostDeleted():
-                return await self.retract(message)
+                return await self._deletes.retract(message)
             case Followed():
-                return await self.backfill(message)
+                return await self._follows.backfill(message)
             case Unfollowed():
-                return await self.unfollowed(message)
+                return await self._follows.unfollowed(message)
             case Regrade():
-                return await self.regrade(message)
+                return await self._regrades.regrade(message)
             case Wake():
-                return await self.wake(message)
+                return await self._wakes.wake(message)
             case Reposted():
                 return await self._reposts.deliver(message)
             case Unreposted():
                 return await self._unreposts.retract(message)
-
-    async def deliver(self, message: PostCreated) -> Outcome:
-        return await self._posts.deliver(message)
-
-    async def retract(self, message: PostDeleted) -> Outcome:
-        return await self._deletes.retract(message)
-
-    async def backfill(self, message: Followed) -> Outcome:
-        return await self._follows.backfill(message)
-
-    async def unfollowed(self, message: Unfollowed) -> Outcome:
-        return await self._follows.unfollowed(message)
-
-    async def regrade(self, message: Regrade) -> Outcome:
-        return await self._regrades.regrade(message)
-
-    async def wake(self, message: Wake) -> Outcome:
-        return await self._wakes.wake(message)
-
-    async def purge(self, follower: str, subject: str) -> None:
-        """Remove the subject's copies from the follower's timeline, unless followed again."""
-        await self._feed.purge(follower, subject)

@@ -44,12 +44,12 @@ class IdempotencyRecord:
     def fields(self) -> dict[str, Any]:
         return {KEY: self.key, REQUEST: self.request, CLIENT: self.client, EXPIRES: self.expires_at}
 
-    def replays(self, stored: Mapping[str, Any], *, now: float | None = None) -> bool:
+    def replays(self, stored: Mapping[str, Any]) -> bool:
         """Whether ``stored`` (a record's fields, or a row without one) is this request's
         live record: True for a replay by the same client; False when it is another key's,
         has expired (the key is free again) or is another client's; a live record of this
         key for a different request raises ``UnprocessableError`` (422)."""
-        if stored.get(KEY) != self.key or not is_live(stored, now):
+        if stored.get(KEY) != self.key or not is_live(stored):
             return False
         if not hmac.compare_digest(str(stored.get(REQUEST, "")), self.request):
             raise key_reused()

@@ -110,11 +110,7 @@ class TokenSigner:
         body = f"{validate_user_id(user_id)}.{expires}.{kid}.{epoch}.{_b64encode(os.urandom(8))}"
         return f"{body}.{_b64encode(_mac(self.ring.keys[kid], b'bearer', body.encode()))}"
 
-    def verify_bearer(self, token: str, *, now: float | None = None) -> str:
-        """Return the token's user id, or raise ``AuthenticationError`` and nothing else."""
-        return self.verify(token, now=now).user_id
-
-    def verify(self, token: str, *, now: float | None = None) -> Bearer:
+    def verify(self, token: str) -> Bearer:
         """The verified token, or raise ``AuthenticationError`` (``UnknownKeyError`` for a
         key id not in the ring: retired, or newer than this process's ring).
 
@@ -132,7 +128,7 @@ class TokenSigner:
         expected = _b64encode(_mac(key, b"bearer", body.encode("ascii")))
         if not hmac.compare_digest(signature.encode("ascii"), expected.encode("ascii")):
             raise invalid
-        if int(expires) <= (now if now is not None else time.time()):
+        if int(expires) <= time.time():
             raise AuthenticationError("the bearer token has expired", code="expired_token")
         return Bearer(user_id, int(expires), kid, int(epoch), token_id)
 

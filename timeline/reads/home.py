@@ -35,9 +35,9 @@ from timeline.storage.accounts import Storage
 from timeline.storage.calls import query_page, query_rows, to_entity
 from timeline.storage.names import POSTS, TIMELINES
 from timeline.tables.activity import HEAD_SELECT, Head, head_of
-from timeline.tables.audience import FIRST_POST_KEY, merge_row_author
+from timeline.tables.audience import merge_row_author
 from timeline.tables.follows import FollowsRepository
-from timeline.tables.rows import META
+from timeline.tables.rows import FIRST_POST_KEY, META
 
 _HEAD = "PartitionKey eq @pk and RowKey lt @until"
 _AFTER = "PartitionKey eq @pk and RowKey gt @after and RowKey lt @until"

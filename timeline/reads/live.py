@@ -60,10 +60,10 @@ from timeline.reads.landed import OVERLAP_S, Landed, Reading, landed_at
 from timeline.reads.private import unseen_authors
 from timeline.storage.names import POSTS, TIMELINES
 from timeline.tables.activity import MARKER_ROW
-from timeline.tables.audience import FIRST_POST_KEY, AudienceRepository, merge_row_author
+from timeline.tables.audience import AudienceRepository, merge_row_author
 from timeline.tables.follows import FollowsRepository
 from timeline.tables.relations import RelationsRepository
-from timeline.tables.rows import META
+from timeline.tables.rows import FIRST_POST_KEY, META
 from timeline.tables.traces import traced_row
 
 log = logging.getLogger(__name__)

@@ -71,10 +71,10 @@ class Credentials:
             raise revoked()
         return bearer
 
-    async def mint(self, user_id: str, epoch: int = 0) -> str:
-        """A new token for ``user_id`` at ``epoch``, signed with the ring's newest key."""
+    async def mint(self, user_id: str) -> str:
+        """A new token for ``user_id`` at epoch 0, signed with the ring's newest key."""
         await self._fresh_ring(self._cache_s)
-        return self._signer.mint_bearer(user_id, epoch=epoch)
+        return self._signer.mint_bearer(user_id)
 
     async def revoke(self, bearer: Bearer) -> None:
         """Revoke this token alone; this process forgets its cached state at once."""

@@ -2,12 +2,7 @@
 
 from __future__ import annotations
 
-import logging
-import secrets
-
-from azure.core.exceptions import HttpResponseError
-
-from timeline.errors import NotFoundError, StorageUnavailableError
+from timeline.errors import NotFoundError
 from timeline.model.entities import FOLLOWERS, Post
 from timeline.model.idempotency import IdempotencyKeys
 from timeline.model.keys import (
@@ -29,11 +24,6 @@ from timeline.tables.posts import PostsRepository
 from timeline.tables.ratelimits import RateLimiter
 from timeline.tables.relations import RelationsRepository
 from timeline.tables.reposts import RepostsRepository
-
-log = logging.getLogger(__name__)
-
-SWEEP_ONE_IN = 16
-"""One post with an Idempotency-Key in this many sweeps its author's expired key rows."""
 
 
 class Posts:
@@ -104,10 +94,7 @@ class Posts:
         async with self._outbox.written(PostCreated(author=author, post_id=post.post_id)):
             if target is not None:
                 await self._replies.note_reply(target.author, target.post_id, post)
-            stored = await self._posts.add(post, record)
-        if record is not None and secrets.randbelow(SWEEP_ONE_IN) == 0:
-            await self._sweep_keys(author)
-        return stored
+            return await self._posts.add(post, record)
 
     async def _reply_target(self, replier: str, author: str, post_id: str) -> Post:
         validate_user_id(author)
@@ -119,14 +106,6 @@ class Posts:
                 code="reply_target_not_found",
             )
         return target
-
-    async def _sweep_keys(self, author: str) -> None:
-        """Remove some of the author's expired key rows: best effort, never the post's
-        failure (the next sweep takes what this one leaves)."""
-        try:
-            await self._posts.sweep_keys(author)
-        except (StorageUnavailableError, HttpResponseError) as error:
-            log.warning("sweeping expired idempotency keys failed: %s", error)
 
     async def get(self, author: str, post_id: str, reader: str | None = None) -> Post:
         """One post; a 404 when there is none or ``reader`` (None: anonymous) may not see it

@@ -16,11 +16,10 @@ from timeline.reads.live import TimelineWatch
 from timeline.reads.private import may_see
 from timeline.service.accounts import require_self, require_user
 from timeline.service.paging import PageOut, Pager
-from timeline.tables.audience import FIRST_POST_KEY
 from timeline.tables.follows import FollowsRepository
 from timeline.tables.posts import PostsRepository
 from timeline.tables.relations import RelationsRepository
-from timeline.tables.rows import META
+from timeline.tables.rows import FIRST_POST_KEY, META
 from timeline.tables.users import UsersRepository
 
 _USER_ID = re.compile(USER_ID_PATTERN.replace("$", r"\Z"))

@@ -29,11 +29,19 @@ from azure.core.exceptions import ResourceModifiedError, ResourceNotFoundError
 from azure.data.tables import TableEntity, TableTransactionError, UpdateMode
 
 from timeline.storage.accounts import Storage
-from timeline.storage.calls import failed_index, query_page, transact
+from timeline.storage.calls import failed_index, query_page, submit_batch, transact
 from timeline.storage.names import SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING, TIMELINES
 from timeline.tables.expiries import DORMANCY, ExpiriesRepository
 from timeline.tables.follows import INACTIVE, INACTIVE_FROM
-from timeline.tables.rows import LISTING, META, create_entity, get_entity, if_unchanged
+from timeline.tables.rows import (
+    LISTING,
+    META,
+    create_entity,
+    delete_entity,
+    etag,
+    get_entity,
+    if_unchanged,
+)
 
 STAMP_ROW, CURSOR_ROW, MARKER_ROW = "!a", "!c", "!d"
 STAMP, GENERATION, STATE, WAKE_AT, SINCE = "stamp", "gen", "state", "wake_at", "since"
@@ -252,16 +260,8 @@ class ActivityRepository:
                 return False
             if marker.get(STATE) != WAKING:
                 return False
-            async with self._storage.guard(kind="write-1"):
-                try:
-                    await self._storage.table(TIMELINES, reader).delete_entity(
-                        reader, MARKER_ROW, **if_unchanged(marker)
-                    )
-                except ResourceNotFoundError:
-                    return False
-                except ResourceModifiedError:
-                    continue
-            return True
+            if await delete_entity(self._storage, TIMELINES, reader, MARKER_ROW, etag(marker)):
+                return True
         raise ResourceModifiedError(f"{reader}'s marker changed {_END_TRIES} times in a row")
 
     async def note_restored(self, reader: str, generation: str, subject: str) -> None:
@@ -269,8 +269,7 @@ class ActivityRepository:
         dormant pages read those from the partition from now on."""
         row = {"PartitionKey": reader, "RowKey": CURSOR_ROW, GENERATION: generation}
         row[RESTORED] = subject
-        async with self._storage.guard(kind="write-1"):
-            await self._storage.table(TIMELINES, reader).upsert_entity(row, mode=UpdateMode.REPLACE)
+        await submit_batch(self._storage, TIMELINES, reader, [("upsert", row)])
 
     async def follow_row(self, subject: str, reader: str) -> TableEntity | None:
         """The reader's follow row of ``subject`` (None: no follow), with its ETag: a sweep

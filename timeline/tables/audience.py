@@ -21,12 +21,9 @@ has a merge row or an overflow row.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
 
-from azure.core import MatchConditions
 from azure.core.exceptions import ResourceExistsError, ResourceModifiedError, ResourceNotFoundError
 from azure.data.tables import TableEntity, TableTransactionError, UpdateMode
 
@@ -35,17 +32,29 @@ from timeline.model.entities import Page
 from timeline.retry import ETAG_ATTEMPTS
 from timeline.storage import calls
 from timeline.storage.accounts import Storage
-from timeline.storage.calls import TransactionOperation, failed_index, query_page, transact
+from timeline.storage.calls import (
+    TransactionOperation,
+    failed_index,
+    query_page,
+    submit_batch,
+    transact,
+)
 from timeline.storage.names import SUBJECT_FOLLOWERS, TIMELINES
 from timeline.tables.counters import COUNT_BOUNDS, COUNT_RANGE, by_partition, total
+from timeline.tables.rows import (
+    FIRST_POST_KEY,
+    delete_entity,
+    get_entity,
+    if_unchanged,
+    if_unchanged_etag,
+)
+from timeline.tables.traces import trace_of
 
 COPIED, GROWING, MERGED, SHRINKING = "copied", "growing", "merged", "shrinking"
 MODE_ROW = "~mode"
 MERGE_PREFIX = "!m-"
 MERGE_COUNT_ROW = "!n"
 COPY_PREFIX = "~copy-"
-FIRST_POST_KEY = "0"
-"""Every post row key (19 digits, ``_``, post id) sorts after this and every head row before."""
 _RANGE = "PartitionKey eq @pk and RowKey ge @low and RowKey lt @high"
 
 
@@ -73,13 +82,13 @@ class AudienceRepository:
     """Who reads an author's posts: the follower rows, the hybrid mode, the merge rows.
 
     About 200 lines: the mode, the merge rows and the counters change together under one
-    ETag discipline; ``merged_authors`` and ``merge_count`` let tests check invariants."""
+    ETag discipline."""
 
     def __init__(self, storage: Storage) -> None:
         self._storage = storage
 
     async def mode(self, author: str) -> AuthorMode:
-        entity = await self._get(SUBJECT_FOLLOWERS, author, MODE_ROW)
+        entity = await get_entity(self._storage, SUBJECT_FOLLOWERS, author, MODE_ROW)
         if entity is None:
             return AuthorMode()
         return AuthorMode(
@@ -107,11 +116,7 @@ class AudienceRepository:
                     await calls.create_entity(client, row)
                 else:
                     await calls.update_entity(
-                        client,
-                        row,
-                        mode=UpdateMode.REPLACE,
-                        etag=seen.etag,
-                        match_condition=MatchConditions.IfNotModified,
+                        client, row, mode=UpdateMode.REPLACE, **if_unchanged_etag(seen.etag)
                     )
             except (ResourceExistsError, ResourceModifiedError, ResourceNotFoundError):
                 return False
@@ -171,7 +176,7 @@ class AudienceRepository:
             write: list[TransactionOperation] = (
                 [("create", row), _counter_operation(reader, counter, count + 1)]
                 if existing is None
-                else [("update", row, {"mode": UpdateMode.REPLACE, **_unchanged(existing)})]
+                else [("update", row, {"mode": UpdateMode.REPLACE, **if_unchanged(existing)})]
             )  # a counted row is rewritten only while it still exists (else: count it again)
             try:
                 await transact(self._storage, TIMELINES, reader, write)
@@ -194,26 +199,21 @@ class AudienceRepository:
             )
         return {entity["RowKey"]: entity for entity in page.items}
 
-    async def merge_count(self, reader: str) -> int:
-        return _count(await self._get(TIMELINES, reader, MERGE_COUNT_ROW))
-
     async def merge_etag(self, reader: str, author: str) -> str | None:
-        entity = await self._get(TIMELINES, reader, MERGE_PREFIX + author)
+        entity = await get_entity(self._storage, TIMELINES, reader, MERGE_PREFIX + author)
         return None if entity is None else str(entity.metadata["etag"])
 
     async def remove_merge(self, reader: str, author: str, etag: str | None = None) -> bool:
         """Remove the merge row (only if it still has ``etag``, when given), leaving its removal
         trace, and uncount it."""
-        from timeline.tables.traces import trace_of  # traces -> rows -> this module
-
         for _ in range(ETAG_ATTEMPTS):
-            entity = await self._get(TIMELINES, reader, MERGE_PREFIX + author)
+            entity = await get_entity(self._storage, TIMELINES, reader, MERGE_PREFIX + author)
             if entity is None or (etag is not None and entity.metadata["etag"] != etag):
                 return False
-            counter = await self._get(TIMELINES, reader, MERGE_COUNT_ROW)
+            counter = await get_entity(self._storage, TIMELINES, reader, MERGE_COUNT_ROW)
             count = _count(counter)
             keys = {"PartitionKey": reader, "RowKey": MERGE_PREFIX + author}
-            condition = {"etag": entity.metadata["etag"], "match_condition": _UNCHANGED}
+            condition = if_unchanged(entity)
             try:
                 await transact(
                     self._storage,
@@ -233,22 +233,15 @@ class AudienceRepository:
 
     async def add_copy(self, author: str, reader: str) -> None:
         """Record an overflow reader: the merged author's posts are copied to it."""
-        await self._upsert(
-            SUBJECT_FOLLOWERS, {"PartitionKey": author, "RowKey": COPY_PREFIX + reader}
-        )
+        row = {"PartitionKey": author, "RowKey": COPY_PREFIX + reader}
+        await submit_batch(self._storage, SUBJECT_FOLLOWERS, author, [("upsert", row)])
 
     async def copy_etag(self, author: str, reader: str) -> str | None:
-        entity = await self._get(SUBJECT_FOLLOWERS, author, COPY_PREFIX + reader)
+        entity = await get_entity(self._storage, SUBJECT_FOLLOWERS, author, COPY_PREFIX + reader)
         return None if entity is None else str(entity.metadata["etag"])
 
     async def remove_copy(self, author: str, reader: str, etag: str | None = None) -> None:
-        kwargs: dict[str, Any] = {}
-        if etag is not None:
-            kwargs = {"etag": etag, "match_condition": _UNCHANGED}
-        async with self._storage.guard():
-            client = self._storage.table(SUBJECT_FOLLOWERS, author)
-            with contextlib.suppress(ResourceModifiedError, ResourceNotFoundError):
-                await calls.delete_entity(client, author, COPY_PREFIX + reader, **kwargs)
+        await delete_entity(self._storage, SUBJECT_FOLLOWERS, author, COPY_PREFIX + reader, etag)
 
     async def copy_readers_page(
         self, author: str, limit: int, continuation: dict[str, str] | None
@@ -277,31 +270,10 @@ class AudienceRepository:
         keys = [entity["RowKey"].removeprefix(prefix) for entity in page.items]
         return Page(keys, page.continuation)
 
-    async def _get(self, table: str, partition: str, row: str) -> TableEntity | None:
-        async with self._storage.guard():
-            try:
-                return await calls.get_entity(
-                    self._storage.reader(table, partition), partition, row
-                )
-            except ResourceNotFoundError:
-                return None
-
-    async def _upsert(self, table: str, row: dict[str, Any]) -> None:
-        async with self._storage.guard():
-            client = self._storage.table(table, row["PartitionKey"])
-            await client.upsert_entity(row, mode=UpdateMode.REPLACE)
-
-
-_UNCHANGED = MatchConditions.IfNotModified
-
 
 def _prefix_range(partition: str, prefix: str) -> dict[str, str]:
     """Row keys starting with ``prefix``: from it up to the next possible prefix."""
     return {"pk": partition, "low": prefix, "high": prefix[:-1] + chr(ord(prefix[-1]) + 1)}
-
-
-def _unchanged(entity: TableEntity) -> dict[str, Any]:
-    return {"etag": entity.metadata["etag"], "match_condition": _UNCHANGED}
 
 
 def _count(counter: TableEntity | None) -> int:
@@ -314,4 +286,4 @@ def _counter_operation(
     row = {"PartitionKey": reader, "RowKey": MERGE_COUNT_ROW, "n": max(0, count)}
     if counter is None:
         return ("create", row)
-    return ("update", row, {"mode": UpdateMode.REPLACE, **_unchanged(counter)})
+    return ("update", row, {"mode": UpdateMode.REPLACE, **if_unchanged(counter)})

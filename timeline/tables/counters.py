@@ -25,16 +25,14 @@ import random
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 
-from azure.core import MatchConditions
-from azure.core.exceptions import ResourceNotFoundError
 from azure.data.tables import TableEntity, TableTransactionError, UpdateMode
 
 from timeline.errors import contention
 from timeline.metrics import COUNTER_CONFLICTS
 from timeline.retry import backoff_delay
-from timeline.storage import calls
 from timeline.storage.accounts import Storage
 from timeline.storage.calls import TransactionOperation, failed_index, query_page, transact
+from timeline.tables.rows import get_entity, if_unchanged
 
 COUNT_PREFIX = "~count-"
 """Every counter row's key starts so: ``~count-NN``, one per shard."""
@@ -179,16 +177,11 @@ async def _shard_operation(
 ) -> TransactionOperation:
     """Create the shard with ``delta``, or rewrite it moved by ``delta`` if unchanged."""
     key = shard_key(shard)
-    async with storage.guard():
-        try:
-            counter = await calls.get_entity(
-                storage.reader(table, partition_key), partition_key, key, select=["n"]
-            )
-        except ResourceNotFoundError:
-            return ("create", {"PartitionKey": partition_key, "RowKey": key, "n": delta})
+    counter = await get_entity(storage, table, partition_key, key, select=["n"])
+    if counter is None:
+        return ("create", {"PartitionKey": partition_key, "RowKey": key, "n": delta})
     row = {"PartitionKey": partition_key, "RowKey": key, "n": int(counter["n"]) + delta}
-    condition = {"etag": counter.metadata["etag"], "match_condition": MatchConditions.IfNotModified}
-    return ("update", row, {"mode": UpdateMode.REPLACE, **condition})
+    return ("update", row, {"mode": UpdateMode.REPLACE, **if_unchanged(counter)})
 
 
 async def by_partition(

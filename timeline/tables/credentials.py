@@ -10,10 +10,9 @@ per cache period (``timeline.service.credentials``).
 from __future__ import annotations
 
 import time
-from contextlib import suppress
 from dataclasses import dataclass
 
-from azure.core.exceptions import ResourceModifiedError, ResourceNotFoundError
+from azure.core.exceptions import ResourceModifiedError
 from azure.data.tables import TableEntity, UpdateMode
 
 from timeline.errors import NotFoundError, contention
@@ -21,9 +20,9 @@ from timeline.model.entities import PROFILE_ROW_KEY
 from timeline.retry import ETAG_ATTEMPTS
 from timeline.storage import calls
 from timeline.storage.accounts import Storage
-from timeline.storage.calls import query_page
+from timeline.storage.calls import query_page, submit_batch
 from timeline.storage.names import USERS
-from timeline.tables.rows import META, PARTITION, get_entity, if_unchanged
+from timeline.tables.rows import META, PARTITION, delete_entity, etag, get_entity, if_unchanged
 
 TOKEN_EPOCH = "token_epoch"  # noqa: S105 (a field name)
 """The profile row's field: tokens minted with a lower epoch are revoked (absent: 0)."""
@@ -49,7 +48,7 @@ class CredentialsRepository:
     def __init__(self, storage: Storage) -> None:
         self._storage = storage
 
-    async def state(self, user_id: str, *, now: float | None = None) -> CredentialState:
+    async def state(self, user_id: str) -> CredentialState:
         """The user's epoch and live revocations (epoch 0 and none for a user with no
         profile: such a token was minted by an operator, and nothing revoked it)."""
         parameters = {
@@ -67,7 +66,7 @@ class CredentialsRepository:
                 limit=MAX_REVOKED_READ,
                 continuation=None,
             )
-        moment = time.time() if now is None else now
+        moment = time.time()
         epoch, revoked = 0, set()
         for row in page.items:
             if row["RowKey"] == PROFILE_ROW_KEY:
@@ -80,11 +79,7 @@ class CredentialsRepository:
 
     async def _forget(self, user_id: str, row: TableEntity) -> None:
         """Delete a revoked row whose token has expired by itself."""
-        async with self._storage.guard(kind="write-1"):
-            with suppress(ResourceNotFoundError, ResourceModifiedError):
-                await calls.delete_entity(
-                    self._storage.table(USERS, user_id), user_id, row["RowKey"], **if_unchanged(row)
-                )
+        await delete_entity(self._storage, USERS, user_id, row["RowKey"], etag(row))
 
     async def revoke(self, user_id: str, token_id: str, expires: int) -> None:
         """Revoke one token (idempotent): its row lives until the token's own expiry."""
@@ -93,8 +88,7 @@ class CredentialsRepository:
             "RowKey": f"{REVOKED}{token_id}",
             "expires_at": float(expires),
         }
-        async with self._storage.guard(kind="write-1"):
-            await self._storage.table(USERS, user_id).upsert_entity(row, mode=UpdateMode.REPLACE)
+        await submit_batch(self._storage, USERS, user_id, [("upsert", row)])
 
     async def revoke_all(self, user_id: str) -> int:
         """Raise the user's token epoch (a conditional merge on the profile row, so two at

@@ -24,18 +24,14 @@ from __future__ import annotations
 
 import hashlib
 import time
-from contextlib import suppress
 from dataclasses import dataclass
 
-from azure.core.exceptions import ResourceNotFoundError
-from azure.data.tables import UpdateMode
-
 from timeline.model.entities import Page
-from timeline.storage import calls
 from timeline.storage.accounts import Storage
-from timeline.storage.calls import query_page
+from timeline.storage.calls import query_page, submit_batch
 from timeline.storage.names import EXPIRIES
 from timeline.storage.placement import hash64
+from timeline.tables.rows import delete_entity
 
 BUCKET_S = 60
 """Seconds of time one bucket covers (group ``d``)."""
@@ -108,10 +104,7 @@ class ExpiriesRepository:
             "pk": pk,
             "rk": rk,
         }
-        async with self._storage.guard(kind="write-1"):
-            await self._storage.table(EXPIRIES, row["PartitionKey"]).upsert_entity(
-                row, mode=UpdateMode.REPLACE
-            )
+        await submit_batch(self._storage, EXPIRIES, row["PartitionKey"], [("upsert", row)])
 
     def _writable_shard(self, prefix: str, pk: str) -> str:
         """The named row's shard, or the next one a rebalance has not frozen."""
@@ -152,11 +145,7 @@ class ExpiriesRepository:
 
     async def drop(self, expiry: Expiry) -> None:
         """Delete the index row (gone already: fine)."""
-        async with self._storage.guard(kind="write-1"):
-            with suppress(ResourceNotFoundError):
-                await calls.delete_entity(
-                    self._storage.table(EXPIRIES, expiry.index_pk), expiry.index_pk, expiry.index_rk
-                )
+        await delete_entity(self._storage, EXPIRIES, expiry.index_pk, expiry.index_rk)
 
 
 def filed_at(expiry: Expiry) -> float:

@@ -30,7 +30,6 @@ from timeline.retry import ETAG_ATTEMPTS
 from timeline.storage.accounts import Storage
 from timeline.storage.calls import (
     TransactionOperation,
-    delete_entity,
     failed_index,
     query_page,
     transact,
@@ -43,6 +42,7 @@ from timeline.tables.rows import (
     META,
     PARTITION,
     create_entity,
+    delete_entity,
     edge_page,
     get_entity,
     if_unchanged,
@@ -112,9 +112,7 @@ class FollowsRepository:
 
     async def drop_request(self, follower: str, subject: str) -> None:
         """Withdraw or refuse the request, if there is one."""
-        async with self._storage.guard(kind="write-1"):
-            client = self._storage.table(SUBJECT_FOLLOWERS, subject)
-            await delete_entity(client, subject, REQUEST_PREFIX + follower)
+        await delete_entity(self._storage, SUBJECT_FOLLOWERS, subject, REQUEST_PREFIX + follower)
 
     async def approve(self, follower: str, subject: str, request: TableEntity) -> bool:
         """Consume the request (unchanged since read) and record the follow, counted, in one
@@ -293,17 +291,6 @@ class FollowsRepository:
             )
         rows = [(str(entity["RowKey"]), bool(entity.get("active"))) for entity in page.items]
         return [s for s, active in rows if active], [s for s, active in rows if not active]
-
-    async def following_ids(self, follower: str) -> list[str]:
-        """Every subject the follower follows now, from its ``subjectFollowing`` rows."""
-        subjects: list[str] = []
-        continuation: dict[str, str] | None = None
-        while True:
-            page = await self.following_page(follower, 1000, continuation)
-            subjects.extend(edge.user_id for edge in page.items)
-            continuation = page.continuation
-            if continuation is None:
-                return subjects
 
     async def follower_ids_page(
         self, subject: str, limit: int, continuation: dict[str, str] | None

@@ -4,11 +4,9 @@ author's post count and the rows that remember each idempotency key's post for i
 
 from __future__ import annotations
 
-import time
 from contextlib import suppress
 from typing import Any
 
-from azure.core.exceptions import ResourceModifiedError, ResourceNotFoundError
 from azure.data.tables import TableEntity, TableTransactionError
 
 from timeline.errors import ConflictError, StorageUnavailableError, contention
@@ -16,14 +14,11 @@ from timeline.model.entities import POST_SELECT, Page, Post
 from timeline.model.idempotency import IdempotencyRecord
 from timeline.model.keys import post_row_key
 from timeline.retry import ETAG_ATTEMPTS
-from timeline.storage import calls
 from timeline.storage.accounts import Storage
 from timeline.storage.calls import (
     TransactionOperation,
     failed_index,
     query_page,
-    size_kind,
-    transact,
 )
 from timeline.storage.names import POSTS
 from timeline.tables.counters import transact_counted
@@ -31,6 +26,8 @@ from timeline.tables.expiries import IDEMPOTENCY, ExpiriesRepository
 from timeline.tables.rows import (
     META,
     PARTITION,
+    delete_entity,
+    etag,
     get_entity,
     if_unchanged,
     partition_page,
@@ -39,11 +36,6 @@ from timeline.tables.traces import sweep_traces, trace_of
 
 KEY_ROWS = f"{META}idem-"
 """An idempotency key's row: ``~idem-{HMAC of the key}``, its post and its record."""
-SWEEP_ROWS = 100
-"""Expired key rows one sweep removes (one query and one batch)."""
-_SWEPT = "RowKey ge @keys and RowKey lt @keys_end and idem_expires lt @now"
-"""(The SDK substitutes a parameter only when a space follows it, hence ``@now )`` in the
-query.)"""
 
 
 class PostsRepository:
@@ -108,44 +100,7 @@ class PostsRepository:
 
     async def _remove(self, author: str, entity: TableEntity) -> None:
         """Delete an expired key row unless it changed since read (a new use of the key)."""
-        async with self._storage.guard(kind="write-1"):
-            with suppress(ResourceNotFoundError, ResourceModifiedError):
-                await calls.delete_entity(
-                    self._storage.table(POSTS, author),
-                    author,
-                    entity["RowKey"],
-                    **if_unchanged(entity),
-                )
-
-    async def sweep_keys(self, author: str, *, now: float | None = None) -> int:
-        """Remove up to ``SWEEP_ROWS`` of the author's expired key rows in one query and one
-        batch; returns how many went. Each delete holds only if the row is unchanged since
-        read, so a key reused meanwhile keeps its row."""
-        parameters = {
-            "pk": author,
-            "keys": KEY_ROWS,
-            "keys_end": KEY_ROWS[:-1] + ".",
-            "now": float(time.time() if now is None else now),  # Edm.Double, as stored
-        }
-        async with self._storage.guard(kind=size_kind("query", SWEEP_ROWS)):
-            page = await query_page(
-                self._storage.reader(POSTS, author),
-                f"{PARTITION} and ({_SWEPT} )",
-                parameters,
-                select=["PartitionKey", "RowKey"],
-                limit=SWEEP_ROWS,
-                continuation=None,
-            )
-        if not page.items:
-            return 0
-        keys = [("delete", entity, if_unchanged(entity)) for entity in page.items]
-        try:
-            await transact(self._storage, POSTS, author, keys)
-        except TableTransactionError as error:
-            if failed_index(error, 404, 412) is None:
-                raise
-            return 0  # one row changed or went meanwhile: the next sweep takes the rest
-        return len(keys)
+        await delete_entity(self._storage, POSTS, author, entity["RowKey"], etag(entity))
 
     async def get(self, author: str, post_id: str) -> Post | None:
         entity = await self._row(author, post_id)

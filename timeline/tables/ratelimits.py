@@ -35,12 +35,9 @@ import asyncio
 import hashlib
 import math
 import time
-from contextlib import suppress
 from dataclasses import dataclass
-from typing import Any
 
-from azure.core import MatchConditions
-from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
+from azure.core.exceptions import HttpResponseError
 from azure.data.tables import TableEntity, UpdateMode
 from limits import RateLimitItemPerMinute
 from limits.aio.storage import Storage as LimitsStorage
@@ -52,6 +49,7 @@ from timeline.storage import calls
 from timeline.storage.accounts import Storage
 from timeline.storage.names import RATE_LIMITS
 from timeline.tables.expiries import RATE_LIMIT, ExpiriesRepository
+from timeline.tables.rows import delete_entity, get_entity, if_unchanged
 
 _ROW = "window"
 _LOST_RACE = frozenset({404, 409, 412})
@@ -137,12 +135,7 @@ class TableWindowStorage(LimitsStorage):
         return len(partitions)
 
     async def _read(self, partition: str) -> TableEntity | None:
-        async with self._storage.guard():
-            client = self._storage.reader(RATE_LIMITS, partition)
-            try:
-                return await calls.get_entity(client, partition, _ROW)
-            except ResourceNotFoundError:
-                return None
+        return await get_entity(self._storage, RATE_LIMITS, partition, _ROW)
 
     async def _write(
         self, partition: str, read: TableEntity | None, count: int, expires_at: float
@@ -155,14 +148,11 @@ class TableWindowStorage(LimitsStorage):
                 await calls.create_entity(client, row)
             else:
                 await calls.update_entity(
-                    client, row, mode=UpdateMode.REPLACE, **_if_unchanged(read)
+                    client, row, mode=UpdateMode.REPLACE, **if_unchanged(read)
                 )
 
     async def _delete(self, partition: str) -> None:
-        async with self._storage.guard():
-            client = self._storage.table(RATE_LIMITS, partition)
-            with suppress(ResourceNotFoundError):
-                await calls.delete_entity(client, partition, _ROW)
+        await delete_entity(self._storage, RATE_LIMITS, partition, _ROW)
 
 
 def _live(row: TableEntity | None, now: float) -> TableEntity | None:
@@ -176,10 +166,6 @@ def _counted(row: TableEntity | None, now: float, amount: int, expiry: int) -> t
     if live is None:
         return amount, now + expiry
     return int(live["count"]) + amount, float(live["expires_at"])
-
-
-def _if_unchanged(entity: TableEntity) -> dict[str, Any]:
-    return {"etag": entity.metadata["etag"], "match_condition": MatchConditions.IfNotModified}
 
 
 class RateLimiter:

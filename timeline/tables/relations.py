@@ -23,24 +23,27 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from contextlib import suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from azure.core.exceptions import ResourceModifiedError, ResourceNotFoundError
-from azure.data.tables import TableEntity, UpdateMode
+from azure.data.tables import TableEntity
 
 from timeline.errors import contention
 from timeline.model.entities import Page
 from timeline.model.phrases import NO_PHRASES, Phrases
 from timeline.retry import ETAG_ATTEMPTS
-from timeline.storage import calls
 from timeline.storage.accounts import Storage
-from timeline.storage.calls import query_page
+from timeline.storage.calls import query_page, submit_batch
 from timeline.storage.names import RELATIONS
 from timeline.tables.expiries import FILTER, MUTE, ExpiriesRepository
-from timeline.tables.rows import PARTITION, create_entity, get_entity, if_unchanged
+from timeline.tables.rows import (
+    PARTITION,
+    create_entity,
+    delete_entity,
+    etag,
+    get_entity,
+)
 
 BLOCK, BLOCKED_BY, FILTERED, MUTED = "b-", "B-", "f-", "m-"
 MAX_BLOCKS = 1000
@@ -210,15 +213,8 @@ class RelationsRepository:
         row = await self._filter_row(owner, filter_id)
         if row is None:
             return False
-        async with self._storage.guard(kind="write-1"):
-            client = self._storage.table(RELATIONS, owner)
-            with suppress(ResourceNotFoundError, ResourceModifiedError):
-                await calls.delete_entity(client, owner, row["RowKey"], **if_unchanged(row))
+        await delete_entity(self._storage, RELATIONS, owner, row["RowKey"], etag(row))
         return True
-
-    async def filter_of(self, owner: str, filter_id: str) -> Filter | None:
-        row = await self._filter_row(owner, filter_id)
-        return None if row is None else _filter(row)
 
     async def _filter_row(self, owner: str, filter_id: str) -> TableEntity | None:
         """The row of the slot ``filter_id`` names, if it holds that filter."""
@@ -307,13 +303,10 @@ class RelationsRepository:
             )
 
     async def _upsert(self, row: dict[str, Any]) -> None:
-        async with self._storage.guard(kind="write-1"):
-            table = self._storage.table(RELATIONS, row["PartitionKey"])
-            await table.upsert_entity(row, mode=UpdateMode.REPLACE)
+        await submit_batch(self._storage, RELATIONS, row["PartitionKey"], [("upsert", row)])
 
     async def _delete(self, user: str, key: str) -> None:
-        async with self._storage.guard(kind="write-1"):
-            await calls.delete_entity(self._storage.table(RELATIONS, user), user, key)
+        await delete_entity(self._storage, RELATIONS, user, key)
 
 
 @dataclass(frozen=True, slots=True)

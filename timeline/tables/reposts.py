@@ -31,6 +31,8 @@ from timeline.storage.names import POSTS
 from timeline.tables.rows import (
     PARTITION,
     create_entity,
+    delete_entity,
+    etag,
     get_entity,
     if_unchanged,
 )
@@ -141,20 +143,7 @@ class RepostsRepository:
         row = await self.truth(reposter, post_id)
         if row is None or not row.get("void") or row.get("repost_id") != repost_id:
             return
-        async with self._storage.guard(kind="write-1"):
-            with suppress(ResourceModifiedError, ResourceNotFoundError):
-                await calls.delete_entity(
-                    self._storage.table(POSTS, reposter),
-                    reposter,
-                    row["RowKey"],
-                    **if_unchanged(row),
-                )
-
-    async def reposts_of(self, author: str, post_id: str) -> list[tuple[str, str]]:
-        """``(reposter, repost_id)`` of every repost filed under the post."""
-        prefix = f"{REPOSTS_OF}{post_id}-"
-        rows = await self._range(author, prefix, 1000, None, follow=True)
-        return [(str(row["reposter"]), str(row["repost_id"])) for row in rows.items]
+        await delete_entity(self._storage, POSTS, reposter, row["RowKey"], etag(row))
 
     async def reposts_page(
         self,
@@ -180,13 +169,9 @@ class RepostsRepository:
 
     async def drop_index(self, author: str, post_id: str, reposter: str, repost_id: str) -> None:
         """Remove the repost's index row (gone already is fine)."""
-        async with self._storage.guard(kind="write-1"):
-            with suppress(ResourceNotFoundError):
-                await calls.delete_entity(
-                    self._storage.table(POSTS, author),
-                    author,
-                    index_row_key(post_id, reposter, repost_id),
-                )
+        await delete_entity(
+            self._storage, POSTS, author, index_row_key(post_id, reposter, repost_id)
+        )
 
     async def note_reply(self, target_author: str, target_post: str, reply: Post) -> None:
         """File a reply under the post it answers (before the reply itself is written)."""
@@ -201,8 +186,7 @@ class RepostsRepository:
     async def drop_reply(self, target_author: str, target_post: str, reply_id: str) -> None:
         """Remove a deleted reply's index row (absent: nothing to do)."""
         key = f"{REPLIES_OF}{target_post}-{post_row_key(reply_id)}"
-        async with self._storage.guard(kind="write-1"):
-            await calls.delete_entity(self._storage.table(POSTS, target_author), target_author, key)
+        await delete_entity(self._storage, POSTS, target_author, key)
 
     async def replies_page(
         self, author: str, post_id: str, limit: int, continuation: dict[str, str] | None
@@ -219,34 +203,22 @@ class RepostsRepository:
         limit: int,
         continuation: dict[str, str] | None,
         *,
-        follow: bool = False,
         first: str | None = None,
     ) -> Page[TableEntity]:
-        """Rows whose key starts with ``prefix`` (and sorts after ``first``): one query, or
-        every page (``follow``)."""
-        items: list[TableEntity] = []
+        """Rows whose key starts with ``prefix`` (and sorts after ``first``): one query."""
         bounds = {"pk": partition, "first": first or prefix, "end": _range_end(prefix)}
-        while True:
-            async with self._storage.guard():
-                page = await query_page(
-                    self._storage.reader(POSTS, partition),
-                    _RANGE,
-                    bounds,
-                    select=None,
-                    limit=limit,
-                    continuation=continuation,
-                )
-            items.extend(page.items)
-            continuation = page.continuation
-            if not follow or continuation is None:
-                return Page(items, continuation)
+        async with self._storage.guard():
+            return await query_page(
+                self._storage.reader(POSTS, partition),
+                _RANGE,
+                bounds,
+                select=None,
+                limit=limit,
+                continuation=continuation,
+            )
 
 
 async def live_replies(posts: Any, replies: list[tuple[str, str]]) -> list[Post]:
     """The replies among ``replies`` that exist now (a point read each, all at once)."""
     found = await asyncio.gather(*(posts.get(author, post_id) for author, post_id in replies))
     return [post for post in found if post is not None]
-
-
-def reply_row_key(post_id: str) -> str:
-    return post_row_key(post_id)

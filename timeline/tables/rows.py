@@ -11,19 +11,20 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from azure.core import MatchConditions
-from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
+from azure.core.exceptions import ResourceExistsError, ResourceModifiedError, ResourceNotFoundError
 from azure.data.tables import TableEntity
 
 from timeline.model.entities import Edge, Page
 from timeline.storage import calls
 from timeline.storage.accounts import Storage
 from timeline.storage.calls import query_page, size_kind
-from timeline.tables.audience import FIRST_POST_KEY
 
 META = "~"
 """Row keys from here on are metadata: counters and idempotency keys."""
 PARTITION = "PartitionKey eq @pk"
 LISTING = "PartitionKey eq @pk and RowKey lt @meta"
+FIRST_POST_KEY = "0"
+"""Every post row key (19 digits, ``_``, post id) sorts after this and every head row before."""
 POST_LISTING = "PartitionKey eq @pk and RowKey ge @first and RowKey lt @meta"
 """A timeline's posts: its head rows (merge rows, ``timeline.tables.audience``) sort before them."""
 
@@ -48,6 +49,21 @@ async def create_entity(storage: Storage, table: str, entity: dict[str, Any]) ->
             return True
         except ResourceExistsError:
             return False
+
+
+async def delete_entity(
+    storage: Storage, table: str, partition_key: str, row_key: str, unchanged: str | None = None
+) -> bool:
+    """Delete one row (a missing one is no error); with ``unchanged`` (an etag), only if the
+    row still has it: False when it changed since read."""
+    condition = {} if unchanged is None else if_unchanged_etag(unchanged)
+    async with storage.guard(kind="write-1"):
+        client = storage.table(table, partition_key)
+        try:
+            await calls.delete_entity(client, partition_key, row_key, **condition)
+        except ResourceModifiedError:
+            return False
+    return True
 
 
 async def get_entity(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator
 
 from azure.data.tables import TableTransactionError
 
@@ -11,11 +11,9 @@ from timeline.model.entities import POST_SELECT, Page, Post, shown_post_id
 from timeline.storage.accounts import Storage
 from timeline.storage.calls import (
     MAX_BATCH_OPERATIONS,
-    Operation,
     chunked,
     failed_index,
     query_page,
-    submit_batch,
     transact,
 )
 from timeline.storage.names import TIMELINES
@@ -35,12 +33,6 @@ class TimelinesRepository:
 
     def __init__(self, storage: Storage) -> None:
         self._storage = storage
-
-    async def put_many(self, owner: str, posts: Iterable[Post]) -> None:
-        """Upsert into one partition, 100 operations per Entity Group Transaction."""
-        operations: list[Operation] = [("upsert", post.to_entity(owner)) for post in posts]
-        for batch in chunked(operations):
-            await submit_batch(self._storage, TIMELINES, owner, batch)
 
     async def rows_by_author(
         self, owner: str, author: str, *, reposts: bool = False

@@ -52,16 +52,6 @@ def trace(partition: str, row_key: str) -> Operation:
     return ("trace", {"PartitionKey": partition, "RowKey": trace_key(row_key)})
 
 
-def with_traces(operations: list[Operation]) -> list[Operation]:
-    """Each delete followed by its trace (other operations as they are)."""
-    traced: list[Operation] = []
-    for kind, entity in operations:
-        traced.append((kind, entity))
-        if kind == "delete":
-            traced.append(trace(entity["PartitionKey"], entity["RowKey"]))
-    return traced
-
-
 def trace_of(keys: dict[str, Any]) -> tuple[Any, ...]:
     """The transaction operation that records the delete of the row with ``keys``."""
     _, entity = trace(keys["PartitionKey"], keys["RowKey"])
@@ -78,9 +68,9 @@ def traced_deletes(partition: str, rows: list[tuple[str, str]]) -> list[tuple[An
     return batch
 
 
-def expired_traces(rows: list[TableEntity], *, now: datetime | None = None) -> list[TableEntity]:
+def expired_traces(rows: list[TableEntity]) -> list[TableEntity]:
     """The traces among ``rows`` (read with their ``Timestamp`` and etag) that expired."""
-    before = (now or datetime.now(UTC)) - timedelta(seconds=TRACE_LIFETIME_S)
+    before = datetime.now(UTC) - timedelta(seconds=TRACE_LIFETIME_S)
     expired: list[TableEntity] = []
     for row in rows:
         stamp = row.metadata["timestamp"]

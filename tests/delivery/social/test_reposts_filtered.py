@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from tests.delivery.helpers import unlimited_service
 from tests.delivery.hybrid_helpers import HYBRID, add_post, new_users
+from tests.helpers import put_copies
 from timeline.model.entities import Post
 from timeline.model.keys import new_post_id, now_ticks
 from timeline.reads.home import HomeTimeline
@@ -30,7 +31,7 @@ async def test_a_muted_reposters_entry_does_not_hide_the_original(
     reader, author, reposter = await new_users(repos, "reader", "author", "reposter")
     base = now_ticks()
     original = await add_post(repos, author, base - 10_000)
-    await repos.timelines.put_many(reader, [original, _repost(original, reposter, base)])
+    await put_copies(storage, reader, [original, _repost(original, reposter, base)])
     service = unlimited_service(storage, home=HomeTimeline(storage, max_merged=HYBRID.max_merged))
     await service.relations.mute(reader, reader, reposter, None, True)  # their reposts too
     page = await service.timelines.home(reader, reader, 10, None)

@@ -10,6 +10,7 @@ from tests.delivery.helpers import Recorder, add_follow, add_posts, add_users, r
 from tests.delivery.helpers import unlimited_service as _unlimited
 from tests.delivery.hybrid_helpers import HYBRID
 from tests.delivery.social.helpers import posts_keys
+from tests.helpers import put_copies
 from timeline.delivery.batching.writer import PartitionWriter
 from timeline.delivery.processor import FanoutProcessor
 from timeline.errors import PermissionDeniedError
@@ -82,7 +83,7 @@ async def test_a_refilled_page_shows_a_post_once(storage: Storage, repos: Reposi
     original = Post(new_post_id(base - 100_000_000), friend, "x")
     repost = Post(new_post_id(base), friend, "x", reposted_by=reposter, original=original.post_id)
     noise = [Post(new_post_id(base - (i + 1) * 1000), muted, "m") for i in range(10)]
-    await repos.timelines.put_many(reader, [repost, *noise, original])
+    await put_copies(storage, reader, [repost, *noise, original])
     service = _service(storage)
     await service.relations.mute(reader, reader, muted, None, True)
     pages = await _entries(service, reader, 3)
