@@ -1,5 +1,6 @@
 """The embedded Azurite binds its own free ports: nothing can take them between a pick and
-the bind, as another test's Azurite or any client's outgoing connection could."""
+the bind, as another test's Azurite or any client's outgoing connection could. Given ports
+of which one is taken end the start at once, with Azurite's own exit."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 import timeline.tools.azurite as azurite_module
+from timeline.errors import ConfigurationError
 from timeline.tools.azurite import HOST, Azurite
 
 
@@ -64,3 +66,16 @@ def test_the_ports_are_unknown_until_the_first_start() -> None:
 def _accepts(port: int) -> bool:
     with socket.socket() as sock:
         return sock.connect_ex((HOST, port)) == 0
+
+
+def test_a_taken_port_ends_the_start_with_azurites_exit() -> None:
+    """Azurite itself exits when one of its given ports is taken: the start says so at once
+    (no wait for a server that will never listen) and leaves nothing running."""
+    with socket.socket() as taken:
+        taken.bind((HOST, 0))
+        taken.listen()
+        blob, queue = azurite_module.free_ports(2)
+        server = Azurite(location=None, ports=(blob, queue, taken.getsockname()[1]))
+        with pytest.raises(ConfigurationError, match=r"exited at start \(code 1\)"):
+            server.start()
+        assert not server.running
