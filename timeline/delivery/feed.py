@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable
+from dataclasses import replace
 
 from timeline.delivery.batching.tracker import Tracker
 from timeline.delivery.context import Context
@@ -18,11 +19,14 @@ from timeline.model.entities import Post
 from timeline.model.keys import post_id_ticks, post_row_key
 from timeline.storage.placement import hash64
 from timeline.tables.audience import MERGED
+from timeline.tables.follows import REPOSTS
 
 log = logging.getLogger(__name__)
 
 BACKFILL_POSTS = 250
-"""A follow backfills one page: the newest posts a reader sees first."""
+"""A follow backfills one page: the newest posts (and reposts) a reader sees first."""
+DEDUPE_WINDOW = 40
+"""Mastodon's ``REBLOG_FALLOFF``: how many newest entries a repost's copy looks through."""
 TRIM_SLACK_SHARE = 16
 """A timeline is trimmed about once per ``cap / 16`` deliveries to it (50 for 800), so it
 holds at most about 1/16 more than the cap between trims."""
@@ -76,23 +80,30 @@ class Feed:
         await tracker.wait()
 
     async def copy_newest(
-        self, follower: str, subject: str, *, missing_only: bool = False, since: float = 0.0
+        self,
+        follower: str,
+        subject: str,
+        *,
+        missing_only: bool = False,
+        since: float = 0.0,
+        reposts: bool = False,
     ) -> None:
         """Copy the subject's newest posts into the follower's timeline (``missing_only``:
-        those it lacks; ``since``: only those made from then on, epoch seconds); undo what
-        lost its reason by the time the copies landed.
+        those it lacks; ``since``: only posts made from then on, epoch seconds; ``reposts``:
+        with its reposts, unless the follow hides them); undo what lost its reason by the
+        time the copies landed.
         Race-sensitive: the follow and mode are read inside the admission, so the copies are
         written within the deadline of that read. Rewriting every copy is what makes a purge
         that read them before this follow keep them (their etags change); a copy not
         rewritten (``missing_only``) relies on the follow's second pass instead."""
         follows, audience = self._repos.follows, self._repos.audience
         async with self._ctx.admission(BACKFILL_POSTS) as deadline:
-            following, mode, overflow = await asyncio.gather(
-                follows.is_following(follower, subject),
+            follow, mode, overflow = await asyncio.gather(
+                follows.follow_row(follower, subject),
                 audience.mode(subject),
                 audience.copy_etag(subject, follower),
             )
-            if not following:
+            if follow is None:
                 return  # read again inside the deadline: the copies' reason must be this fresh
             if mode.state == MERGED and overflow is None:
                 return  # it merges the subject (a copy of a post made since could outlive
@@ -100,16 +111,19 @@ class Feed:
             posts = await self._repos.posts.newest(subject, BACKFILL_POSTS)
             posts = [post for post in posts if post.created_at.timestamp() >= since]
             posts = await self._shown_replies(follower, subject, posts)
-            if not posts:
+            shared: list[Post] = []
+            if reposts and follow.get(REPOSTS) is not False:
+                posts, shared = await self._reposts(follower, subject, posts)
+            if not posts and not shared:
                 return
             held = await self._held(follower, subject) if missing_only else set()
-            fresh = [post for post in posts if post.row_key not in held]
+            fresh = [post for post in (*posts, *shared) if post.row_key not in held]
             written = await self.push_rows(follower, fresh, deadline)
         await written.wait()
         if await follows.is_following(follower, subject):
             surviving = await self._repos.posts.surviving(subject, posts)
             gone = [post.row_key for post in posts if post.post_id not in surviving]
-            await self.unpush_rows(follower, gone)
+            await self.unpush_rows(follower, gone + await self._lost(subject, shared))
         elif not missing_only:
             await self.purge(follower, subject)  # else the unfollow's passes purge, once quiet
         await self.trim([follower])
@@ -123,10 +137,50 @@ class Feed:
         followed = await self._repos.follows.following_among(follower, targets)
         return [p for p in posts if p.reply_author not in targets or p.reply_author in followed]
 
+    async def _reposts(
+        self, follower: str, subject: str, posts: list[Post]
+    ) -> tuple[list[Post], list[Post]]:
+        """The posts and the copies of the subject's live reposts among the newest
+        ``BACKFILL_POSTS`` of both, without the reposts of a followers-only or deleted
+        original, nor of a post these posts or the follower's newest ``DEDUPE_WINDOW``
+        entries (but the subject's reposts) show: a query per 1,000 of the subject's repost
+        rows, a point read per repost kept, one query of the follower's timeline."""
+        found = sorted(await self._repos.reposts.live_reposts(subject), reverse=True)
+        newest = sorted([*(p.post_id for p in posts), *(r[0] for r in found)], reverse=True)
+        last = newest[BACKFILL_POSTS - 1] if len(newest) >= BACKFILL_POSTS else ""
+        found = [repost for repost in found if repost[0] >= last]
+        originals, shown = await asyncio.gather(
+            asyncio.gather(*(self._repos.posts.get(a, post_id) for _, a, post_id in found)),
+            self._repos.timelines.newest_shown(follower, DEDUPE_WINDOW, subject),
+        )
+        shown.update(post.post_id for post in posts)
+        shared = [
+            replace(original, post_id=repost_id, reposted_by=subject, original=original.post_id)
+            for (repost_id, _, _), original in zip(found, originals, strict=True)
+            if original is not None
+            and not original.followers_only
+            and original.post_id not in shown
+        ]
+        return [post for post in posts if post.post_id >= last], shared
+
+    async def _lost(self, subject: str, copies: list[Post]) -> list[str]:
+        """Row keys of the repost copies whose repost is undone or original deleted now."""
+        if not copies:
+            return []
+        live = {repost[0] for repost in await self._repos.reposts.live_reposts(subject)}
+        originals = await asyncio.gather(
+            *(self._repos.posts.get(copy.author, str(copy.original)) for copy in copies)
+        )
+        return [
+            copy.row_key
+            for copy, original in zip(copies, originals, strict=True)
+            if copy.post_id not in live or original is None
+        ]
+
     async def _held(self, follower: str, subject: str) -> set[str]:
-        """Row keys of the subject's copies in the follower's timeline."""
+        """Row keys of the subject's copies (its reposts' too) in the follower's timeline."""
         held: set[str] = set()
-        async for rows in self._repos.timelines.rows_by_author(follower, subject):
+        async for rows in self._repos.timelines.rows_by_author(follower, subject, reposts=True):
             held.update(key for key, _ in rows)
         return held
 

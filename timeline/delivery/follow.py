@@ -37,7 +37,7 @@ class FollowChanges:
         follows = self._repos.follows
         if message.confirm:
             if await follows.is_following(follower, subject):
-                await self._feed.copy_newest(follower, subject, missing_only=True)
+                await self._feed.copy_newest(follower, subject, missing_only=True, reposts=True)
             return DONE
         if not await follows.is_following(follower, subject):
             await follows.sync_index(follower, subject)
@@ -47,7 +47,7 @@ class FollowChanges:
         damped = False
         if not await self._merge_for(follower, subject):
             damped = await self._toggling(follower, subject)
-            await self._feed.copy_newest(follower, subject, missing_only=damped)
+            await self._feed.copy_newest(follower, subject, missing_only=damped, reposts=True)
         await follows.sync_index(follower, subject)
         await queue_regrade_if_due(self._repos, self._ctx.hybrid, subject)
         if damped:

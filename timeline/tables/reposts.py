@@ -145,6 +145,22 @@ class RepostsRepository:
             return
         await delete_entity(self._storage, POSTS, reposter, row["RowKey"], etag(row))
 
+    async def live_reposts(self, reposter: str) -> list[tuple[str, str, str]]:
+        """``(repost_id, author, post_id)`` of each of the reposter's live reposts, in the
+        order of their originals: one query per 1,000 of its repost rows (void ones too)."""
+        found: list[tuple[str, str, str]] = []
+        continuation: dict[str, str] | None = None
+        while True:
+            page = await self._range(reposter, REPOST, 1000, continuation)
+            found.extend(
+                (str(row["repost_id"]), str(row["author"]), row["RowKey"][len(REPOST) :])
+                for row in page.items
+                if not row.get("void")
+            )
+            continuation = page.continuation
+            if continuation is None:
+                return found
+
     async def reposts_page(
         self,
         author: str,
