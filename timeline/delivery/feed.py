@@ -199,10 +199,15 @@ class Feed:
             await timelines.remove_unchanged(follower, rows)
 
     async def reconcile(self, follower: str, subject: str) -> None:
-        """Remove the follower's copies of the subject's posts that no longer exist."""
-        async for rows in self._repos.timelines.rows_by_author(follower, subject):
+        """Remove the follower's copies of the subject's posts that no longer exist, and of
+        its reposts no longer live (read only for a page holding a copy of no live post, and
+        after it: a copy in it was written after its repost was stored)."""
+        async for rows in self._repos.timelines.rows_by_author(follower, subject, reposts=True):
             keys = [key for key, _ in rows]
             alive = await self._repos.posts.live_row_keys(subject, keys)
+            if not alive.issuperset(keys):
+                reposts = await self._repos.reposts.live_reposts(subject)
+                alive.update(post_row_key(repost_id) for repost_id, _, _ in reposts)
             await self.unpush_rows(follower, [key for key in keys if key not in alive])
 
     async def merge(self, follower: str, subject: str) -> bool:

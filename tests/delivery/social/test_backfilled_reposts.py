@@ -189,3 +189,21 @@ async def test_an_unfollow_racing_a_backfill_purges_its_repost_copies(
             unfollow(storage, prompt),
         )
     assert await shown(repos, reader) == []
+
+
+async def test_a_reconcile_removes_the_copy_of_an_undone_repost(
+    storage: Storage, repos: Repositories
+) -> None:
+    """A copy landing late in the timeline of a reader who was between an unfollow and a
+    re-follow of the reposter when the undo's passes ran (they skipped it): the unfollow's
+    second pass finds the pair followed again and reconciles."""
+    author, subject, reader = await _people(repos, "author", "subject", "reader")
+    undone, kept = await add_posts(repos, author, 2)
+    gone = await stored_repost(repos, subject, author, undone.post_id)
+    await stored_repost(repos, subject, author, kept.post_id)
+    await add_follow(repos, reader, subject)
+    await _backfill(storage, reader, subject)
+    await repos.reposts.remove(subject, undone.post_id, gone.repost_id)
+    async with PartitionWriter(storage, TIMELINES, linger_s=0) as writer:
+        await feed_on(storage, writer).reconcile(reader, subject)
+    assert await shown(repos, reader) == [(kept.post_id, subject)]
