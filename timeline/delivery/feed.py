@@ -146,9 +146,12 @@ class Feed:
         entries (but the subject's reposts) show: a query per 1,000 of the subject's repost
         rows, a point read per repost kept, one query of the follower's timeline."""
         found = sorted(await self._repos.reposts.live_reposts(subject), reverse=True)
+        if not found:
+            return posts, []
         newest = sorted([*(p.post_id for p in posts), *(r[0] for r in found)], reverse=True)
         last = newest[BACKFILL_POSTS - 1] if len(newest) >= BACKFILL_POSTS else ""
         found = [repost for repost in found if repost[0] >= last]
+        posts = [post for post in posts if post.post_id >= last]
         originals, shown = await asyncio.gather(
             asyncio.gather(*(self._repos.posts.get(a, post_id) for _, a, post_id in found)),
             self._repos.timelines.newest_shown(follower, DEDUPE_WINDOW, subject),
@@ -161,7 +164,7 @@ class Feed:
             and not original.followers_only
             and original.post_id not in shown
         ]
-        return [post for post in posts if post.post_id >= last], shared
+        return posts, shared
 
     async def _lost(self, subject: str, copies: list[Post]) -> list[str]:
         """Row keys of the repost copies whose repost is undone or original deleted now."""

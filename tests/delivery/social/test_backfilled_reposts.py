@@ -7,10 +7,13 @@ import asyncio
 from collections.abc import Awaitable
 from datetime import UTC, datetime
 
+import pytest
+
 from tests.conftest import eventually, unique
 from tests.delivery.helpers import add_follow, add_posts, add_users, feed_on, run_every_pass
 from tests.delivery.social.helpers import shown, stored_repost
 from tests.helpers import put_copies
+from timeline.delivery import feed
 from timeline.delivery.batching.writer import PartitionWriter
 from timeline.delivery.processor import FanoutProcessor
 from timeline.model.messages import Followed, PostDeleted, Reposted, Unreposted
@@ -207,3 +210,21 @@ async def test_a_reconcile_removes_the_copy_of_an_undone_repost(
     async with PartitionWriter(storage, TIMELINES, linger_s=0) as writer:
         await feed_on(storage, writer).reconcile(reader, subject)
     assert await shown(repos, reader) == [(kept.post_id, subject)]
+
+
+async def test_a_backfill_is_one_page_of_posts_and_reposts(
+    storage: Storage, repos: Repositories, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(feed, "BACKFILL_POSTS", 3)
+    author, subject, reader = await _people(repos, "author", "subject", "reader")
+    [old] = await add_posts(repos, author, 1)
+    posts = await add_posts(repos, subject, 3)
+    await stored_repost(repos, subject, author, old.post_id)
+    await stored_repost(repos, subject, subject, posts[0].post_id)  # its post cut: shown
+    await add_follow(repos, reader, subject)
+    await _backfill(storage, reader, subject)
+    assert await shown(repos, reader) == [
+        (posts[0].post_id, subject),
+        (old.post_id, subject),
+        (posts[2].post_id, None),
+    ]
