@@ -16,7 +16,7 @@ from dataclasses import replace
 from timeline.delivery.batching.tracker import Tracker
 from timeline.delivery.context import Context
 from timeline.model.entities import Post
-from timeline.model.keys import post_id_ticks, post_row_key
+from timeline.model.keys import TICKS_PER_SECOND, now_ticks, post_id_ticks, post_row_key
 from timeline.storage.placement import hash64
 from timeline.tables.audience import MERGED
 from timeline.tables.follows import REPOSTS
@@ -27,6 +27,9 @@ BACKFILL_POSTS = 250
 """A follow backfills one page: the newest posts (and reposts) a reader sees first."""
 DEDUPE_WINDOW = 40
 """Mastodon's ``REBLOG_FALLOFF``: how many newest entries a repost's copy looks through."""
+REPOST_BACKFILL_S = 7 * 24 * 3600
+"""A follow's backfill takes the followee's reposts of posts made in the last 7 days: its
+repost rows are ordered by their originals, so this bounds what the backfill reads."""
 TRIM_SLACK_SHARE = 16
 """A timeline is trimmed about once per ``cap / 16`` deliveries to it (50 for 800), so it
 holds at most about 1/16 more than the cap between trims."""
@@ -110,20 +113,25 @@ class Feed:
                 # the post: its delete sweeps only overflow readers)
             posts = await self._repos.posts.newest(subject, BACKFILL_POSTS)
             posts = [post for post in posts if post.created_at.timestamp() >= since]
-            posts = await self._shown_replies(follower, subject, posts)
-            shared: list[Post] = []
+            window = now_ticks() - REPOST_BACKFILL_S * TICKS_PER_SECOND
+            found: list[tuple[str, str, str]] = []
             if reposts and follow.get(REPOSTS) is not False:
-                posts, shared = await self._reposts(follower, subject, posts)
+                found = await self._repos.reposts.live_reposts(subject, window)
+                posts, found = _one_page(posts, found)
+            posts = await self._shown_replies(follower, subject, posts)
+            shared = await self._shared(follower, subject, posts, found)
             if not posts and not shared:
                 return
             held = await self._held(follower, subject) if missing_only else set()
             fresh = [post for post in (*posts, *shared) if post.row_key not in held]
             written = await self.push_rows(follower, fresh, deadline)
         await written.wait()
-        if await follows.is_following(follower, subject):
+        follow = await follows.follow_row(follower, subject)
+        if follow is not None:
             surviving = await self._repos.posts.surviving(subject, posts)
             gone = [post.row_key for post in posts if post.post_id not in surviving]
-            await self.unpush_rows(follower, gone + await self._lost(subject, shared))
+            gone += await self._lost(subject, shared, window, follow.get(REPOSTS) is not False)
+            await self.unpush_rows(follower, gone)
         elif not missing_only:
             await self.purge(follower, subject)  # else the unfollow's passes purge, once quiet
         await self.trim([follower])
@@ -137,54 +145,44 @@ class Feed:
         followed = await self._repos.follows.following_among(follower, targets)
         return [p for p in posts if p.reply_author not in targets or p.reply_author in followed]
 
-    async def _reposts(
-        self, follower: str, subject: str, posts: list[Post]
-    ) -> tuple[list[Post], list[Post]]:
-        """The posts and the copies of the subject's live reposts among the newest
-        ``BACKFILL_POSTS`` of both, without the reposts of a followers-only or deleted
-        original, nor of a post these posts or the follower's newest ``DEDUPE_WINDOW``
-        entries (but the subject's reposts) show: a query per 1,000 of the subject's repost
-        rows, a point read per repost kept, one query of the follower's timeline."""
-        found = sorted(await self._repos.reposts.live_reposts(subject), reverse=True)
+    async def _shared(
+        self, follower: str, subject: str, posts: list[Post], found: list[tuple[str, str, str]]
+    ) -> list[Post]:
+        """The copies of the subject's reposts ``found``, without those of a followers-only
+        or deleted original, nor of a post that ``posts`` or the follower's newest
+        ``DEDUPE_WINDOW`` entries (but the subject's reposts) show: a point read per repost,
+        one query of the follower's timeline."""
         if not found:
-            return posts, []
-        newest = sorted([*(p.post_id for p in posts), *(r[0] for r in found)], reverse=True)
-        last = newest[BACKFILL_POSTS - 1] if len(newest) >= BACKFILL_POSTS else ""
-        found = [repost for repost in found if repost[0] >= last]
-        posts = [post for post in posts if post.post_id >= last]
+            return []
         originals, shown = await asyncio.gather(
             asyncio.gather(*(self._repos.posts.get(a, post_id) for _, a, post_id in found)),
             self._repos.timelines.newest_shown(follower, DEDUPE_WINDOW, subject),
         )
         shown.update(post.post_id for post in posts)
-        shared = [
+        return [
             replace(original, post_id=repost_id, reposted_by=subject, original=original.post_id)
             for (repost_id, _, _), original in zip(found, originals, strict=True)
             if original is not None
             and not original.followers_only
             and original.post_id not in shown
         ]
-        return posts, shared
 
-    async def _lost(self, subject: str, copies: list[Post]) -> list[str]:
-        """Row keys of the repost copies whose repost is undone or original deleted now."""
-        if not copies:
-            return []
-        live = {repost[0] for repost in await self._repos.reposts.live_reposts(subject)}
-        originals = await asyncio.gather(
-            *(self._repos.posts.get(copy.author, str(copy.original)) for copy in copies)
-        )
-        return [
-            copy.row_key
-            for copy, original in zip(copies, originals, strict=True)
-            if copy.post_id not in live or original is None
-        ]
+    async def _lost(
+        self, subject: str, copies: list[Post], window: int, shows_reposts: bool
+    ) -> list[str]:
+        """Row keys of the repost copies whose repost is undone now (a deleted original's
+        reposts are voided by its delete's first pass), or all of them once the follow hides
+        the subject's reposts: one query per 1,000 repost rows in the window."""
+        if not copies or not shows_reposts:
+            return [copy.row_key for copy in copies]
+        live = {repost[0] for repost in await self._repos.reposts.live_reposts(subject, window)}
+        return [copy.row_key for copy in copies if copy.post_id not in live]
 
     async def _held(self, follower: str, subject: str) -> set[str]:
         """Row keys of the subject's copies (its reposts' too) in the follower's timeline."""
         held: set[str] = set()
         async for rows in self._repos.timelines.rows_by_author(follower, subject, reposts=True):
-            held.update(key for key, _ in rows)
+            held.update(row.key for row in rows)
         return held
 
     async def purge(self, follower: str, subject: str) -> None:
@@ -199,17 +197,20 @@ class Feed:
             if await follows.is_following(follower, subject):
                 await self.reconcile(follower, subject)
                 return
-            await timelines.remove_unchanged(follower, rows)
+            await timelines.remove_unchanged(follower, [(row.key, row.etag) for row in rows])
 
     async def reconcile(self, follower: str, subject: str) -> None:
         """Remove the follower's copies of the subject's posts that no longer exist, and of
-        its reposts no longer live (read only for a page holding a copy of no live post, and
-        after it: a copy in it was written after its repost was stored)."""
+        its reposts no longer live (the repost rows of the copies' originals, read after the
+        page: a copy in it was written after its repost was stored)."""
         async for rows in self._repos.timelines.rows_by_author(follower, subject, reposts=True):
-            keys = [key for key, _ in rows]
+            keys = [row.key for row in rows]
             alive = await self._repos.posts.live_row_keys(subject, keys)
-            if not alive.issuperset(keys):
-                reposts = await self._repos.reposts.live_reposts(subject)
+            originals = sorted({row.original for row in rows if row.original})
+            if originals:
+                reposts = await self._repos.reposts.live_reposts(
+                    subject, post_id_ticks(originals[0]), originals[-1]
+                )
                 alive.update(post_row_key(repost_id) for repost_id, _, _ in reposts)
             await self.unpush_rows(follower, [key for key in keys if key not in alive])
 
@@ -273,3 +274,15 @@ class Feed:
         failed = [result for result in results if isinstance(result, BaseException)]
         if failed:
             log.warning("%d of %d timeline trims failed: %r", len(failed), len(owners), failed[0])
+
+
+def _one_page(
+    posts: list[Post], reposts: list[tuple[str, str, str]]
+) -> tuple[list[Post], list[tuple[str, str, str]]]:
+    """The posts and reposts among the newest ``BACKFILL_POSTS`` of both (by id: when each
+    was made), counted before any is left out, so the page has no gap."""
+    if not reposts:
+        return posts, reposts
+    newest = sorted([*(post.post_id for post in posts), *(r[0] for r in reposts)], reverse=True)
+    last = newest[BACKFILL_POSTS - 1] if len(newest) >= BACKFILL_POSTS else ""
+    return [p for p in posts if p.post_id >= last], [r for r in reposts if r[0] >= last]

@@ -166,6 +166,11 @@ async def test_an_originals_delete_racing_a_backfill_leaves_no_copy(
             FanoutProcessor.on(storage, held).handle(Followed(follower=reader, subject=subject)),
             delete(FanoutProcessor.on(storage, prompt)),
         )
+        # the re-check reads the repost the first pass voided; the other's pass comes after
+        assert await shown(repos, reader) == [(first.post_id, subject), (own.post_id, None)]
+        await FanoutProcessor.on(storage, prompt).handle(
+            PostDeleted(author=author, post_id=first.post_id)
+        )
     assert await shown(repos, reader) == [(own.post_id, None)]
 
 
