@@ -100,3 +100,29 @@ async def test_replies_through_the_api(api: Api, client: Client) -> None:
     assert await error_of(response, 404) == "reply_target_not_found"
     response = await client.get(f"/users/{target}/posts/{'0' * 26}/replies")
     assert await error_of(response, 404) == "post_not_found"
+
+
+async def test_a_follow_backfills_the_followees_earlier_repost(api: Api, client: Client) -> None:
+    users = await _users(api, "author", "reposter", "watcher", "reader")
+    (author, author_token), (reposter, reposter_token) = users[:2]
+    (watcher, watcher_token), (reader, reader_token) = users[2:]
+    await api.follow(watcher, watcher_token, reposter)
+    post = await api.post(author, author_token, "worth finding later")
+    body = {"author": author, "post_id": post["post_id"]}
+    response = await client.post(
+        f"/users/{reposter}/reposts", json=body, headers=bearer(reposter_token)
+    )
+    assert response.status == 202, await response.text()
+
+    async def delivered() -> bool:
+        return bool((await api.timeline(watcher, watcher_token))["items"])
+
+    await eventually(delivered, what="the repost's own delivery, before the follow")
+    await api.follow(reader, reader_token, reposter)
+
+    async def backfilled() -> bool:
+        return bool((await api.timeline(reader, reader_token))["items"])
+
+    await eventually(backfilled, what="the follow's backfill of the repost")
+    [item] = (await api.timeline(reader, reader_token))["items"]
+    assert item == {**post, "reposted_by": reposter}

@@ -11,18 +11,25 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable
+from dataclasses import replace
 
 from timeline.delivery.batching.tracker import Tracker
 from timeline.delivery.context import Context
 from timeline.model.entities import Post
-from timeline.model.keys import post_id_ticks, post_row_key
+from timeline.model.keys import TICKS_PER_SECOND, now_ticks, post_id_ticks, post_row_key
 from timeline.storage.placement import hash64
 from timeline.tables.audience import MERGED
+from timeline.tables.follows import REPOSTS
 
 log = logging.getLogger(__name__)
 
 BACKFILL_POSTS = 250
-"""A follow backfills one page: the newest posts a reader sees first."""
+"""A follow backfills one page: the newest posts (and reposts) a reader sees first."""
+DEDUPE_WINDOW = 40
+"""Mastodon's ``REBLOG_FALLOFF``: how many newest entries a repost's copy looks through."""
+REPOST_BACKFILL_S = 7 * 24 * 3600
+"""A follow's backfill takes the followee's reposts of posts made in the last 7 days: its
+repost rows are ordered by their originals, so this bounds what the backfill reads."""
 TRIM_SLACK_SHARE = 16
 """A timeline is trimmed about once per ``cap / 16`` deliveries to it (50 for 800), so it
 holds at most about 1/16 more than the cap between trims."""
@@ -76,39 +83,54 @@ class Feed:
         await tracker.wait()
 
     async def copy_newest(
-        self, follower: str, subject: str, *, missing_only: bool = False, since: float = 0.0
+        self,
+        follower: str,
+        subject: str,
+        *,
+        missing_only: bool = False,
+        since: float = 0.0,
+        reposts: bool = False,
     ) -> None:
         """Copy the subject's newest posts into the follower's timeline (``missing_only``:
-        those it lacks; ``since``: only those made from then on, epoch seconds); undo what
-        lost its reason by the time the copies landed.
+        those it lacks; ``since``: only posts made from then on, epoch seconds; ``reposts``:
+        with its reposts, unless the follow hides them); undo what lost its reason by the
+        time the copies landed.
         Race-sensitive: the follow and mode are read inside the admission, so the copies are
         written within the deadline of that read. Rewriting every copy is what makes a purge
         that read them before this follow keep them (their etags change); a copy not
         rewritten (``missing_only``) relies on the follow's second pass instead."""
         follows, audience = self._repos.follows, self._repos.audience
         async with self._ctx.admission(BACKFILL_POSTS) as deadline:
-            following, mode, overflow = await asyncio.gather(
-                follows.is_following(follower, subject),
+            follow, mode, overflow = await asyncio.gather(
+                follows.follow_row(follower, subject),
                 audience.mode(subject),
                 audience.copy_etag(subject, follower),
             )
-            if not following:
+            if follow is None:
                 return  # read again inside the deadline: the copies' reason must be this fresh
             if mode.state == MERGED and overflow is None:
                 return  # it merges the subject (a copy of a post made since could outlive
                 # the post: its delete sweeps only overflow readers)
             posts = await self._repos.posts.newest(subject, BACKFILL_POSTS)
             posts = [post for post in posts if post.created_at.timestamp() >= since]
+            window = now_ticks() - REPOST_BACKFILL_S * TICKS_PER_SECOND
+            found: list[tuple[str, str, str]] = []
+            if reposts and follow.get(REPOSTS) is not False:
+                found = await self._repos.reposts.live_reposts(subject, window)
+                posts, found = _one_page(posts, found)
             posts = await self._shown_replies(follower, subject, posts)
-            if not posts:
+            shared = await self._shared(follower, subject, posts, found)
+            if not posts and not shared:
                 return
             held = await self._held(follower, subject) if missing_only else set()
-            fresh = [post for post in posts if post.row_key not in held]
+            fresh = [post for post in (*posts, *shared) if post.row_key not in held]
             written = await self.push_rows(follower, fresh, deadline)
         await written.wait()
-        if await follows.is_following(follower, subject):
+        follow = await follows.follow_row(follower, subject)
+        if follow is not None:
             surviving = await self._repos.posts.surviving(subject, posts)
             gone = [post.row_key for post in posts if post.post_id not in surviving]
+            gone += await self._lost(subject, shared, window, follow.get(REPOSTS) is not False)
             await self.unpush_rows(follower, gone)
         elif not missing_only:
             await self.purge(follower, subject)  # else the unfollow's passes purge, once quiet
@@ -123,11 +145,44 @@ class Feed:
         followed = await self._repos.follows.following_among(follower, targets)
         return [p for p in posts if p.reply_author not in targets or p.reply_author in followed]
 
+    async def _shared(
+        self, follower: str, subject: str, posts: list[Post], found: list[tuple[str, str, str]]
+    ) -> list[Post]:
+        """The copies of the subject's reposts ``found``, without those of a followers-only
+        or deleted original, nor of a post that ``posts`` or the follower's newest
+        ``DEDUPE_WINDOW`` entries (but the subject's reposts) show: a point read per repost,
+        one query of the follower's timeline."""
+        if not found:
+            return []
+        originals, shown = await asyncio.gather(
+            asyncio.gather(*(self._repos.posts.get(a, post_id) for _, a, post_id in found)),
+            self._repos.timelines.newest_shown(follower, DEDUPE_WINDOW, subject),
+        )
+        shown.update(post.post_id for post in posts)
+        return [
+            replace(original, post_id=repost_id, reposted_by=subject, original=original.post_id)
+            for (repost_id, _, _), original in zip(found, originals, strict=True)
+            if original is not None
+            and not original.followers_only
+            and original.post_id not in shown
+        ]
+
+    async def _lost(
+        self, subject: str, copies: list[Post], window: int, shows_reposts: bool
+    ) -> list[str]:
+        """Row keys of the repost copies whose repost is undone now (a deleted original's
+        reposts are voided by its delete's first pass), or all of them once the follow hides
+        the subject's reposts: one query per 1,000 repost rows in the window."""
+        if not copies or not shows_reposts:
+            return [copy.row_key for copy in copies]
+        live = {repost[0] for repost in await self._repos.reposts.live_reposts(subject, window)}
+        return [copy.row_key for copy in copies if copy.post_id not in live]
+
     async def _held(self, follower: str, subject: str) -> set[str]:
-        """Row keys of the subject's copies in the follower's timeline."""
+        """Row keys of the subject's copies (its reposts' too) in the follower's timeline."""
         held: set[str] = set()
-        async for rows in self._repos.timelines.rows_by_author(follower, subject):
-            held.update(key for key, _ in rows)
+        async for rows in self._repos.timelines.rows_by_author(follower, subject, reposts=True):
+            held.update(row.key for row in rows)
         return held
 
     async def purge(self, follower: str, subject: str) -> None:
@@ -142,13 +197,21 @@ class Feed:
             if await follows.is_following(follower, subject):
                 await self.reconcile(follower, subject)
                 return
-            await timelines.remove_unchanged(follower, rows)
+            await timelines.remove_unchanged(follower, [(row.key, row.etag) for row in rows])
 
     async def reconcile(self, follower: str, subject: str) -> None:
-        """Remove the follower's copies of the subject's posts that no longer exist."""
-        async for rows in self._repos.timelines.rows_by_author(follower, subject):
-            keys = [key for key, _ in rows]
+        """Remove the follower's copies of the subject's posts that no longer exist, and of
+        its reposts no longer live (the repost rows of the copies' originals, read after the
+        page: a copy in it was written after its repost was stored)."""
+        async for rows in self._repos.timelines.rows_by_author(follower, subject, reposts=True):
+            keys = [row.key for row in rows]
             alive = await self._repos.posts.live_row_keys(subject, keys)
+            originals = sorted({row.original for row in rows if row.original})
+            if originals:
+                reposts = await self._repos.reposts.live_reposts(
+                    subject, post_id_ticks(originals[0]), originals[-1]
+                )
+                alive.update(post_row_key(repost_id) for repost_id, _, _ in reposts)
             await self.unpush_rows(follower, [key for key in keys if key not in alive])
 
     async def merge(self, follower: str, subject: str) -> bool:
@@ -211,3 +274,15 @@ class Feed:
         failed = [result for result in results if isinstance(result, BaseException)]
         if failed:
             log.warning("%d of %d timeline trims failed: %r", len(failed), len(owners), failed[0])
+
+
+def _one_page(
+    posts: list[Post], reposts: list[tuple[str, str, str]]
+) -> tuple[list[Post], list[tuple[str, str, str]]]:
+    """The posts and reposts among the newest ``BACKFILL_POSTS`` of both (by id: when each
+    was made), counted before any is left out, so the page has no gap."""
+    if not reposts:
+        return posts, reposts
+    newest = sorted([*(post.post_id for post in posts), *(r[0] for r in reposts)], reverse=True)
+    last = newest[BACKFILL_POSTS - 1] if len(newest) >= BACKFILL_POSTS else ""
+    return [p for p in posts if p.post_id >= last], [r for r in reposts if r[0] >= last]

@@ -1,6 +1,6 @@
 """A follow (``Followed``) and an unfollow (``Unfollowed``): the follower's timeline gets the
-subject's newest posts (or a merge row, for an author merged at read time), or loses them,
-now and once more ``sweep_delay_s`` later.
+subject's newest posts and reposts (or a merge row, for an author merged at read time), or
+loses them, now and once more ``sweep_delay_s`` later.
 
 A *toggling* pair (unfollowed within ``cooldown_s``, by the pair's index row) is damped: an
 unfollow that comes within the cool-down of the previous one leaves the copies in place and
@@ -31,13 +31,13 @@ class FollowChanges:
         self._feed = feed
 
     async def backfill(self, message: Followed) -> Outcome:
-        """Copy the subject's newest posts into the follower's timeline; undo what lost its
-        reason by the time the copies landed."""
+        """Copy the subject's newest posts and reposts into the follower's timeline; undo
+        what lost its reason by the time the copies landed."""
         follower, subject = message.follower, message.subject
         follows = self._repos.follows
         if message.confirm:
             if await follows.is_following(follower, subject):
-                await self._feed.copy_newest(follower, subject, missing_only=True)
+                await self._feed.copy_newest(follower, subject, missing_only=True, reposts=True)
             return DONE
         if not await follows.is_following(follower, subject):
             await follows.sync_index(follower, subject)
@@ -47,7 +47,7 @@ class FollowChanges:
         damped = False
         if not await self._merge_for(follower, subject):
             damped = await self._toggling(follower, subject)
-            await self._feed.copy_newest(follower, subject, missing_only=damped)
+            await self._feed.copy_newest(follower, subject, missing_only=damped, reposts=True)
         await follows.sync_index(follower, subject)
         await queue_regrade_if_due(self._repos, self._ctx.hybrid, subject)
         if damped:

@@ -22,16 +22,13 @@ from __future__ import annotations
 import asyncio
 
 from timeline.delivery.context import Context
-from timeline.delivery.feed import Feed
+from timeline.delivery.feed import DEDUPE_WINDOW, Feed
 from timeline.delivery.outcomes import DONE, Continue, Outcome
 from timeline.metrics import REPOST_DEDUPE_REQUESTS, REPOST_DEDUPED
 from timeline.model.entities import Post
 from timeline.model.keys import TICKS_PER_SECOND, UNIX_EPOCH_TICKS, post_id_ticks
 from timeline.model.messages import Reposted, Unreposted
 from timeline.tables.reposts import live_repost_id
-
-DEDUPE_WINDOW = 40
-"""Mastodon's ``REBLOG_FALLOFF``: how many newest entries a repost's delivery looks through."""
 
 
 def repost_copy(original: Post, message: Reposted | Unreposted) -> Post:

@@ -107,7 +107,7 @@ class PostDeleted(_Message):
 
 
 class Followed(_Message):
-    """Backfill the subject's newest posts into the follower's timeline."""
+    """Backfill the subject's newest posts and reposts into the follower's timeline."""
 
     type: Literal["follow"] = "follow"
     follower: UserId

@@ -256,6 +256,12 @@ class FollowsRepository:
         )
         return entity is not None
 
+    async def follow_row(self, follower: str, subject: str) -> TableEntity | None:
+        """The follow with its ``reposts`` flag, or None: no follow."""
+        return await get_entity(
+            self._storage, SUBJECT_FOLLOWERS, subject, follower, select=["RowKey", REPOSTS]
+        )
+
     async def followers_page(
         self, subject: str, limit: int, continuation: dict[str, str] | None
     ) -> Page[Edge]:

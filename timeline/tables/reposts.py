@@ -145,6 +145,27 @@ class RepostsRepository:
             return
         await delete_entity(self._storage, POSTS, reposter, row["RowKey"], etag(row))
 
+    async def live_reposts(
+        self, reposter: str, first_ticks: int = 0, last_post: str | None = None
+    ) -> list[tuple[str, str, str]]:
+        """``(repost_id, author, post_id)`` of the reposter's live reposts of the posts made
+        from ``first_ticks`` on (up to the post ``last_post``, if given), in the order of those
+        posts: one query per 1,000 repost rows in that range (void ones too)."""
+        first = f"{REPOST}{first_ticks:016x}"
+        end = None if last_post is None else f"{REPOST}{last_post}."
+        found: list[tuple[str, str, str]] = []
+        continuation: dict[str, str] | None = None
+        while True:
+            page = await self._range(reposter, REPOST, 1000, continuation, first=first, end=end)
+            found.extend(
+                (str(row["repost_id"]), str(row["author"]), row["RowKey"][len(REPOST) :])
+                for row in page.items
+                if not row.get("void")
+            )
+            continuation = page.continuation
+            if continuation is None:
+                return found
+
     async def reposts_page(
         self,
         author: str,
@@ -204,9 +225,11 @@ class RepostsRepository:
         continuation: dict[str, str] | None,
         *,
         first: str | None = None,
+        end: str | None = None,
     ) -> Page[TableEntity]:
-        """Rows whose key starts with ``prefix`` (and sorts after ``first``): one query."""
-        bounds = {"pk": partition, "first": first or prefix, "end": _range_end(prefix)}
+        """Rows whose key starts with ``prefix`` (and sorts after ``first``, before ``end``):
+        one query."""
+        bounds = {"pk": partition, "first": first or prefix, "end": end or _range_end(prefix)}
         async with self._storage.guard():
             return await query_page(
                 self._storage.reader(POSTS, partition),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import NamedTuple
 
 from azure.data.tables import TableTransactionError
 
@@ -28,6 +29,14 @@ from timeline.tables.traces import (
 )
 
 
+class CopyRow(NamedTuple):
+    """A copy's key and etag, and for a repost's copy its original's id (else "")."""
+
+    key: str
+    etag: str
+    original: str
+
+
 class TimelinesRepository:
     """Delivered copies of posts in ``timelines``, one partition per timeline owner."""
 
@@ -36,8 +45,8 @@ class TimelinesRepository:
 
     async def rows_by_author(
         self, owner: str, author: str, *, reposts: bool = False
-    ) -> AsyncIterator[list[tuple[str, str]]]:
-        """Pages of ``(row key, etag)`` of every copy in ``owner``'s timeline of ``author``'s
+    ) -> AsyncIterator[list[CopyRow]]:
+        """Pages of the rows of every copy in ``owner``'s timeline of ``author``'s
         posts; ``reposts``: with the copies of ``author``'s reposts. A repost's copy belongs
         to its reposter, never to its original's author (``reposted_by``)."""
         condition = "author eq @author" + (" or reposted_by eq @author" if reposts else "")
@@ -48,12 +57,12 @@ class TimelinesRepository:
                     self._storage.reader(TIMELINES, owner),
                     f"{PARTITION} and ( {condition} )",
                     {"pk": owner, "author": author},
-                    select=["RowKey", "reposted_by"],
+                    select=["RowKey", "reposted_by", "original"],
                     limit=1000,
                     continuation=continuation,
                 )
             yield [
-                (entity["RowKey"], etag(entity))
+                CopyRow(entity["RowKey"], etag(entity), entity.get("original") or "")
                 for entity in page.items
                 if not entity.get("reposted_by") or (reposts and entity["reposted_by"] == author)
             ]
