@@ -160,7 +160,7 @@ def test_mute_and_block_from_a_post(
 
     menu(erin_post, "post-mute")
     dana.wait_message("timeline-message", "ok", f"Muted @{erin_id}")
-    assert [p["post_id"] for p in shown(dana)] == [frank_post]
+    dana.wait(lambda: [p["post_id"] for p in shown(dana)] == [frank_post], what="erin hidden")
     assert [e["post_id"] for e in home(stack, dana_id, dana_token)] == [frank_post]
 
     # unmute on erin's profile page: her post is back at once
@@ -174,7 +174,7 @@ def test_mute_and_block_from_a_post(
     dana.hide("timeline-message")
     menu(frank_post, "post-block")
     dana.wait_message("timeline-message", "ok", f"Blocked @{frank_id}")
-    assert [p["post_id"] for p in shown(dana)] == [erin_post]
+    dana.wait(lambda: [p["post_id"] for p in shown(dana)] == [erin_post], what="frank hidden")
     dana.wait(
         lambda: (
             not dana.driver.find_elements(
