@@ -4,12 +4,33 @@ from __future__ import annotations
 
 from tests.conftest import unique
 from tests.delivery.helpers import add_follow, add_posts, add_users
+from timeline.delivery.outcomes import Continue, Outcome
+from timeline.delivery.processor import FanoutProcessor
 from timeline.model.keys import new_post_id, now_ticks
-from timeline.model.messages import Reposted
+from timeline.model.messages import FanoutMessage, Reposted, Unreposted
 from timeline.storage.accounts import Storage
 from timeline.storage.calls import query_page
 from timeline.storage.names import POSTS
 from timeline.tables.repositories import Repositories
+
+
+async def people(repos: Repositories, *prefixes: str) -> list[str]:
+    """New users, one per prefix."""
+    names = [unique(prefix) for prefix in prefixes]
+    await add_users(repos, *names)
+    return names
+
+
+def unreposted(message: Reposted) -> Unreposted:
+    """The un-repost of ``message``."""
+    return Unreposted(**message.model_dump(include={"reposter", "author", "post_id", "repost_id"}))
+
+
+async def to_the_end(worker: FanoutProcessor, message: FanoutMessage) -> None:
+    """Run a message and every pass it continues with, delayed ones included."""
+    outcome: Outcome = await worker.handle(message)
+    while isinstance(outcome, Continue):
+        outcome = await worker.handle(outcome.message)
 
 
 async def posts_keys(storage: Storage, partition: str, prefix: str) -> list[str]:

@@ -9,23 +9,17 @@ from datetime import UTC, datetime
 
 import pytest
 
-from tests.conftest import eventually, unique
-from tests.delivery.helpers import add_follow, add_posts, add_users, feed_on, run_every_pass
-from tests.delivery.social.helpers import shown, stored_repost
+from tests.conftest import eventually
+from tests.delivery.helpers import add_follow, add_posts, feed_on, run_every_pass
+from tests.delivery.social.helpers import people, shown, stored_repost, unreposted
 from tests.helpers import put_copies
 from timeline.delivery import feed
 from timeline.delivery.batching.writer import PartitionWriter
 from timeline.delivery.processor import FanoutProcessor
-from timeline.model.messages import Followed, PostDeleted, Reposted, Unreposted
+from timeline.model.messages import Followed, PostDeleted
 from timeline.storage.accounts import Storage
 from timeline.storage.names import TIMELINES
 from timeline.tables.repositories import Repositories
-
-
-async def _people(repos: Repositories, *prefixes: str) -> list[str]:
-    names = [unique(prefix) for prefix in prefixes]
-    await add_users(repos, *names)
-    return names
 
 
 async def _backfill(storage: Storage, reader: str, subject: str) -> None:
@@ -53,14 +47,10 @@ async def _hold_then_release(
     await task
 
 
-def _undo(message: Reposted) -> Unreposted:
-    return Unreposted(**message.model_dump(include={"reposter", "author", "post_id", "repost_id"}))
-
-
 async def test_a_follow_backfills_the_subjects_reposts_among_its_posts(
     storage: Storage, repos: Repositories
 ) -> None:
-    author, subject, reader = await _people(repos, "author", "subject", "reader")
+    author, subject, reader = await people(repos, "author", "subject", "reader")
     old, new = await add_posts(repos, author, 2)
     [first] = await add_posts(repos, subject, 1)
     await stored_repost(repos, subject, author, new.post_id)
@@ -81,7 +71,7 @@ async def test_a_follow_backfills_the_subjects_reposts_among_its_posts(
 async def test_a_backfill_leaves_out_reposts_that_lost_their_reason_or_show_twice(
     storage: Storage, repos: Repositories
 ) -> None:
-    author, subject, reader, hider = await _people(repos, "author", "subject", "reader", "hider")
+    author, subject, reader, hider = await people(repos, "author", "subject", "reader", "hider")
     undone, deleted, held, kept = await add_posts(repos, author, 4)
     [own] = await add_posts(repos, subject, 1)
     for post in (undone, deleted, held, kept):
@@ -106,7 +96,7 @@ async def test_a_backfill_leaves_out_reposts_that_lost_their_reason_or_show_twic
 async def test_a_damped_backfill_counts_the_repost_copies_it_holds(
     storage: Storage, repos: Repositories
 ) -> None:
-    author, subject, reader = await _people(repos, "author", "subject", "reader")
+    author, subject, reader = await people(repos, "author", "subject", "reader")
     [post] = await add_posts(repos, author, 1)
     await stored_repost(repos, subject, author, post.post_id)
     await add_follow(repos, reader, subject)
@@ -120,7 +110,7 @@ async def test_a_damped_backfill_counts_the_repost_copies_it_holds(
 async def test_an_undo_racing_a_backfill_leaves_no_copy(
     storage: Storage, repos: Repositories
 ) -> None:
-    author, subject, reader = await _people(repos, "author", "subject", "reader")
+    author, subject, reader = await people(repos, "author", "subject", "reader")
     [post] = await add_posts(repos, author, 1)
     [own] = await add_posts(repos, subject, 1)
     message = await stored_repost(repos, subject, author, post.post_id)
@@ -128,7 +118,7 @@ async def test_an_undo_racing_a_backfill_leaves_no_copy(
 
     async def undo(worker: FanoutProcessor) -> None:
         await repos.reposts.remove(subject, post.post_id, message.repost_id)
-        await worker.handle(_undo(message))  # its first pass only
+        await worker.handle(unreposted(message))  # its first pass only
 
     async with (
         PartitionWriter(storage, TIMELINES, linger_s=3600) as held,
@@ -145,7 +135,7 @@ async def test_an_undo_racing_a_backfill_leaves_no_copy(
 async def test_an_originals_delete_racing_a_backfill_leaves_no_copy(
     storage: Storage, repos: Repositories
 ) -> None:
-    author, subject, reader = await _people(repos, "author", "subject", "reader")
+    author, subject, reader = await people(repos, "author", "subject", "reader")
     first, second = await add_posts(repos, author, 2)
     [own] = await add_posts(repos, subject, 1)
     for post in (first, second):
@@ -177,7 +167,7 @@ async def test_an_originals_delete_racing_a_backfill_leaves_no_copy(
 async def test_an_unfollow_racing_a_backfill_purges_its_repost_copies(
     storage: Storage, repos: Repositories
 ) -> None:
-    author, subject, reader = await _people(repos, "author", "subject", "reader")
+    author, subject, reader = await people(repos, "author", "subject", "reader")
     [post] = await add_posts(repos, author, 1)
     await add_posts(repos, subject, 1)
     await stored_repost(repos, subject, author, post.post_id)
@@ -205,7 +195,7 @@ async def test_a_reconcile_removes_the_copy_of_an_undone_repost(
     """A copy landing late in the timeline of a reader who was between an unfollow and a
     re-follow of the reposter when the undo's passes ran (they skipped it): the unfollow's
     second pass finds the pair followed again and reconciles."""
-    author, subject, reader = await _people(repos, "author", "subject", "reader")
+    author, subject, reader = await people(repos, "author", "subject", "reader")
     undone, kept = await add_posts(repos, author, 2)
     gone = await stored_repost(repos, subject, author, undone.post_id)
     await stored_repost(repos, subject, author, kept.post_id)
@@ -221,7 +211,7 @@ async def test_a_backfill_is_one_page_of_posts_and_reposts(
     storage: Storage, repos: Repositories, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(feed, "BACKFILL_POSTS", 3)
-    author, subject, reader = await _people(repos, "author", "subject", "reader")
+    author, subject, reader = await people(repos, "author", "subject", "reader")
     [old] = await add_posts(repos, author, 1)
     posts = await add_posts(repos, subject, 3)
     await stored_repost(repos, subject, author, old.post_id)

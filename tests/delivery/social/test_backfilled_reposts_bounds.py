@@ -8,37 +8,25 @@ import asyncio
 
 import pytest
 
-from tests.conftest import eventually, unique
-from tests.delivery.helpers import add_follow, add_posts, add_users
-from tests.delivery.social.helpers import shown, stored_repost
+from tests.conftest import eventually
+from tests.delivery.helpers import add_follow, add_posts
+from tests.delivery.social.helpers import people, shown, stored_repost
 from tests.helpers import put_copies
 from timeline.delivery import feed
 from timeline.delivery.batching.writer import PartitionWriter
 from timeline.delivery.context import Context
 from timeline.delivery.feed import Feed
-from timeline.delivery.outcomes import Continue, Outcome
+from timeline.delivery.outcomes import Continue
 from timeline.delivery.processor import FanoutProcessor
 from timeline.delivery.repost import repost_copy
 from timeline.model.entities import Post
 from timeline.model.keys import TICKS_PER_SECOND, new_post_id, now_ticks, post_id_ticks
-from timeline.model.messages import FanoutMessage, PostDeleted, Reposted
+from timeline.model.messages import PostDeleted, Reposted
 from timeline.storage.accounts import Storage
 from timeline.storage.calls import submit_batch
 from timeline.storage.names import POSTS, TIMELINES
 from timeline.tables.repositories import Repositories
 from timeline.tables.reposts import REPOST
-
-
-async def _people(repos: Repositories, *prefixes: str) -> list[str]:
-    names = [unique(prefix) for prefix in prefixes]
-    await add_users(repos, *names)
-    return names
-
-
-async def _to_the_end(worker: FanoutProcessor, message: FanoutMessage) -> None:
-    outcome: Outcome = await worker.handle(message)
-    while isinstance(outcome, Continue):
-        outcome = await worker.handle(outcome.message)
 
 
 async def _repost_rows(storage: Storage, subject: str, rows: list[tuple[Post, str]]) -> None:
@@ -63,7 +51,7 @@ async def test_the_window_reads_exactly_the_repost_rows_of_its_posts(
     """``live_reposts(subject, start)`` reads the rows of originals made at ``start`` ticks
     or later (the first tick included), never the subject's ``~rpof-`` or ``~re-`` rows
     (those have no ``author``: read, they would fail); ``last_post`` is included."""
-    author, subject, other = await _people(repos, "author", "subject", "other")
+    author, subject, other = await people(repos, "author", "subject", "other")
     start = now_ticks() - 3600 * TICKS_PER_SECOND
     before, at, after = (Post(new_post_id(start + d), author, "x") for d in (-1, 0, 1))
     [own] = await add_posts(repos, subject, 1)
@@ -85,7 +73,7 @@ async def test_a_repost_of_a_post_made_at_the_windows_first_tick_is_backfilled_a
 ) -> None:
     """The first read and the re-check share one window start: a repost whose original was
     made exactly then is copied and kept by the re-check."""
-    author, subject, reader = await _people(repos, "author", "subject", "reader")
+    author, subject, reader = await people(repos, "author", "subject", "reader")
     now = now_ticks()
     monkeypatch.setattr(feed, "now_ticks", lambda: now)
     edge = Post(new_post_id(now - feed.REPOST_BACKFILL_S * TICKS_PER_SECOND), author, "edge")
@@ -106,9 +94,9 @@ async def test_a_delete_whose_first_pass_voids_the_repost_after_the_recheck_leav
     the backfill's re-check runs between the delete's steps and finds the subject's repost
     still live (kept); the first pass's next step voids it and unpushes it from the
     subject's followers, the reader included, before the second pass."""
-    author, reader = await _people(repos, "author", "reader")
-    others = await _people(repos, *(["a-reposter"] * 10))
-    [subject] = await _people(repos, "z-subject")  # its index row sorts after the others'
+    author, reader = await people(repos, "author", "reader")
+    others = await people(repos, *(["a-reposter"] * 10))
+    [subject] = await people(repos, "z-subject")  # its index row sorts after the others'
     [post] = await add_posts(repos, author, 1)
     for other in others:
         await stored_repost(repos, other, author, post.post_id)
@@ -148,7 +136,7 @@ async def test_a_reconcile_over_more_than_a_page_keeps_every_live_repost_copy(
     """1,010 copies of the subject's live reposts whose originals run the other way than
     the reposts (each page of 1,000 copies spans its own range of originals) and one copy
     of an undone repost: a reconcile removes only the undone one."""
-    author, subject, reader = await _people(repos, "author", "subject", "reader")
+    author, subject, reader = await people(repos, "author", "subject", "reader")
     count, base = 1010, now_ticks() - 3600 * TICKS_PER_SECOND
     originals = [Post(new_post_id(base + 10 * i), author, f"#{i}") for i in range(count + 1)]
     later = now_ticks()

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import eventually, unique
-from tests.delivery.helpers import add_follow, add_posts, add_users, remove_follow
-from tests.delivery.social.helpers import shown, stored_repost
+from tests.conftest import eventually
+from tests.delivery.helpers import add_follow, add_posts, remove_follow
+from tests.delivery.social.helpers import people, shown, stored_repost, to_the_end, unreposted
 from tests.helpers import put_copies
 from timeline.delivery import feed
 from timeline.delivery.batching.writer import PartitionWriter
@@ -29,9 +29,7 @@ from timeline.model.messages import (
     FanoutMessage,
     Followed,
     PostDeleted,
-    Reposted,
     Unfollowed,
-    Unreposted,
 )
 from timeline.storage.accounts import Storage
 from timeline.storage.calls import submit_batch
@@ -42,16 +40,6 @@ from timeline.tables.reposts import REPOST
 
 class Died(Exception):
     """The backfill's process died before its re-check."""
-
-
-async def _people(repos: Repositories, *prefixes: str) -> list[str]:
-    names = [unique(prefix) for prefix in prefixes]
-    await add_users(repos, *names)
-    return names
-
-
-def _undo(message: Reposted) -> Unreposted:
-    return Unreposted(**message.model_dump(include={"reposter", "author", "post_id", "repost_id"}))
 
 
 def _dying_feed(storage: Storage, writer: PartitionWriter) -> Feed:
@@ -81,12 +69,6 @@ async def _until_delayed(worker: FanoutProcessor, message: FanoutMessage) -> Fan
     return outcome.message
 
 
-async def _to_the_end(worker: FanoutProcessor, message: FanoutMessage) -> None:
-    outcome: Outcome = await worker.handle(message)
-    while isinstance(outcome, Continue):
-        outcome = await worker.handle(outcome.message)
-
-
 async def _held_backfill_dies(
     held: PartitionWriter, work: Awaitable[object], interfere: Awaitable[object]
 ) -> None:
@@ -111,7 +93,7 @@ async def test_an_undo_then_a_backfill_dying_before_its_recheck_leaves_no_copy(
 ) -> None:
     """The backfill read the repost live; the undo's first pass ran before the copy landed;
     the backfill died before its re-check: the undo's second pass removes the copy."""
-    author, subject, reader = await _people(repos, "author", "subject", "reader")
+    author, subject, reader = await people(repos, "author", "subject", "reader")
     [post] = await add_posts(repos, author, 1)
     message = await stored_repost(repos, subject, author, post.post_id)
     await add_follow(repos, reader, subject)
@@ -124,7 +106,7 @@ async def test_an_undo_then_a_backfill_dying_before_its_recheck_leaves_no_copy(
 
         async def undo() -> None:
             await repos.reposts.remove(subject, post.post_id, message.repost_id)
-            second.append(await _until_delayed(worker, _undo(message)))
+            second.append(await _until_delayed(worker, unreposted(message)))
 
         await _held_backfill_dies(
             held,
@@ -132,14 +114,14 @@ async def test_an_undo_then_a_backfill_dying_before_its_recheck_leaves_no_copy(
             undo(),
         )
         assert await shown(repos, reader) == [(post.post_id, subject)]  # landed late
-        await _to_the_end(worker, second[0])
+        await to_the_end(worker, second[0])
     assert await shown(repos, reader) == []
 
 
 async def test_an_originals_delete_then_a_backfill_dying_before_its_recheck_leaves_no_copy(
     storage: Storage, repos: Repositories
 ) -> None:
-    author, subject, reader = await _people(repos, "author", "subject", "reader")
+    author, subject, reader = await people(repos, "author", "subject", "reader")
     [post] = await add_posts(repos, author, 1)
     await stored_repost(repos, subject, author, post.post_id)
     await add_follow(repos, reader, subject)
@@ -161,7 +143,7 @@ async def test_an_originals_delete_then_a_backfill_dying_before_its_recheck_leav
             delete(),
         )
         assert await shown(repos, reader) == [(post.post_id, subject)]
-        await _to_the_end(worker, second[0])
+        await to_the_end(worker, second[0])
     assert await shown(repos, reader) == []
 
 
@@ -172,7 +154,7 @@ async def test_an_undo_between_an_unfollow_and_a_refollow_meets_a_dying_backfill
     it: not a follower at its second pass); the backfill of its first follow read the
     repost live and its copy lands late, then it dies. The unfollow's second pass finds the
     pair followed again and reconciles: the copy goes."""
-    author, subject, reader = await _people(repos, "author", "subject", "reader")
+    author, subject, reader = await people(repos, "author", "subject", "reader")
     [post] = await add_posts(repos, author, 1)
     [own] = await add_posts(repos, subject, 1)
     message = await stored_repost(repos, subject, author, post.post_id)
@@ -189,9 +171,9 @@ async def test_an_undo_between_an_unfollow_and_a_refollow_meets_a_dying_backfill
             unfollow = Unfollowed(follower=reader, subject=subject)
             unfollow_second.append(await _until_delayed(worker, unfollow))
             await repos.reposts.remove(subject, post.post_id, message.repost_id)
-            await _to_the_end(worker, _undo(message))  # both passes: the reader is not in
+            await to_the_end(worker, unreposted(message))  # both passes: the reader is not in
             await add_follow(repos, reader, subject)
-            await _to_the_end(worker, Followed(follower=reader, subject=subject))
+            await to_the_end(worker, Followed(follower=reader, subject=subject))
 
         await _held_backfill_dies(
             held,
@@ -199,7 +181,7 @@ async def test_an_undo_between_an_unfollow_and_a_refollow_meets_a_dying_backfill
             interfere(),
         )
         assert (post.post_id, subject) in await shown(repos, reader)  # the late copy
-        await _to_the_end(worker, unfollow_second[0])
+        await to_the_end(worker, unfollow_second[0])
     assert await shown(repos, reader) == [(own.post_id, None)]
 
 
@@ -209,7 +191,7 @@ async def test_a_reconcile_keeps_every_copy_that_must_stay(
     """A reconcile of (reader, subject) removes only the subject's undone repost: it keeps
     the subject's live repost of another's post, its live self-repost, its posts, another
     followee's repost of the subject's post and of the post the subject reposted."""
-    author, subject, other, reader = await _people(repos, "author", "subject", "other", "reader")
+    author, subject, other, reader = await people(repos, "author", "subject", "other", "reader")
     undone, kept = await add_posts(repos, author, 2)
     [own] = await add_posts(repos, subject, 1)
     gone = await stored_repost(repos, subject, author, undone.post_id)
@@ -238,7 +220,7 @@ async def test_two_backfills_at_once_with_an_undo_between_leave_no_copy(
 ) -> None:
     """Two workers run the same follow; the repost is undone while both hold their copies
     (no undo pass yet): each re-check removes it, whatever the order of their writes."""
-    author, subject, reader = await _people(repos, "author", "subject", "reader")
+    author, subject, reader = await people(repos, "author", "subject", "reader")
     first, second = await add_posts(repos, author, 2)
     gone = await stored_repost(repos, subject, author, first.post_id)
     await stored_repost(repos, subject, author, second.post_id)
@@ -275,7 +257,7 @@ async def test_reposts_false_set_while_a_backfill_runs_keeps_no_repost_copy(
     """The follower hides the subject's reposts right after following, while the backfill
     holds its copies: the backfill's re-check reads the flag with the follow and takes its
     repost copies back (else up to 250 old reposts would stay for good)."""
-    author, subject, reader = await _people(repos, "author", "subject", "reader")
+    author, subject, reader = await people(repos, "author", "subject", "reader")
     posts = await add_posts(repos, author, 3)
     for post in posts:
         await stored_repost(repos, subject, author, post.post_id)
@@ -308,7 +290,7 @@ async def test_the_one_page_cut_leaves_no_gap_where_replies_were_left_out(
     older than a post the backfill did not copy (``middle``) never gets in, so the
     backfilled page has no gap."""
     monkeypatch.setattr(feed, "BACKFILL_POSTS", 3)
-    author, subject, stranger, reader = await _people(
+    author, subject, stranger, reader = await people(
         repos, "author", "subject", "stranger", "reader"
     )
     [old] = await add_posts(repos, author, 1)
@@ -337,7 +319,7 @@ REPOST_ROWS = 3000
 
 async def _old_reposts(repos: Repositories, storage: Storage, subject: str) -> None:
     """``REPOST_ROWS`` live reposts of posts made before the backfill's window."""
-    [author] = await _people(repos, "author")
+    [author] = await people(repos, "author")
     old = now_ticks() - (feed.REPOST_BACKFILL_S + 3600) * TICKS_PER_SECOND
     originals = [Post(new_post_id(old + 10 * i), author, f"#{i}") for i in range(REPOST_ROWS)]
     later = now_ticks()
@@ -357,7 +339,7 @@ async def _old_reposts(repos: Repositories, storage: Storage, subject: str) -> N
 
 
 async def _follow_requests(storage: Storage, repos: Repositories, subject: str) -> float:
-    [reader] = await _people(repos, "reader")
+    [reader] = await people(repos, "reader")
     await add_follow(repos, reader, subject)
     async with PartitionWriter(storage, TIMELINES, linger_s=0) as writer:
         before = STORAGE_REQUESTS._value.get()
@@ -372,7 +354,7 @@ async def test_a_subjects_reposts_of_old_posts_cost_a_follow_nothing_more(
     ``REPOST_ROWS`` reposts of older posts costs a follow what a subject without any does
     (unbounded, it read all of them, and each original: 515 requests for 3,000 rows). The
     count is the process's, so a background renewal may add one."""
-    plain, heavy = await _people(repos, "plain", "heavy")
+    plain, heavy = await people(repos, "plain", "heavy")
     await add_posts(repos, plain, 1)
     await add_posts(repos, heavy, 1)
     await _old_reposts(repos, storage, heavy)
@@ -387,20 +369,20 @@ async def test_a_damped_refollow_with_held_copies_of_an_undone_repost(
     """A damped backfill holds the copy of an undone repost (its undo's passes skipped the
     reader) and the redo of that repost: the redo's copy is written (the subject's own
     entries do not count for the dedupe) and the unfollow's second pass removes the old."""
-    author, subject, reader = await _people(repos, "author", "subject", "reader")
+    author, subject, reader = await people(repos, "author", "subject", "reader")
     [post] = await add_posts(repos, author, 1)
     first = await stored_repost(repos, subject, author, post.post_id)
     await add_follow(repos, reader, subject)
     async with PartitionWriter(storage, TIMELINES, linger_s=0) as writer:
         worker = FanoutProcessor.on(storage, writer)
-        await _to_the_end(worker, Followed(follower=reader, subject=subject))
+        await to_the_end(worker, Followed(follower=reader, subject=subject))
         await remove_follow(repos, reader, subject)
         await repos.follows.add(reader, subject, datetime.now(UTC))  # no index sync yet
         await repos.follows.sync_index(reader, subject)
         await repos.reposts.remove(subject, post.post_id, first.repost_id)
         again = await stored_repost(repos, subject, author, post.post_id)
-        await _to_the_end(worker, Followed(follower=reader, subject=subject))
+        await to_the_end(worker, Followed(follower=reader, subject=subject))
         assert set(await shown(repos, reader)) == {(post.post_id, subject)}
-        await _to_the_end(worker, Unfollowed(follower=reader, subject=subject, confirm=True))
+        await to_the_end(worker, Unfollowed(follower=reader, subject=subject, confirm=True))
     page = await repos.timelines.page(reader, 10, None)
     assert [p.post_id for p in page.items] == [again.repost_id]

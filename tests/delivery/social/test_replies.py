@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import unique
-from tests.delivery.helpers import add_follow, add_posts, add_users, unlimited_service
+from tests.delivery.helpers import add_follow, add_posts, unlimited_service
+from tests.delivery.social.helpers import people
 from timeline.delivery.batching.writer import PartitionWriter
 from timeline.delivery.processor import FanoutProcessor
 from timeline.errors import NotFoundError
@@ -24,16 +24,10 @@ async def _ids(repos: Repositories, owner: str) -> list[str]:
     return [post.post_id for post in (await repos.timelines.page(owner, 1000, None)).items]
 
 
-async def _people(repos: Repositories, *prefixes: str) -> list[str]:
-    names = [unique(prefix) for prefix in prefixes]
-    await add_users(repos, *names)
-    return names
-
-
 async def test_a_reply_reaches_only_followers_of_both(
     storage: Storage, repos: Repositories
 ) -> None:
-    target, replier, both, only = await _people(repos, "target", "replier", "both", "only")
+    target, replier, both, only = await people(repos, "target", "replier", "both", "only")
     await add_follow(repos, both, replier)
     await add_follow(repos, both, target)
     await add_follow(repos, only, replier)
@@ -59,7 +53,7 @@ async def test_a_reply_reaches_only_followers_of_both(
 async def test_a_follows_backfill_leaves_out_replies_to_the_unfollowed(
     storage: Storage, repos: Repositories
 ) -> None:
-    target, replier, reader = await _people(repos, "target", "replier", "reader")
+    target, replier, reader = await people(repos, "target", "replier", "reader")
     [original] = await add_posts(repos, target, 1)
     service = unlimited_service(storage)
     reply = await service.posts.create(replier, replier, "re", reply_to=(target, original.post_id))
@@ -74,7 +68,7 @@ async def test_a_follows_backfill_leaves_out_replies_to_the_unfollowed(
 async def test_a_merged_authors_replies_obey_the_rule_at_read_time(
     storage: Storage, repos: Repositories
 ) -> None:
-    target, large, reader = await _people(repos, "target", "large", "reader")
+    target, large, reader = await people(repos, "target", "large", "reader")
     await add_follow(repos, reader, large)
     [original] = await add_posts(repos, target, 1)
     service = unlimited_service(storage)
@@ -95,7 +89,7 @@ async def test_a_dormant_readers_page_shows_its_own_replies(
     """A dormant reader's page merges its own posts from ``posts``: its replies to authors
     it does not follow are its own posts, shown as the delivery shows them (found by the
     chaos test: they vanished from a dormant reader's home timeline)."""
-    target, reader = await _people(repos, "target", "reader")
+    target, reader = await people(repos, "target", "reader")
     [original] = await add_posts(repos, target, 1)
     service = unlimited_service(storage)
     reply = await service.posts.create(reader, reader, "re", reply_to=(target, original.post_id))
@@ -107,7 +101,7 @@ async def test_a_dormant_readers_page_shows_its_own_replies(
 async def test_replies_are_listed_newest_first_paged_without_deleted_ones(
     storage: Storage, repos: Repositories
 ) -> None:
-    target, first, second = await _people(repos, "target", "first", "second")
+    target, first, second = await people(repos, "target", "first", "second")
     [original] = await add_posts(repos, target, 1)
     service = unlimited_service(storage)
     replies = [
@@ -133,7 +127,7 @@ async def test_replies_are_listed_newest_first_paged_without_deleted_ones(
 
 
 async def test_a_reply_to_a_missing_post_is_refused(storage: Storage, repos: Repositories) -> None:
-    [replier] = await _people(repos, "replier")
+    [replier] = await people(repos, "replier")
     service = unlimited_service(storage)
     with pytest.raises(NotFoundError) as refused:
         await service.posts.create(replier, replier, "re", reply_to=(replier, "0" * 26))

@@ -6,16 +6,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable
 
-from tests.conftest import eventually, unique
+from tests.conftest import eventually
 from tests.delivery.helpers import (
     add_follow,
     add_posts,
-    add_users,
     feed_on,
     run_every_pass,
     unlimited_service,
 )
-from tests.delivery.social.helpers import shown
+from tests.delivery.social.helpers import people, shown
 from tests.helpers import put_copies
 from timeline.delivery.batching.writer import PartitionWriter
 from timeline.delivery.outcomes import DONE, Continue
@@ -31,12 +30,6 @@ async def _repost(storage: Storage, reposter: str, author: str, post_id: str) ->
     """What the API does for a repost; the message it queued."""
     item = await unlimited_service(storage).reposts.repost(reposter, reposter, author, post_id)
     return Reposted(reposter=reposter, author=author, post_id=post_id, repost_id=item["repost_id"])
-
-
-async def _people(repos: Repositories, *prefixes: str) -> list[str]:
-    names = [unique(prefix) for prefix in prefixes]
-    await add_users(repos, *names)
-    return names
 
 
 async def _hold_then_release(
@@ -61,7 +54,7 @@ async def _hold_then_release(
 async def test_a_repost_reaches_the_reposters_followers(
     storage: Storage, repos: Repositories
 ) -> None:
-    author, reposter, reader = await _people(repos, "author", "reposter", "reader")
+    author, reposter, reader = await people(repos, "author", "reposter", "reader")
     await add_follow(repos, reader, reposter)
     [post] = await add_posts(repos, author, 1)
     message = await _repost(storage, reposter, author, post.post_id)
@@ -79,7 +72,7 @@ async def test_a_repost_reaches_the_reposters_followers(
 async def test_two_reposts_reach_a_common_follower_once(
     storage: Storage, repos: Repositories
 ) -> None:
-    author, first, second, reader = await _people(repos, "author", "rp1", "rp2", "reader")
+    author, first, second, reader = await people(repos, "author", "rp1", "rp2", "reader")
     await add_follow(repos, reader, first)
     await add_follow(repos, reader, second)
     [post] = await add_posts(repos, author, 1)
@@ -93,7 +86,7 @@ async def test_two_reposts_reach_a_common_follower_once(
 async def test_a_reader_who_has_the_original_gets_no_repost(
     storage: Storage, repos: Repositories
 ) -> None:
-    author, reposter, reader = await _people(repos, "author", "reposter", "reader")
+    author, reposter, reader = await people(repos, "author", "reposter", "reader")
     await add_follow(repos, reader, author)
     await add_follow(repos, reader, reposter)
     [post] = await add_posts(repos, author, 1)
@@ -107,7 +100,7 @@ async def test_a_reader_who_has_the_original_gets_no_repost(
 async def test_reposts_false_hides_that_accounts_reposts(
     storage: Storage, repos: Repositories
 ) -> None:
-    author, reposter, hider, shower = await _people(repos, "author", "rp", "hider", "shower")
+    author, reposter, hider, shower = await people(repos, "author", "rp", "hider", "shower")
     service = unlimited_service(storage)
     await service.follows.follow(hider, hider, reposter, reposts=False)
     await service.follows.follow(shower, shower, reposter)
@@ -125,7 +118,7 @@ async def test_reposts_false_hides_that_accounts_reposts(
 async def test_an_unrepost_removes_its_copies_and_repeats_harmlessly(
     storage: Storage, repos: Repositories
 ) -> None:
-    author, reposter, reader = await _people(repos, "author", "reposter", "reader")
+    author, reposter, reader = await people(repos, "author", "reposter", "reader")
     await add_follow(repos, reader, reposter)
     [post] = await add_posts(repos, author, 1)
     service = unlimited_service(storage)
@@ -148,7 +141,7 @@ async def test_an_unrepost_removes_its_copies_and_repeats_harmlessly(
 async def test_an_unrepost_beats_an_in_flight_delivery(
     storage: Storage, repos: Repositories
 ) -> None:
-    author, reposter, reader = await _people(repos, "author", "reposter", "reader")
+    author, reposter, reader = await people(repos, "author", "reposter", "reader")
     await add_follow(repos, reader, reposter)
     [post] = await add_posts(repos, author, 1)
     message = await _repost(storage, reposter, author, post.post_id)
@@ -172,7 +165,7 @@ async def test_a_repost_racing_the_originals_delete_leaves_no_copy(
 ) -> None:
     """The delivery reads the original alive and holds its writes; the delete's first pass
     runs to the end; the writes land: the delivery's re-check removes them."""
-    author, reposter, reader = await _people(repos, "author", "reposter", "reader")
+    author, reposter, reader = await people(repos, "author", "reposter", "reader")
     await add_follow(repos, reader, reposter)
     [post] = await add_posts(repos, author, 1)
     message = await _repost(storage, reposter, author, post.post_id)
@@ -199,7 +192,7 @@ async def test_the_deletes_second_pass_removes_a_late_repost_copy(
 ) -> None:
     """A copy that lands after the delete's first pass (its delivery died before its
     re-check) is removed by the second pass: the first pass leaves the index it reads."""
-    author, reposter, reader = await _people(repos, "author", "reposter", "reader")
+    author, reposter, reader = await people(repos, "author", "reposter", "reader")
     await add_follow(repos, reader, reposter)
     [post] = await add_posts(repos, author, 1)
     message = await _repost(storage, reposter, author, post.post_id)
@@ -219,7 +212,7 @@ async def test_the_deletes_second_pass_removes_a_late_repost_copy(
 async def test_unfollowing_a_reposter_purges_its_reposts_not_the_originals_authors(
     storage: Storage, repos: Repositories
 ) -> None:
-    author, reposter, reader = await _people(repos, "author", "reposter", "reader")
+    author, reposter, reader = await people(repos, "author", "reposter", "reader")
     await add_follow(repos, reader, reposter)
     [post] = await add_posts(repos, author, 1)
     async with PartitionWriter(storage, TIMELINES, linger_s=0) as writer:

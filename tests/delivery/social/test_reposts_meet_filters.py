@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import unique
-from tests.delivery.helpers import Recorder, add_follow, add_posts, add_users, run_every_pass
+from tests.delivery.helpers import Recorder, add_follow, add_posts, run_every_pass
 from tests.delivery.helpers import unlimited_service as _unlimited
 from tests.delivery.hybrid_helpers import HYBRID
-from tests.delivery.social.helpers import posts_keys
+from tests.delivery.social.helpers import people, posts_keys
 from tests.helpers import put_copies
 from timeline.delivery.batching.writer import PartitionWriter
 from timeline.delivery.processor import FanoutProcessor
@@ -34,12 +33,6 @@ def _service(storage: Storage) -> TimelineService:
     return _unlimited(storage, home=HomeTimeline(storage, max_merged=HYBRID.max_merged))
 
 
-async def _people(repos: Repositories, *prefixes: str) -> list[str]:
-    names = [unique(prefix) for prefix in prefixes]
-    await add_users(repos, *names)
-    return names
-
-
 async def _entries(service: TimelineService, reader: str, limit: int) -> list[list[dict]]:  # type: ignore[type-arg]
     """Every page of the reader's home timeline, as the API serves them."""
     pages = []
@@ -58,7 +51,7 @@ async def test_a_repost_of_a_merged_authors_post_shows(
     """The reader merges a large author at read time and follows a reposter: the repost's
     entry (``author`` the large author, ``reposted_by`` the reposter) is no copy of the
     large author's posts, which come from ``posts``: it must not be dropped with them."""
-    large, reposter, reader = await _people(repos, "large", "reposter", "reader")
+    large, reposter, reader = await people(repos, "large", "reposter", "reader")
     await add_follow(repos, reader, large)
     await add_follow(repos, reader, reposter)
     assert await repos.audience.add_merge(reader, large, HYBRID.max_merged)
@@ -78,7 +71,7 @@ async def test_a_repost_of_a_merged_authors_post_shows(
 async def test_a_refilled_page_shows_a_post_once(storage: Storage, repos: Repositories) -> None:
     """A page thinned by a mute reads on in a second round; that round's original of a post
     the first round showed as a repost must not show it a second time on the same page."""
-    reader, friend, reposter, muted = await _people(repos, "reader", "friend", "rp", "muted")
+    reader, friend, reposter, muted = await people(repos, "reader", "friend", "rp", "muted")
     base = now_ticks()
     original = Post(new_post_id(base - 100_000_000), friend, "x")
     repost = Post(new_post_id(base), friend, "x", reposted_by=reposter, original=original.post_id)
@@ -95,7 +88,7 @@ async def test_a_refilled_page_shows_a_post_once(storage: Storage, repos: Reposi
 async def test_a_blocked_user_cannot_repost_or_reply_to_the_blocker(
     storage: Storage, repos: Repositories
 ) -> None:
-    blocker, blocked = await _people(repos, "blocker", "blocked")
+    blocker, blocked = await people(repos, "blocker", "blocked")
     [post] = await add_posts(repos, blocker, 1)
     service = _service(storage)
     await service.relations.block(blocker, blocker, blocked)
@@ -115,7 +108,7 @@ async def test_a_heavily_blocked_readers_own_mutes_still_apply(
 ) -> None:
     """``B-`` (blocked by) sorts before ``b-`` and ``m-``: a reader blocked by more than the
     read loads must still have its own blocks and mutes applied."""
-    reader, muted, blocked = await _people(repos, "reader", "muted", "blocked")
+    reader, muted, blocked = await people(repos, "reader", "muted", "blocked")
     relations = RelationsRepository(storage)
     await relations.mute(reader, muted, None, True)
     await relations.block(reader, blocked)
@@ -130,7 +123,7 @@ async def test_a_heavily_blocked_readers_own_mutes_still_apply(
 
 
 async def test_a_deleted_replys_index_row_goes(storage: Storage, repos: Repositories) -> None:
-    target, replier = await _people(repos, "target", "replier")
+    target, replier = await people(repos, "target", "replier")
     [original] = await add_posts(repos, target, 1)
     sent = Recorder(storage)
     service = TimelineService(
@@ -151,7 +144,7 @@ async def test_a_deleted_replys_index_row_goes(storage: Storage, repos: Reposito
 
 
 async def test_an_undone_reposts_row_goes(storage: Storage, repos: Repositories) -> None:
-    author, reposter = await _people(repos, "author", "reposter")
+    author, reposter = await people(repos, "author", "reposter")
     [post] = await add_posts(repos, author, 1)
     service = _service(storage)
     item = await service.reposts.repost(reposter, reposter, author, post.post_id)
@@ -165,7 +158,7 @@ async def test_an_undone_reposts_row_goes(storage: Storage, repos: Repositories)
 
 
 async def test_a_deleted_originals_repost_rows_go(storage: Storage, repos: Repositories) -> None:
-    author, reposter = await _people(repos, "author", "reposter")
+    author, reposter = await people(repos, "author", "reposter")
     [post] = await add_posts(repos, author, 1)
     service = _service(storage)
     await service.reposts.repost(reposter, reposter, author, post.post_id)
@@ -180,11 +173,11 @@ async def test_a_deleted_originals_repost_rows_go(storage: Storage, repos: Repos
 async def _first_lease_requests(storage: Storage, repos: Repositories, reposters: int) -> float:
     """Storage requests of a delete's first lease, the post reposted by ``reposters`` users
     with three followers each (follower pages of two)."""
-    author, *names = await _people(repos, "author", *["rp"] * reposters)
+    author, *names = await people(repos, "author", *["rp"] * reposters)
     [post] = await add_posts(repos, author, 1)
     service = _service(storage)
     for name in names:
-        for follower in await _people(repos, "f", "f", "f"):
+        for follower in await people(repos, "f", "f", "f"):
             await add_follow(repos, follower, name)
         await service.reposts.repost(name, name, author, post.post_id)
     await service.posts.delete(author, author, post.post_id)
