@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-from tests.conftest import unique
+import asyncio
+from collections.abc import Awaitable
+
+from tests.conftest import eventually, unique
 from tests.delivery.helpers import add_follow, add_posts, add_users
+from timeline.delivery.batching.writer import PartitionWriter
 from timeline.delivery.outcomes import Continue, Outcome
 from timeline.delivery.processor import FanoutProcessor
 from timeline.model.keys import new_post_id, now_ticks
@@ -31,6 +35,26 @@ async def to_the_end(worker: FanoutProcessor, message: FanoutMessage) -> None:
     outcome: Outcome = await worker.handle(message)
     while isinstance(outcome, Continue):
         outcome = await worker.handle(outcome.message)
+
+
+async def hold_then_release(
+    writer: PartitionWriter, work: Awaitable[object], interfere: Awaitable[object]
+) -> object:
+    """Run ``work`` until its writes are buffered in ``writer``, run ``interfere`` to the end
+    (its result is returned), then let the held writes (and the re-check's) go out until
+    ``work`` finishes (or raises)."""
+    task = asyncio.ensure_future(work)
+
+    async def buffered() -> bool:
+        return writer.buffered > 0
+
+    await eventually(buffered, timeout_s=10, what="the held writes to be buffered")
+    result = await interfere
+    while not task.done():
+        await writer.flush()
+        await asyncio.sleep(0.01)
+    await task
+    return result
 
 
 async def posts_keys(storage: Storage, partition: str, prefix: str) -> list[str]:

@@ -3,15 +3,18 @@ live reposts' de-duplication, and leaves no copy whose reason went while it ran.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable
 from datetime import UTC, datetime
 
 import pytest
 
-from tests.conftest import eventually
 from tests.delivery.helpers import add_follow, add_posts, feed_on, run_every_pass
-from tests.delivery.social.helpers import people, shown, stored_repost, unreposted
+from tests.delivery.social.helpers import (
+    hold_then_release,
+    people,
+    shown,
+    stored_repost,
+    unreposted,
+)
 from tests.helpers import put_copies
 from timeline.delivery import feed
 from timeline.delivery.batching.writer import PartitionWriter
@@ -27,24 +30,6 @@ async def _backfill(storage: Storage, reader: str, subject: str) -> None:
         await run_every_pass(
             FanoutProcessor.on(storage, writer), Followed(follower=reader, subject=subject)
         )
-
-
-async def _hold_then_release(
-    writer: PartitionWriter, work: Awaitable[object], interfere: Awaitable[object]
-) -> None:
-    """Run ``work`` until its writes are buffered, run ``interfere`` to the end, then let the
-    held writes (and the re-check's) go out until ``work`` finishes."""
-    task = asyncio.ensure_future(work)
-
-    async def buffered() -> bool:
-        return writer.buffered > 0
-
-    await eventually(buffered, timeout_s=10, what="the backfill's writes to be buffered")
-    await interfere
-    while not task.done():
-        await writer.flush()
-        await asyncio.sleep(0.01)
-    await task
 
 
 async def test_a_follow_backfills_the_subjects_reposts_among_its_posts(
@@ -124,7 +109,7 @@ async def test_an_undo_racing_a_backfill_leaves_no_copy(
         PartitionWriter(storage, TIMELINES, linger_s=3600) as held,
         PartitionWriter(storage, TIMELINES, linger_s=0) as prompt,
     ):
-        await _hold_then_release(
+        await hold_then_release(
             held,
             FanoutProcessor.on(storage, held).handle(Followed(follower=reader, subject=subject)),
             undo(FanoutProcessor.on(storage, prompt)),
@@ -151,7 +136,7 @@ async def test_an_originals_delete_racing_a_backfill_leaves_no_copy(
         PartitionWriter(storage, TIMELINES, linger_s=3600) as held,
         PartitionWriter(storage, TIMELINES, linger_s=0) as prompt,
     ):
-        await _hold_then_release(
+        await hold_then_release(
             held,
             FanoutProcessor.on(storage, held).handle(Followed(follower=reader, subject=subject)),
             delete(FanoutProcessor.on(storage, prompt)),
@@ -181,7 +166,7 @@ async def test_an_unfollow_racing_a_backfill_purges_its_repost_copies(
         PartitionWriter(storage, TIMELINES, linger_s=3600) as held,
         PartitionWriter(storage, TIMELINES, linger_s=0) as prompt,
     ):
-        await _hold_then_release(
+        await hold_then_release(
             held,
             FanoutProcessor.on(storage, held).handle(Followed(follower=reader, subject=subject)),
             unfollow(storage, prompt),

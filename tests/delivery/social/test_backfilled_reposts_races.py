@@ -5,7 +5,6 @@ a flag changed meanwhile, and its cost on a subject with many repost rows."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -13,7 +12,14 @@ import pytest
 
 from tests.conftest import eventually
 from tests.delivery.helpers import add_follow, add_posts, remove_follow
-from tests.delivery.social.helpers import people, shown, stored_repost, to_the_end, unreposted
+from tests.delivery.social.helpers import (
+    hold_then_release,
+    people,
+    shown,
+    stored_repost,
+    to_the_end,
+    unreposted,
+)
 from tests.helpers import put_copies
 from timeline.delivery import feed
 from timeline.delivery.batching.writer import PartitionWriter
@@ -69,25 +75,6 @@ async def _until_delayed(worker: FanoutProcessor, message: FanoutMessage) -> Fan
     return outcome.message
 
 
-async def _held_backfill_dies(
-    held: PartitionWriter, work: Awaitable[object], interfere: Awaitable[object]
-) -> None:
-    """The backfill runs until its writes are buffered; ``interfere`` runs to its end; the
-    held writes land; the backfill dies at its re-check."""
-    task = asyncio.ensure_future(work)
-
-    async def buffered() -> bool:
-        return held.buffered > 0
-
-    await eventually(buffered, timeout_s=10, what="the backfill's writes to be buffered")
-    await interfere
-    while not task.done():
-        await held.flush()
-        await asyncio.sleep(0.01)
-    with pytest.raises(Died):
-        await task
-
-
 async def test_an_undo_then_a_backfill_dying_before_its_recheck_leaves_no_copy(
     storage: Storage, repos: Repositories
 ) -> None:
@@ -108,11 +95,12 @@ async def test_an_undo_then_a_backfill_dying_before_its_recheck_leaves_no_copy(
             await repos.reposts.remove(subject, post.post_id, message.repost_id)
             second.append(await _until_delayed(worker, unreposted(message)))
 
-        await _held_backfill_dies(
-            held,
-            _dying_feed(storage, held).copy_newest(reader, subject, reposts=True),
-            undo(),
-        )
+        with pytest.raises(Died):
+            await hold_then_release(
+                held,
+                _dying_feed(storage, held).copy_newest(reader, subject, reposts=True),
+                undo(),
+            )
         assert await shown(repos, reader) == [(post.post_id, subject)]  # landed late
         await to_the_end(worker, second[0])
     assert await shown(repos, reader) == []
@@ -137,11 +125,12 @@ async def test_an_originals_delete_then_a_backfill_dying_before_its_recheck_leav
             message = PostDeleted(author=author, post_id=post.post_id)
             second.append(await _until_delayed(worker, message))
 
-        await _held_backfill_dies(
-            held,
-            _dying_feed(storage, held).copy_newest(reader, subject, reposts=True),
-            delete(),
-        )
+        with pytest.raises(Died):
+            await hold_then_release(
+                held,
+                _dying_feed(storage, held).copy_newest(reader, subject, reposts=True),
+                delete(),
+            )
         assert await shown(repos, reader) == [(post.post_id, subject)]
         await to_the_end(worker, second[0])
     assert await shown(repos, reader) == []
@@ -175,11 +164,12 @@ async def test_an_undo_between_an_unfollow_and_a_refollow_meets_a_dying_backfill
             await add_follow(repos, reader, subject)
             await to_the_end(worker, Followed(follower=reader, subject=subject))
 
-        await _held_backfill_dies(
-            held,
-            _dying_feed(storage, held).copy_newest(reader, subject, reposts=True),
-            interfere(),
-        )
+        with pytest.raises(Died):
+            await hold_then_release(
+                held,
+                _dying_feed(storage, held).copy_newest(reader, subject, reposts=True),
+                interfere(),
+            )
         assert (post.post_id, subject) in await shown(repos, reader)  # the late copy
         await to_the_end(worker, unfollow_second[0])
     assert await shown(repos, reader) == [(own.post_id, None)]

@@ -3,10 +3,6 @@ removed by an un-repost and by the original's delete, also when either races the
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable
-
-from tests.conftest import eventually
 from tests.delivery.helpers import (
     add_follow,
     add_posts,
@@ -14,7 +10,7 @@ from tests.delivery.helpers import (
     run_every_pass,
     unlimited_service,
 )
-from tests.delivery.social.helpers import people, shown
+from tests.delivery.social.helpers import hold_then_release, people, shown
 from tests.helpers import put_copies
 from timeline.delivery.batching.writer import PartitionWriter
 from timeline.delivery.outcomes import DONE, Continue
@@ -30,25 +26,6 @@ async def _repost(storage: Storage, reposter: str, author: str, post_id: str) ->
     """What the API does for a repost; the message it queued."""
     item = await unlimited_service(storage).reposts.repost(reposter, reposter, author, post_id)
     return Reposted(reposter=reposter, author=author, post_id=post_id, repost_id=item["repost_id"])
-
-
-async def _hold_then_release(
-    writer: PartitionWriter, work: Awaitable[object], interfere: Awaitable[object]
-) -> object:
-    """Run ``work`` until its writes are buffered, run ``interfere`` to the end, then let the
-    held writes (and the re-check's) go out until ``work`` finishes."""
-    task = asyncio.ensure_future(work)
-
-    async def buffered() -> bool:
-        return writer.buffered > 0
-
-    await eventually(buffered, timeout_s=10, what="the delivery's writes to be buffered")
-    result = await interfere
-    while not task.done():
-        await writer.flush()
-        await asyncio.sleep(0.01)
-    await task
-    return result
 
 
 async def test_a_repost_reaches_the_reposters_followers(
@@ -152,7 +129,7 @@ async def test_an_unrepost_beats_an_in_flight_delivery(
         PartitionWriter(storage, TIMELINES, linger_s=3600) as held,
         PartitionWriter(storage, TIMELINES, linger_s=0) as prompt,
     ):
-        await _hold_then_release(
+        await hold_then_release(
             held,
             FanoutProcessor.on(storage, held).handle(message),
             FanoutProcessor.on(storage, prompt).handle(undo),  # its first pass only
@@ -173,7 +150,7 @@ async def test_a_repost_racing_the_originals_delete_leaves_no_copy(
         PartitionWriter(storage, TIMELINES, linger_s=3600) as held,
         PartitionWriter(storage, TIMELINES, linger_s=0) as prompt,
     ):
-        deleted = await _hold_then_release(
+        deleted = await hold_then_release(
             held,
             FanoutProcessor.on(storage, held).handle(message),
             FanoutProcessor.on(storage, prompt).handle(
