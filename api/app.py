@@ -11,6 +11,7 @@ from aiohttp import web
 from api.docs import add_docs
 from api.follows import FOLLOW_OPERATIONS
 from api.keys import OPENAPI_KEY, SERVICE_KEY, SETTINGS_KEY, STORAGE_KEY
+from api.lists import LIST_OPERATIONS
 from api.middleware import MIDDLEWARES, echo_request_id
 from api.openapi import build_openapi
 from api.relations import RELATION_OPERATIONS
@@ -31,7 +32,7 @@ from timeline.tables.repositories import Repositories
 from timeline.tables.secret import load_key_ring, wait_for_key_ring
 
 API_VERSION = "1.0.0"
-OPERATIONS = [*ROUTE_OPERATIONS, *FOLLOW_OPERATIONS, *RELATION_OPERATIONS]
+OPERATIONS = [*ROUTE_OPERATIONS, *FOLLOW_OPERATIONS, *RELATION_OPERATIONS, *LIST_OPERATIONS]
 """Every route: ``api.routes``' table and those of ``api.relations``."""
 
 
@@ -110,4 +111,5 @@ def _build_service(settings: Settings, storage: Storage, ring: KeyRing) -> Timel
             write_deadline_s=settings.api_write_deadline_s(),
             hidden_s=settings.hidden_message_s(),
         ),
+        max_lists=settings.max_lists,
     )

@@ -13,6 +13,7 @@ from api.openapi_tags import annotate
 from api.schemas import ErrorBody, PostRequest
 from timeline.model.keys import (
     IDEMPOTENCY_KEY_PATTERN,
+    LIST_ID_PATTERN,
     POST_FORMAT_CHARACTERS,
     POST_ID_PATTERN,
     USER_ID_PATTERN,
@@ -26,6 +27,8 @@ PATH_PARAMETERS = {
     "target": USER_ID_PATTERN,
     "post_id": POST_ID_PATTERN,
     "filter_id": POST_ID_PATTERN,
+    "list_id": LIST_ID_PATTERN,
+    "member": USER_ID_PATTERN,
 }
 _REF = "#/components/schemas/{model}"
 _RAW_SCHEMAS: dict[str, dict[str, Any]] = {

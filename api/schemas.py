@@ -6,9 +6,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from timeline.model.keys import POST_ID_PATTERN, USER_ID_PATTERN, text_pattern
+from timeline.model.keys import LIST_ID_PATTERN, POST_ID_PATTERN, USER_ID_PATTERN, text_pattern
 from timeline.model.tokens import CONTINUATION_PATTERN, MAX_CONTINUATION_CHARS
 from timeline.service.accounts import MAX_DISPLAY_NAME_CHARS
+from timeline.service.lists import MAX_TITLE_CHARS
 from timeline.service.relations import MAX_PHRASE_CHARS
 
 
@@ -184,6 +185,37 @@ class MuteOut(_Body):
 
 class MutePage(_Body):
     items: list[MuteOut]
+    continuation: str | None = Field(description="pass back to get the next page; null at the end")
+
+
+class ListRequest(_Body):
+    title: str = Field(
+        description="1-100 characters after trimming",
+        json_schema_extra={"pattern": text_pattern(MAX_TITLE_CHARS)},
+    )
+    exclusive: bool = Field(
+        default=False,
+        description="true: its members' posts and reposts stay out of the home timeline",
+    )
+
+
+class ListEdit(_Body):
+    title: str | None = Field(
+        default=None,
+        description="1-100 characters after trimming; absent: unchanged",
+        json_schema_extra={"pattern": text_pattern(MAX_TITLE_CHARS)},
+    )
+    exclusive: bool | None = Field(default=None, description="absent: unchanged")
+
+
+class ListOut(_Body):
+    list_id: str = Field(json_schema_extra={"pattern": LIST_ID_PATTERN})
+    title: str
+    exclusive: bool
+
+
+class ListPage(_Body):
+    items: list[ListOut]
     continuation: str | None = Field(description="pass back to get the next page; null at the end")
 
 

@@ -18,6 +18,7 @@ from timeline.delivery.context import Context
 from timeline.delivery.feed import Feed
 from timeline.delivery.outcomes import DONE, Continue, Outcome
 from timeline.delivery.regrade import queue_regrade_if_due
+from timeline.model.keys import list_owner
 from timeline.model.messages import Followed, Unfollowed
 from timeline.tables.audience import GROWING, MERGED
 
@@ -42,7 +43,7 @@ class FollowChanges:
         if not await follows.is_following(follower, subject):
             await follows.sync_index(follower, subject)
             return DONE  # never made, or unfollowed since (its passes remove copies)
-        if await self._repos.relations.blocked_either(follower, subject):
+        if await self._repos.relations.blocked_either(list_owner(follower) or follower, subject):
             return await self._end_blocked(follower, subject)
         damped = False
         if not await self._merge_for(follower, subject):

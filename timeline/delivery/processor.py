@@ -20,7 +20,8 @@ from timeline.delivery.delete import PostRetraction
 from timeline.delivery.dormancy import Waking
 from timeline.delivery.feed import Feed
 from timeline.delivery.follow import FollowChanges
-from timeline.delivery.outcomes import Outcome
+from timeline.delivery.lists import ListRemoval
+from timeline.delivery.outcomes import DONE, Outcome
 from timeline.delivery.post import PostDelivery
 from timeline.delivery.regrade import Regrading
 from timeline.delivery.repost import RepostDelivery, RepostRetraction
@@ -28,6 +29,7 @@ from timeline.delivery.settings import Hybrid, Timing
 from timeline.model.messages import (
     FanoutMessage,
     Followed,
+    ListDeleted,
     PostCreated,
     PostDeleted,
     Regrade,
@@ -44,7 +46,9 @@ from timeline.tables.repositories import Repositories
 class FanoutProcessor:
     """Hands each message to the handler of its kind: ``post`` (``PostCreated``), ``delete``
     (``PostDeleted``), ``follow`` (``Followed``, ``Unfollowed``), ``regrade`` (``Regrade``),
-    ``dormancy`` (``Wake``), ``repost`` (``Reposted``, ``Unreposted``).
+    ``dormancy`` (``Wake``), ``repost`` (``Reposted``, ``Unreposted``), ``lists``
+    (``ListDeleted``; a follow or unfollow of a list's members is a ``Followed`` or
+    ``Unfollowed`` of the list's reader).
     They share one ``Context`` (repositories, writer, settings, admission) and one ``Feed``
     (every write to a reader's timeline)."""
 
@@ -75,6 +79,7 @@ class FanoutProcessor:
         self._follows = FollowChanges(context, feed)
         self._regrades = Regrading(context, feed)
         self._wakes = Waking(context, feed, inactivity or Inactivity())
+        self._lists = ListRemoval(context, feed)
 
     @classmethod
     def on(
@@ -104,6 +109,8 @@ class FanoutProcessor:
                 return await self._posts.deliver(message)
             case PostDeleted():
                 return await self._deletes.retract(message)
+            case Followed() | Unfollowed() if await self._lists.gone(message.follower):
+                return DONE  # the list's deletion ends every membership (``ListRemoval``)
             case Followed():
                 return await self._follows.backfill(message)
             case Unfollowed():
@@ -116,3 +123,5 @@ class FanoutProcessor:
                 return await self._reposts.deliver(message)
             case Unreposted():
                 return await self._unreposts.retract(message)
+            case ListDeleted():
+                return await self._lists.remove(message)

@@ -21,8 +21,13 @@ _DOTNET_EPOCH = datetime(1, 1, 1, tzinfo=UTC)
 USER_ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
 POST_ID_PATTERN = r"^[0-9a-f]{26}$"
 IDEMPOTENCY_KEY_PATTERN = r"^[!-~]{1,255}$"
+LIST_ID_PATTERN = r"^[0-9a-f]{19}$"
+READER_ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}(~[0-9a-f]{19})?$"
+"""Whose timeline partition: a user's (its id) or a list's (``{owner}~{list_id}``)."""
+LIST_SEPARATOR = "~"
 _USER_ID = re.compile(USER_ID_PATTERN.replace("$", r"\Z"))
 _POST_ID = re.compile(POST_ID_PATTERN.replace("$", r"\Z"))
+_LIST_ID = re.compile(LIST_ID_PATTERN.replace("$", r"\Z"))
 _IDEMPOTENCY_KEY = re.compile(IDEMPOTENCY_KEY_PATTERN.replace("$", r"\Z"))
 _CONTROL_CHARS = r"\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f"
 _CONTROL = re.compile(f"[{_CONTROL_CHARS}]")
@@ -89,6 +94,24 @@ def validate_user_id(user_id: str) -> str:
             "user ids are 1-64 characters of A-Z, a-z, 0-9, '_' and '-'", code="invalid_user_id"
         )
     return user_id
+
+
+def validate_list_id(list_id: str) -> str:
+    if not _LIST_ID.match(list_id):
+        raise InvalidInputError("list ids are 19 lowercase hex digits", code="invalid_list_id")
+    return list_id
+
+
+def list_reader(owner: str, list_id: str) -> str:
+    """The reader id of a list: its timeline partition, and the follower id of its members'
+    membership rows. No user id holds ``~``, so it is never a user's."""
+    return f"{owner}{LIST_SEPARATOR}{list_id}"
+
+
+def list_owner(reader: str) -> str | None:
+    """The owner of a list's reader id; None for a user's own."""
+    owner, separator, _ = reader.partition(LIST_SEPARATOR)
+    return owner if separator else None
 
 
 def fold_user_id(user_id: str) -> str:

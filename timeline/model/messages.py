@@ -16,11 +16,19 @@ from pydantic import (
 )
 
 from timeline.errors import MalformedMessageError
-from timeline.model.keys import POST_ID_PATTERN, USER_ID_PATTERN
+from timeline.model.keys import (
+    LIST_ID_PATTERN,
+    POST_ID_PATTERN,
+    READER_ID_PATTERN,
+    USER_ID_PATTERN,
+)
 from timeline.model.priority import Priority
 
 UserId = Annotated[str, StringConstraints(pattern=USER_ID_PATTERN)]
 PostId = Annotated[str, StringConstraints(pattern=POST_ID_PATTERN)]
+ReaderId = Annotated[str, StringConstraints(pattern=READER_ID_PATTERN)]
+"""A user, or a list (``timeline.model.keys.list_reader``): whose timeline."""
+ListId = Annotated[str, StringConstraints(pattern=LIST_ID_PATTERN)]
 Cursor = Annotated[
     dict[
         Annotated[str, StringConstraints(max_length=32)],
@@ -107,10 +115,11 @@ class PostDeleted(_Message):
 
 
 class Followed(_Message):
-    """Backfill the subject's newest posts and reposts into the follower's timeline."""
+    """Backfill the subject's newest posts and reposts into the follower's timeline (a
+    list's, for a member added to it)."""
 
     type: Literal["follow"] = "follow"
-    follower: UserId
+    follower: ReaderId
     subject: UserId
     confirm: bool = False
     """The delayed second pass of a damped backfill: copies what a purge that was in flight
@@ -121,7 +130,7 @@ class Unfollowed(_Message):
     """Purge the subject's posts from the follower's timeline."""
 
     type: Literal["unfollow"] = "unfollow"
-    follower: UserId
+    follower: ReaderId
     subject: UserId
     confirm: bool = False
     """The second, delayed purge that sweeps writes which landed after the first."""
@@ -179,8 +188,28 @@ class Unreposted(_Message):
     confirm: bool = False
 
 
+class ListDeleted(_Message):
+    """End a deleted list's memberships (one page of members per lease, from ``cursor``),
+    then drop its timeline; again ``sweep_delay_s`` later (``confirm``) for what landed
+    late."""
+
+    type: Literal["list_deleted"] = "list_deleted"
+    owner: UserId
+    list_id: ListId
+    cursor: Cursor | None = None
+    confirm: bool = False
+
+
 FanoutMessage = Annotated[
-    PostCreated | PostDeleted | Followed | Unfollowed | Regrade | Wake | Reposted | Unreposted,
+    PostCreated
+    | PostDeleted
+    | Followed
+    | Unfollowed
+    | Regrade
+    | Wake
+    | Reposted
+    | Unreposted
+    | ListDeleted,
     Field(discriminator="type"),
 ]
 _ADAPTER: TypeAdapter[FanoutMessage] = TypeAdapter(FanoutMessage)

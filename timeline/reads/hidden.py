@@ -18,10 +18,12 @@ from __future__ import annotations
 import asyncio
 import math
 from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from timeline.metrics import RELATION_CHECKS
 from timeline.model.entities import PostRow, followers_only, shown_post_id
+from timeline.model.keys import list_reader
 from timeline.reads.home import HomeTimeline, Position
 from timeline.reads.private import unseen_authors
 from timeline.tables.follows import FollowsRepository
@@ -73,30 +75,38 @@ async def visible_rows(
     position: Position,
     thinning: Thinning | None = None,
     follows: FollowsRepository | None = None,
+    *,
+    reader: str | None = None,
 ) -> VisiblePage:
     """Up to ``wanted`` entries from ``position`` that the owner's relations do not hide,
     nor are followers-only posts of authors it no longer follows (``timeline.reads.private``,
     checked with ``follows`` when given), and where the next page starts (None: the timeline
-    ended)."""
-    ask = thinning.ask(owner, wanted) if thinning is not None else wanted
+    ended). ``reader``: the timeline of one of the owner's lists instead of its home
+    timeline (which alone leaves out the members of its exclusive lists)."""
+    timeline = reader or owner
+    ask = thinning.ask(timeline, wanted) if thinning is not None else wanted
     (hidden, checks), (rows, following) = await asyncio.gather(
-        relations.hidden(owner), home.rows(owner, ask, position, once=False)
+        relations.hidden(owner), home.rows(timeline, ask, position, once=False)
     )
+    excluded: frozenset[str] = frozenset()
+    if reader is None and hidden.exclusive_lists and follows is not None:
+        excluded, queries = await exclusive_members(follows, owner, hidden.exclusive_lists)
+        checks += queries
     RELATION_CHECKS.inc(checks)
 
-    filtering = bool(hidden)
+    filtering = bool(hidden) or bool(excluded)
 
     async def hider(rows: list[PostRow]) -> Hiding:
         nonlocal filtering
         unseen = set() if follows is None else await unseen_authors(follows, owner, rows)
         filtering = filtering or bool(unseen)
-        return Hiding(hidden, frozenset(unseen))
+        return Hiding(hidden, frozenset(unseen), excluded)
 
     kept: list[PostRow] = []
     read = _take(rows, await hider(rows), wanted, kept)
     if read < len(rows):  # more than the page needs: the next starts after the last served
         if following is None:  # where the merge list of that position is unknown: read exact
-            rows, following = await home.rows(owner, wanted, position, once=False)
+            rows, following = await home.rows(timeline, wanted, position, once=False)
             kept.clear()
             read = _take(rows, await hider(rows), wanted, kept)
         else:
@@ -104,14 +114,14 @@ async def visible_rows(
     rounds = 1  # a page short for other reasons (a dense merged author) stays as it was
     while filtering and len(kept) < wanted and following is not None and rounds < MAX_ROUNDS:
         start = following
-        rows, following = await home.rows(owner, max(wanted, REFILL_ROWS), start, once=False)
+        rows, following = await home.rows(timeline, max(wanted, REFILL_ROWS), start, once=False)
         rounds += 1
         taken = _take(rows, await hider(rows), wanted, kept)
         if taken < len(rows):  # the rest is read again by the next page
             following = replace(start, after=kept[-1]["RowKey"])
         read += taken
     if thinning is not None:
-        thinning.note(owner, read, len(kept))
+        thinning.note(timeline, read, len(kept))
     return VisiblePage(kept, following, read, checks)
 
 
@@ -122,11 +132,36 @@ class Hiding:
 
     relations: Hidden
     unseen: frozenset[str]
+    excluded: frozenset[str] = frozenset()
+    """Members of the reader's exclusive lists: their posts and reposts stay out of home."""
 
     def hides_row(self, row: PostRow) -> bool:
         if self.unseen and followers_only(row) and row["author"] in self.unseen:
             return True
+        if self.excluded and (row.get("reposted_by") or row["author"]) in self.excluded:
+            return True
         return self.relations.hides_row(row)
+
+
+async def exclusive_members(
+    follows: FollowsRepository, owner: str, list_ids: Iterable[str]
+) -> tuple[frozenset[str], int]:
+    """The members of the owner's exclusive lists, and the queries it took: one per 1,000
+    members of each list, the lists at once."""
+
+    async def members(list_id: str) -> tuple[set[str], int]:
+        found: set[str] = set()
+        queries, continuation = 0, None
+        while True:
+            page = await follows.following_page(list_reader(owner, list_id), 1000, continuation)
+            queries += 1
+            found.update(edge.user_id for edge in page.items)
+            continuation = page.continuation
+            if continuation is None:
+                return found, queries
+
+    results = await asyncio.gather(*(members(list_id) for list_id in sorted(list_ids)))
+    return frozenset().union(*(found for found, _ in results)), sum(q for _, q in results)
 
 
 def _take(rows: list[PostRow], hidden: Hiding, wanted: int, kept: list[PostRow]) -> int:

@@ -94,6 +94,10 @@ class HomeTimeline:
     def storage(self) -> Storage:
         return self._storage
 
+    def for_lists(self) -> HomeTimeline:
+        """The same reads for lists' timelines: no attendance (a list is never dormant)."""
+        return HomeTimeline(self._storage, max_merged=self._max_merged)
+
     async def page(
         self, owner: str, limit: int, position: Position
     ) -> tuple[list[Post], Position | None]:

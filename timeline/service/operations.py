@@ -1,5 +1,5 @@
-"""The API's operations, one part per concern: accounts, posts, reposts and replies, follows
-and timelines."""
+"""The API's operations, one part per concern: accounts, posts, reposts and replies, follows,
+relations, timelines, markers and lists."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from timeline.reads.home import HomeTimeline
 from timeline.service.accounts import Accounts
 from timeline.service.credentials import Credentials, RingLoader
 from timeline.service.follows import Follows
+from timeline.service.lists import Lists
 from timeline.service.markers import Markers
 from timeline.service.outbox import Outbox
 from timeline.service.paging import Pager
@@ -45,6 +46,7 @@ class TimelineService:
         load_ring: RingLoader | None = None,
         idempotency_window_s: float = DEFAULT_WINDOW_S,
         outbox: Outbox | None = None,
+        max_lists: int = 100,
     ) -> None:
         outbox = outbox or Outbox(queue)
         self.outbox = outbox
@@ -98,3 +100,14 @@ class TimelineService:
             follows=repositories.follows,
         )
         self.markers = Markers(MarkersRepository(home.storage), signer)
+        self.lists = Lists(
+            users,
+            repositories.lists,
+            repositories.follows,
+            repositories.relations,
+            outbox,
+            pager,
+            self.timelines,
+            writes=limits.writes,
+            max_lists=max_lists,
+        )

@@ -58,6 +58,7 @@ class Timelines:
         self._users = users
         self._posts = posts
         self._home = home
+        self._lists = home.for_lists()
         self._signer = signer
         self._pager = pager
         self._cap = timeline_cap
@@ -75,7 +76,29 @@ class Timelines:
         continuation counts what was read, so no page reads past the cap. With ``since``, only
         what is newer than that position, paged down to it."""
         require_self(actor, owner)
-        scope = f"timeline:{owner}"
+        return await self._page(owner, None, limit, continuation, since)
+
+    async def list_timeline(
+        self,
+        owner: str,
+        reader: str,
+        limit: int | None,
+        continuation: str | None,
+        since: str | None = None,
+    ) -> PageOut:
+        """A page of one of the owner's lists (its ``reader``, checked by the caller): as a
+        home page, filtered by the owner's relations, with no exclusive lists left out."""
+        return await self._page(owner, reader, limit, continuation, since)
+
+    async def _page(
+        self,
+        owner: str,
+        reader: str | None,
+        limit: int | None,
+        continuation: str | None,
+        since: str | None,
+    ) -> PageOut:
+        scope = f"timeline:{reader or owner}"
         position, served = _home_position(self._pager.continuation(scope, continuation))
         position = self._newer_than(scope, position, since)
         wanted = self._pager.limit(limit)
@@ -83,8 +106,16 @@ class Timelines:
             wanted = min(wanted, self._cap - served)
             if wanted <= 0:
                 return PageOut(items=[], continuation=None)
+        home = self._home if reader is None else self._lists
         page = await visible_rows(
-            self._home, self._relations, owner, wanted, position, self._thinning, self._follows
+            home,
+            self._relations,
+            owner,
+            wanted,
+            position,
+            self._thinning,
+            self._follows,
+            reader=reader,
         )
         rows, following = page.rows, page.following
         served += page.read  # hidden entries count too: pages never read past the cap

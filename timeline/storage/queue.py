@@ -19,6 +19,7 @@ from timeline.metrics import MESSAGES_SENT
 from timeline.model.messages import (
     FanoutMessage,
     Followed,
+    ListDeleted,
     Reposted,
     Unfollowed,
     Unreposted,
@@ -71,6 +72,8 @@ def shard_key(message: FanoutMessage) -> str:
         return message.reader
     if isinstance(message, Reposted | Unreposted):
         return message.reposter
+    if isinstance(message, ListDeleted):
+        return message.owner
     return message.follower if isinstance(message, Followed | Unfollowed) else message.author
 
 

@@ -26,6 +26,7 @@ from azure.data.tables import TableEntity, TableTransactionError, UpdateMode
 
 from timeline.errors import contention
 from timeline.model.entities import Edge, Page
+from timeline.model.keys import list_owner
 from timeline.retry import ETAG_ATTEMPTS
 from timeline.storage.accounts import Storage
 from timeline.storage.calls import (
@@ -43,6 +44,7 @@ from timeline.tables.rows import (
     PARTITION,
     create_entity,
     delete_entity,
+    drop_partition,
     edge_page,
     get_entity,
     if_unchanged,
@@ -84,7 +86,7 @@ class FollowsRepository:
             edge[REPOSTS] = False
         try:
             await transact_counted(
-                self._storage, SUBJECT_FOLLOWERS, subject, [("create", edge)], +1
+                self._storage, SUBJECT_FOLLOWERS, subject, [("create", edge)], _counted(follower)
             )
         except TableTransactionError as error:
             if failed_index(error, 409) == 0:
@@ -168,7 +170,9 @@ class FollowsRepository:
             keys = {"PartitionKey": subject, "RowKey": follower}
             rows: list[TransactionOperation] = [("delete", keys, if_unchanged(edge))]
             try:
-                await transact_counted(self._storage, SUBJECT_FOLLOWERS, subject, rows, -1)
+                await transact_counted(
+                    self._storage, SUBJECT_FOLLOWERS, subject, rows, -_counted(follower)
+                )
                 return True
             except TableTransactionError as error:
                 if failed_index(error, 404, 412) != 0:
@@ -201,6 +205,11 @@ class FollowsRepository:
                 if failed_index(error, 409, 412, 404) is None:
                     raise
         raise contention()
+
+    async def drop_index(self, follower: str) -> None:
+        """Delete the follower's whole index (a deleted list's members, once each has
+        ended)."""
+        await drop_partition(self._storage, SUBJECT_FOLLOWING, follower)
 
     async def history(self, follower: str, subject: str) -> PairHistory:
         """The pair's index row (its follow and unfollow times): one point read."""
@@ -250,6 +259,10 @@ class FollowsRepository:
     async def follower_count(self, subject: str) -> int:
         return await count_of(self._storage, SUBJECT_FOLLOWERS, subject)
 
+    async def following_count(self, follower: str) -> int:
+        """Whom the follower follows (a list: its members), from the index's count."""
+        return await count_of(self._storage, SUBJECT_FOLLOWING, follower)
+
     async def is_following(self, follower: str, subject: str) -> bool:
         entity = await get_entity(
             self._storage, SUBJECT_FOLLOWERS, subject, follower, select=["RowKey"]
@@ -265,7 +278,10 @@ class FollowsRepository:
     async def followers_page(
         self, subject: str, limit: int, continuation: dict[str, str] | None
     ) -> Page[Edge]:
-        return await edge_page(self._storage, SUBJECT_FOLLOWERS, subject, limit, continuation)
+        """The subject's followers (users: not the lists it is a member of)."""
+        page = await edge_page(self._storage, SUBJECT_FOLLOWERS, subject, limit, continuation)
+        edges = [edge for edge in page.items if list_owner(edge.user_id) is None]
+        return Page(edges, page.continuation)
 
     async def following_page(
         self, follower: str, limit: int, continuation: dict[str, str] | None
@@ -375,6 +391,11 @@ class FollowsRepository:
     async def followers_between(self, subject: str, first: str, last: str) -> set[str]:
         """Followers of ``subject`` whose ids lie in ``[first, last]``."""
         return await row_keys_between(self._storage, SUBJECT_FOLLOWERS, subject, first, last)
+
+
+def _counted(follower: str) -> int:
+    """What a follow moves the subject's follower count by: 1, or 0 for a list's membership."""
+    return 0 if list_owner(follower) is not None else 1
 
 
 def _skips(follow: TableEntity, posted_at: float) -> bool:

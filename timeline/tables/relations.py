@@ -1,5 +1,5 @@
 """The ``relations`` table: blocks, mutes and keyword filters, each in the partition of the
-user it concerns.
+user it concerns (and lists: ``timeline.tables.lists``).
 
 Row keys (user ids never contain ``.``, so ``{prefix}`` to ``{prefix[0]}.`` is one range):
 
@@ -37,6 +37,7 @@ from timeline.storage.accounts import Storage
 from timeline.storage.calls import query_page, submit_batch
 from timeline.storage.names import RELATIONS
 from timeline.tables.expiries import FILTER, MUTE, ExpiriesRepository
+from timeline.tables.lists import exclusive_list_id
 from timeline.tables.rows import (
     PARTITION,
     create_entity,
@@ -89,6 +90,9 @@ class Hidden:
     authors: frozenset[str] = frozenset()
     reposters: frozenset[str] = frozenset()
     phrases: Phrases = NO_PHRASES
+    exclusive_lists: frozenset[str] = frozenset()
+    """The reader's exclusive lists (ids): their members' entries stay out of its home
+    timeline (``timeline.reads.hidden`` loads the members when there are any)."""
 
     def __bool__(self) -> bool:
         return bool(self.authors or self.reposters or self.phrases)
@@ -237,7 +241,7 @@ class RelationsRepository:
         reader's own blocks, filters and mutes first (``B-`` sorts before ``b-``, ``f-`` and
         ``m-``), then more "blocked by"."""
         moment = time.time() if now is None else now
-        found = _Found(set(), set(), set())
+        found = _Found(set(), set(), set(), set())
         first = await self._hidden_page(reader, PARTITION, {"pk": reader}, None)
         _absorb(first.items, moment, found)
         queries = 1
@@ -263,7 +267,10 @@ class RelationsRepository:
                 if rest is None:
                     break
         hidden = Hidden(
-            frozenset(found.authors), frozenset(found.reposters), Phrases(frozenset(found.phrases))
+            frozenset(found.authors),
+            frozenset(found.reposters),
+            Phrases(frozenset(found.phrases)),
+            frozenset(found.exclusive_lists),
         )
         return hidden, queries
 
@@ -279,7 +286,7 @@ class RelationsRepository:
                 self._storage.reader(RELATIONS, reader),
                 query_filter,
                 parameters,
-                select=["RowKey", "expires_at", "reposts", "phrase"],
+                select=["RowKey", "expires_at", "reposts", "phrase", "list_id", "exclusive"],
                 limit=1000,
                 continuation=continuation,
             )
@@ -314,6 +321,7 @@ class _Found:
     authors: set[str]
     reposters: set[str]
     phrases: set[str]
+    exclusive_lists: set[str]
 
 
 def _absorb(rows: list[TableEntity], moment: float, found: _Found) -> None:
@@ -330,6 +338,8 @@ def _absorb(rows: list[TableEntity], moment: float, found: _Found) -> None:
                 found.reposters.add(other)
         elif prefix == FILTERED and _applies(_expiry(row), moment):
             found.phrases.add(str(row["phrase"]))
+        elif (list_id := exclusive_list_id(row)) is not None:
+            found.exclusive_lists.add(list_id)
 
 
 def _applies(expires_at: float | None, now: float) -> bool:

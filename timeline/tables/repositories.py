@@ -29,6 +29,7 @@ from timeline.tables.activity import ActivityRepository
 from timeline.tables.audience import AudienceRepository
 from timeline.tables.credentials import CredentialsRepository
 from timeline.tables.follows import FollowsRepository
+from timeline.tables.lists import ListsRepository
 from timeline.tables.posts import PostsRepository
 from timeline.tables.relations import RelationsRepository
 from timeline.tables.reposts import RepostsRepository
@@ -49,6 +50,7 @@ class Repositories:
     activity: ActivityRepository
     reposts: RepostsRepository
     relations: RelationsRepository
+    lists: ListsRepository
 
     @classmethod
     def on(cls, storage: Storage) -> Repositories:
@@ -62,4 +64,5 @@ class Repositories:
             ActivityRepository(storage),
             RepostsRepository(storage),
             RelationsRepository(storage),
+            ListsRepository(storage),
         )

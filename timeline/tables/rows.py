@@ -162,3 +162,26 @@ async def edge_page(
     )
     edges = [Edge(entity["RowKey"], entity["since"]) for entity in page.items]
     return Page(edges, page.continuation)
+
+
+async def drop_partition(storage: Storage, table: str, partition_key: str) -> int:
+    """Delete every row of one partition, metadata included (a list's timeline or member
+    index once the list is gone): a query per 1,000 rows, an EGT per 100. The rows deleted."""
+    dropped = 0
+    while True:
+        async with storage.guard(kind="query-1000"):
+            page = await query_page(
+                storage.reader(table, partition_key),
+                PARTITION,
+                {"pk": partition_key},
+                select=["RowKey"],
+                limit=1000,
+                continuation=None,
+            )
+        keys = [str(row["RowKey"]) for row in page.items]
+        if not keys:
+            return dropped
+        for chunk in calls.chunked(keys):
+            deletes = [("delete", {"PartitionKey": partition_key, "RowKey": key}) for key in chunk]
+            await calls.submit_batch(storage, table, partition_key, deletes)
+        dropped += len(keys)

@@ -18,7 +18,7 @@ from timeline.storage.calls import (
     transact,
 )
 from timeline.storage.names import TIMELINES
-from timeline.tables.rows import META, PARTITION, etag, get_entity, partition_page
+from timeline.tables.rows import META, PARTITION, drop_partition, etag, get_entity, partition_page
 from timeline.tables.traces import (
     TRACES_END,
     delete_unchanged,
@@ -42,6 +42,10 @@ class TimelinesRepository:
 
     def __init__(self, storage: Storage) -> None:
         self._storage = storage
+
+    async def drop(self, owner: str) -> None:
+        """Delete the whole timeline (a deleted list's)."""
+        await drop_partition(self._storage, TIMELINES, owner)
 
     async def rows_by_author(
         self, owner: str, author: str, *, reposts: bool = False
