@@ -195,3 +195,21 @@ async def test_a_stream_leaves_out_followers_only_posts_of_an_author_no_longer_f
     await put_copies(live.storage, reader, [late, shown])  # not followed: say purged late
     assert [event["data"]["post_id"] for event in await _events(stream, 1)] == [shown.post_id]
     stream.close()
+
+
+async def test_a_stream_leaves_out_an_exclusive_lists_members(live: Live) -> None:
+    reader, member, friend = [await live.user(name) for name in ("reader", "member", "friend")]
+    token = live.tokens[reader]
+    for followed in (member, friend):
+        await live.api.follow(reader, token, followed)
+    made = await live.client.post(
+        f"/users/{reader}/lists", json={"title": "news", "exclusive": True}, headers=bearer(token)
+    )
+    list_id = (await body_of(made, schemas.ListOut))["list_id"]
+    path = f"/users/{reader}/lists/{list_id}/members/{member}"
+    assert (await live.client.put(path, headers=bearer(token))).status == 204
+    stream = await live.stream(reader)
+    await live.post(member, "in the list only")
+    shown = await live.post(friend, "at home")
+    assert [event["data"]["post_id"] for event in await _events(stream, 1)] == [shown]
+    stream.close()

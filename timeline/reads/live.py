@@ -55,6 +55,7 @@ from timeline.model.keys import (
     post_id_ticks,
     ticks_to_datetime,
 )
+from timeline.reads.hidden import exclusive_members
 from timeline.reads.home import HomeTimeline, Position
 from timeline.reads.landed import OVERLAP_S, Landed, Reading, landed_at
 from timeline.reads.private import unseen_authors
@@ -166,8 +167,9 @@ class TimelineWatch:
 
     async def _visible(self, updates: list[Update]) -> list[Update]:
         """Without the posts the reader's blocks, mutes and filters hide, nor followers-only
-        posts of authors it no longer follows, read when there are posts
-        (one query; an idle poll spends none)."""
+        posts of authors it no longer follows, nor its exclusive lists' members' entries,
+        read when there are posts (one query, and one per exclusive list; an idle poll
+        spends none)."""
         if not any(isinstance(update, Post) for update in updates):
             return updates
         posts = [update for update in updates if isinstance(update, Post)]
@@ -175,6 +177,11 @@ class TimelineWatch:
             self._relations.hidden(self._owner),
             unseen_authors(self._follows, self._owner, [post.to_entity("") for post in posts]),
         )
+        excluded: frozenset[str] = frozenset()
+        if hidden.exclusive_lists:
+            excluded, _ = await exclusive_members(
+                self._follows, self._owner, hidden.exclusive_lists
+            )
         return [
             update
             for update in updates
@@ -182,6 +189,7 @@ class TimelineWatch:
             or not (
                 hidden.hides(update.author, update.reposted_by, update.text)
                 or (update.followers_only and update.author in unseen)
+                or (update.reposted_by or update.author) in excluded
             )
         ]
 
