@@ -12,11 +12,13 @@ TAGS: tuple[tuple[str, str], ...] = (
     ("timeline", "The home timeline: pages, `since` and the live stream"),
     ("relations", "Blocks, mutes and keyword filters: what a user does not see"),
     ("markers", "Where the user stopped reading, shared by its devices"),
+    ("lists", "Lists: private timelines of chosen members, followed or not"),
     ("operations", "Health, readiness, metrics and this description"),
 )
 
 # (path segment after /users/{user_id}, tag): the first match of an operation's path wins.
 _SEGMENT_TAGS = (
+    ("lists", "lists"),
     ("timeline", "timeline"),
     ("markers", "markers"),
     ("following", "follows"),
@@ -40,6 +42,8 @@ PATH_EXAMPLES = {
     "target": EXAMPLE_TARGET,
     "post_id": EXAMPLE_POST_ID,
     "filter_id": EXAMPLE_POST_ID,
+    "list_id": "0a1b2c3d4e5f6a7b8c9",
+    "member": EXAMPLE_TARGET,
 }
 
 DESCRIPTION = """\
@@ -64,6 +68,8 @@ REQUEST_EXAMPLES: dict[str, dict[str, Any]] = {
     "MuteRequest": {"expires_at": "2030-01-01T00:00:00Z", "reposts": True},
     "FilterRequest": {"phrase": "spoiler", "expires_at": "2030-01-01T00:00:00Z"},
     "ProfileEdit": {"display_name": "Alice A.", "locked": True},
+    "ListRequest": {"title": "Close friends", "exclusive": False},
+    "ListEdit": {"title": "Friends", "exclusive": True},
 }
 
 

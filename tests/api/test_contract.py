@@ -372,8 +372,8 @@ async def test_openapi_describes_every_route(client: Client) -> None:
     described = {(m.upper(), p) for p, ops in spec["paths"].items() for m in ops}
     assert described == {(op.method, op.path) for op in OPERATIONS}
     # markers (2), reposts (2), replies, blocks and mutes (6), filters (3), a profile's edit,
-    # follow requests (3)
-    assert len(described) == 37
+    # follow requests (3), lists (9)
+    assert len(described) == 46
     assert {
         ("GET", "/users/{user_id}/markers/home"),
         ("PUT", "/users/{user_id}/markers/home"),

@@ -47,6 +47,7 @@ def test_every_operation_has_one_declared_tag_and_every_tag_is_used() -> None:
     ("/users/{user_id}/blocks/{target}", "relations"), ("/users/{user_id}/mutes", "relations"),
     ("/users/{user_id}/filters/{filter_id}", "relations"),
     ("/users/{user_id}/markers/home", "markers"), ("/healthz", "operations"),
+    ("/users/{user_id}/lists/{list_id}/timeline", "lists"),
     ("/docs", "operations"),
 ])  # fmt: skip
 def test_tags_by_path(path: str, tag: str) -> None:
