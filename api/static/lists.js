@@ -1,5 +1,6 @@
 // Lists: the side menu of the user's lists, creating one, and a list's view (#/l/<list id>):
-// its timeline in the timeline card, its title, the exclusive switch, members, deleting it.
+// its timeline in the timeline card, its title, the exclusive switch, members, deleting it;
+// "Add to list" on a profile.
 
 import { api, session, userPath, withQuery } from "./api.js";
 import { sessionHooks } from "./account.js";
@@ -17,8 +18,9 @@ const reads = { menu: 0, members: 0, continuation: null };
 const listHref = (listId) => `#/l/${encodeURIComponent(listId)}`;
 const listPath = (...rest) => userPath(session.user_id, "lists", timeline.listId, ...rest);
 
-function routedList() {
-  const match = /^#\/l\/([^/]+)$/.exec(window.location.hash);
+// The id the address names after ``#/<kind>/``: a list ("l") or a profile's user ("u").
+function routed(kind) {
+  const match = new RegExp(`^#/${kind}/([^/]+)$`).exec(window.location.hash);
   if (!match) return null;
   try {
     return decodeURIComponent(match[1]);
@@ -61,6 +63,11 @@ function showMenu() {
   $("list-menu").replaceChildren(...sorted.map(renderMenuItem));
   $("lists-empty").hidden = lists.size > 0;
   markCurrent();
+  const choice = $("profile-list-choice");
+  const chosen = choice.value;
+  choice.replaceChildren(...sorted.map((list) => new Option(list.title, list.list_id)));
+  if (lists.has(chosen)) choice.value = chosen;
+  $("profile-lists").hidden = lists.size === 0;
 }
 
 // A list read or edited: in the menu, and in the view when it is the one shown.
@@ -262,12 +269,28 @@ async function removeMember(member, item, button) {
   }
 }
 
+// "Add to list" on the profile shown.
+async function addFromProfile(button) {
+  const member = routed("u");
+  const list = lists.get($("profile-list-choice").value);
+  if (member === null || !list) return;
+  button.disabled = true;
+  try {
+    await api("PUT", userPath(session.user_id, "lists", list.list_id, "members", member));
+    showMessage("profile-message", `Added @${member} to “${list.title}”.`, "ok");
+  } catch (error) {
+    showError("profile-message", error);
+  } finally {
+    button.disabled = false;
+  }
+}
+
 // ---------------------------------------------------------------- routing
 
 // The timeline card shows the list the address names, else the home timeline; a change of
 // either reads it anew (``load``: unless the caller reads it next; ``again``: a new session).
 function route({ load = true, again = false } = {}) {
-  const listId = session ? routedList() : null;
+  const listId = session ? routed("l") : null;
   $("list-view").hidden = listId === null;
   $("live-status").hidden = listId !== null; // a list has no live stream
   markCurrent();
@@ -310,6 +333,7 @@ export function wireLists() {
     busy(form, () => addMember(form));
   });
   $("member-more").addEventListener("click", () => loadMembers({ more: true }));
+  $("profile-add-to-list").addEventListener("click", (event) => addFromProfile(event.currentTarget));
   // sign-in and sign-out: another user's lists (the caller reads the timeline next)
   sessionHooks.push((current) => {
     $("lists").hidden = !current;

@@ -1,7 +1,7 @@
 """Lists in real headless Chromium: created in the side menu, opened there, a member's posts
-in the list's view (followed or not), an exclusive list's followed member kept out of the
-home view, a member removed, the list renamed and deleted, and the API's refusal shown as
-it words it."""
+in the list's view (followed or not; added there or from a profile), an exclusive list's
+followed member kept out of the home view, a member removed, the list renamed and deleted,
+and the API's refusal shown as it words it."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from selenium import webdriver
 from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import Select
 
 from tests.conftest import unique
 from tests.e2e.conftest import request_json, server_errors
@@ -128,9 +129,15 @@ def test_lists_in_the_side_menu(stack: str, browsers: Callable[[str], webdriver.
     stranger_post = api_post(stack, stranger_id, stranger_token, "stranger in the list")
     refreshed_until(page, lambda: ids(page) == {stranger_post}, what="the member's post")
 
-    # a followed member: their post is backfilled into the list
-    add_member(page, friend_id)
-    page.wait_message("list-message", "ok", f"Added @{friend_id}")
+    # a followed member, added from their profile: their post is backfilled into the list
+    page.driver.find_element(
+        By.CSS_SELECTOR, f'#following-list li[data-user-id="{friend_id}"] a'
+    ).click()
+    page.wait(lambda: page.visible("profile-lists"), what="Add to list on the friend's profile")
+    assert Select(page.element("profile-list-choice")).first_selected_option.text == "Close friends"
+    page.click("profile-add-to-list")
+    page.wait_message("profile-message", "ok", f"Added @{friend_id} to “Close friends”")
+    open_list(page, list_id)
     page.wait(lambda: members(page) == [friend_id, stranger_id], what="both members listed")
     both = {stranger_post, friend_post}
     refreshed_until(page, lambda: ids(page) == both, what="the friend's post backfilled")
