@@ -26,6 +26,7 @@ SCRIPTS = (
     "account.js",
     "settings.js",
     "requests.js",
+    "lists.js",
     "social.js",
     "profile.js",
 )

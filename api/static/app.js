@@ -22,6 +22,7 @@ import {
   unfollow,
   wireFollowing,
 } from "./following.js";
+import { wireLists } from "./lists.js";
 import { mergeFirstPage, wirePaging } from "./paging.js";
 import { wireSettings } from "./settings.js";
 import { SseParser, live } from "./stream.js";
@@ -80,6 +81,7 @@ function start() {
   wireFollowing();
   wirePaging();
   wireSettings();
+  wireLists();
   followOtherTabs();
   updateCount();
   if (session) showSignedIn();

@@ -3,7 +3,7 @@
 
 import { api, session, userPath } from "./api.js";
 import { loadProfile } from "./account.js";
-import { mergeFirstPage } from "./paging.js";
+import { mergeBackfill } from "./paging.js";
 import { profileLink, removePost, timeline } from "./timeline.js";
 import { $, busy, showError, showMessage } from "./ui.js";
 
@@ -81,13 +81,7 @@ export async function follow(target) {
   showMessage("follow-message", `Following @${target}. Their recent posts will appear shortly.`, "ok");
   loadFollowing();
   loadProfile();
-  // the backfill of their recent posts is asynchronous: look for it twice
-  const generation = timeline.generation;
-  for (const delay of [1500, 5000]) {
-    setTimeout(() => {
-      if (session && generation === timeline.generation) mergeFirstPage();
-    }, delay);
-  }
+  mergeBackfill();
   return "following";
 }
 
@@ -96,7 +90,8 @@ export async function unfollow(target, button) {
   if (button) button.disabled = true;
   try {
     await api("DELETE", userPath(session.user_id, "following", target));
-    for (const entry of Array.from(timeline.posts.values())) {
+    // (a list shown keeps them: its members are not the people followed)
+    for (const entry of timeline.listId ? [] : Array.from(timeline.posts.values())) {
       if (entry.post.author === target) removePost(entry.post.post_id);
     }
     const withdrawn = requested(target);

@@ -17,9 +17,11 @@ import {
 } from "./timeline.js";
 import { $, clearMessage, formatTime, showError, showMessage } from "./ui.js";
 
-// The first page: the list starts over, and the live stream starts after its newest item.
+// The first page: the list starts over, and the live stream starts after its newest item
+// (the home timeline's: a list has no stream and no read marker, "Refresh" brings its news).
 export async function loadTimeline() {
   clearTimeline();
+  if (timeline.listId) live.stop();
   const generation = timeline.generation;
   clearMessage("timeline-message");
   $("timeline").setAttribute("aria-busy", "true");
@@ -30,8 +32,10 @@ export async function loadTimeline() {
     page.items.forEach((post) => insertRead(page, post));
     timeline.continuation = page.continuation;
     advanceNewest(page.items[0], page.newest);
-    live.start();
-    readMarker(page, generation);
+    if (!timeline.listId) {
+      live.start();
+      readMarker(page, generation);
+    }
     // a page that showed nothing but has more: look further now, not behind "Load more"
     for (let pages = 0; pages < 5 && !timeline.posts.size && timeline.continuation; pages += 1) {
       await loadMore();
@@ -94,13 +98,24 @@ export async function mergeFirstPage() {
   }
 }
 
+// A follow's (or a list member's) backfill of their recent posts is asynchronous: the first
+// page is merged in twice, later.
+export function mergeBackfill() {
+  const generation = timeline.generation;
+  for (const delay of [1500, 5000]) {
+    setTimeout(() => {
+      if (generation === timeline.generation) mergeFirstPage();
+    }, delay);
+  }
+}
+
 // "Refresh": the newer items (``?since=``, page by page), then the first page merged in
 // for items that landed late below the newest one shown.
 export async function refresh() {
   const added = await refreshNewer({ quiet: true });
   const late = await mergeFirstPage();
   showMessage("timeline-message", added + late ? `${added + late} new` : "Up to date.");
-  saveMarker(timeline.generation).catch(() => {});
+  if (!timeline.listId) saveMarker(timeline.generation).catch(() => {});
 }
 
 // Newer items than the newest one shown (``?since=``), page by page; without a position

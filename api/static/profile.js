@@ -26,14 +26,15 @@
   }
 
   // The home view (compose and timeline) or a profile, as the address says (settings.js
-  // shows #/settings).
+  // shows #/settings; lists.js a list, #/l/<list id>, in the timeline card).
   function route() {
     const userId = routeUser();
     const signedIn = Boolean(me());
-    const home = userId === null && window.location.hash !== "#/settings";
+    const list = window.location.hash.startsWith("#/l/");
+    const home = userId === null && window.location.hash !== "#/settings" && !list;
     $("profile-view").hidden = userId === null;
     $("compose").hidden = !home || !signedIn;
-    $("timeline").hidden = !home || !signedIn;
+    $("timeline").hidden = !(home || list) || !signedIn;
     $("welcome").hidden = userId !== null || signedIn;
     if (userId !== null) openProfile(userId);
     else view.userId = null;

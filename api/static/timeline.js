@@ -1,4 +1,5 @@
-// The home timeline's list: its order, state, drawing, inserting and removing posts, page reads.
+// The timeline shown (home, or one of the user's lists): its order, state, drawing, inserting
+// and removing posts, page reads.
 
 import { api, session, userPath, withQuery } from "./api.js";
 import { confirmDelete } from "./compose.js";
@@ -50,6 +51,7 @@ export function oldestKey() {
 }
 
 export const timeline = {
+  listId: null, // the list whose timeline is shown (lists.js), or null: the home timeline
   posts: new Map(), // post_id -> {post, element}
   continuation: null,
   newest: null, // the position of the newest item read from a page or the stream ...
@@ -200,8 +202,12 @@ export function clearTimeline() {
   updateEmpty();
 }
 
+// A list's pages are the home timeline's, read from the list's path.
 function timelinePath(params) {
-  return withQuery(userPath(session.user_id, "timeline"), params);
+  const path = timeline.listId
+    ? userPath(session.user_id, "lists", timeline.listId, "timeline")
+    : userPath(session.user_id, "timeline");
+  return withQuery(path, params);
 }
 
 // The ids removed (a ``delete`` event, a delete here) while each page read is in flight:

@@ -24,6 +24,7 @@ SCRIPTS = [
     "account",
     "settings",
     "requests",
+    "lists",
     "social",
     "profile",
 ]
