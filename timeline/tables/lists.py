@@ -1,8 +1,7 @@
 """A user's lists: ``l-{slot}`` rows in the owner's ``relations`` partition (three hex digits,
-one per list up to the owner's cap), each with ``list_id`` (the slot, then random digits),
-``title``, ``exclusive`` and ``since``. A new list takes a free slot with an insert, as a
-filter does, so concurrent creations never pass the cap; its id is new even when its slot is
-reused, so nothing a deleted list left behind ever belongs to another.
+one per list up to the owner's cap: ``timeline.tables.slots``), each with ``list_id``,
+``title``, ``exclusive`` and ``since``. A list's id is new even when its slot is reused, so
+nothing a deleted list left behind ever belongs to another.
 
 A list's members are follows of its *reader* (``timeline.model.keys.list_reader``): a row in
 each member's ``subjectFollowers`` partition (uncounted: a list is no follower) and its index
@@ -16,7 +15,6 @@ the lists marked ``exclusive`` come with it at no extra query.
 
 from __future__ import annotations
 
-import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -28,14 +26,12 @@ from timeline.errors import contention
 from timeline.model.entities import Page
 from timeline.retry import ETAG_ATTEMPTS
 from timeline.storage.accounts import Storage
-from timeline.storage.calls import query_page, update_entity
+from timeline.storage.calls import update_entity
 from timeline.storage.names import RELATIONS
-from timeline.tables.rows import create_entity, delete_entity, etag, get_entity, if_unchanged
+from timeline.tables.rows import if_unchanged
+from timeline.tables.slots import Slots
 
 LISTED = "l-"
-MAX_SLOTS = 4096
-"""Three hex digits of slot: the most ``TIMELINE_MAX_LISTS`` may allow."""
-_RANGE = "PartitionKey eq @pk and RowKey ge @low and RowKey lt @high"
 _SELECT = ["RowKey", "list_id", "title", "exclusive", "since"]
 
 
@@ -53,26 +49,17 @@ class UserList:
 class ListsRepository:
     def __init__(self, storage: Storage) -> None:
         self._storage = storage
+        self._slots = Slots(storage, RELATIONS, LISTED, 3, "list_id", 16)
 
     async def create(self, owner: str, title: str, exclusive: bool, most: int) -> UserList | None:
         """A new list in a free one of the owner's ``most`` slots; None when all are taken."""
-        for _ in range(ETAG_ATTEMPTS):
-            page = await self._page(owner, ["RowKey"], most, None)
-            taken = {str(row["RowKey"]) for row in page.items}
-            free = [key for slot in range(most) if (key := _slot_key(slot)) not in taken]
-            if not free:
-                return None
-            key = secrets.choice(free)
-            made = UserList(key[2:] + secrets.token_hex(8), title, exclusive, datetime.now(UTC))
-            row: dict[str, Any] = {"PartitionKey": owner, "RowKey": key}
-            row |= {"list_id": made.list_id, "title": title, "exclusive": exclusive}
-            row["since"] = made.since
-            if await create_entity(self._storage, RELATIONS, row):
-                return made
-        raise contention("the list slots")
+        since = datetime.now(UTC)
+        fields = {"title": title, "exclusive": exclusive, "since": since}
+        list_id = await self._slots.take(owner, most, fields)
+        return None if list_id is None else UserList(list_id, title, exclusive, since)
 
     async def get(self, owner: str, list_id: str) -> UserList | None:
-        row = await self._row(owner, list_id)
+        row = await self._slots.find(owner, list_id)
         return None if row is None else _list(row)
 
     async def update(
@@ -82,7 +69,7 @@ class ListsRepository:
         that the row is the one read (a list deleted meanwhile stays deleted, and a new one
         in its slot is not touched); None: no such list."""
         for _ in range(ETAG_ATTEMPTS):
-            row = await self._row(owner, list_id)
+            row = await self._slots.find(owner, list_id)
             if row is None:
                 return None
             changes: dict[str, Any] = {"PartitionKey": owner, "RowKey": row["RowKey"]}
@@ -105,35 +92,13 @@ class ListsRepository:
 
     async def delete(self, owner: str, list_id: str) -> bool:
         """Remove the list's row; False when there is none with this id."""
-        row = await self._row(owner, list_id)
-        if row is None:
-            return False
-        await delete_entity(self._storage, RELATIONS, owner, row["RowKey"], etag(row))
-        return True
+        return await self._slots.remove(owner, list_id)
 
     async def lists_page(
         self, owner: str, limit: int, continuation: dict[str, str] | None
     ) -> Page[UserList]:
-        page = await self._page(owner, _SELECT, limit, continuation)
+        page = await self._slots.page(owner, _SELECT, limit, continuation)
         return Page([_list(row) for row in page.items], page.continuation)
-
-    async def _row(self, owner: str, list_id: str) -> TableEntity | None:
-        """The row of the slot ``list_id`` names, if it holds that list."""
-        row = await get_entity(self._storage, RELATIONS, owner, _slot_key(int(list_id[:3], 16)))
-        return row if row is not None and row.get("list_id") == list_id else None
-
-    async def _page(
-        self, owner: str, select: list[str], limit: int, continuation: dict[str, str] | None
-    ) -> Page[TableEntity]:
-        async with self._storage.guard(kind="query"):
-            return await query_page(
-                self._storage.reader(RELATIONS, owner),
-                _RANGE,
-                {"pk": owner, "low": LISTED, "high": LISTED[0] + "."},
-                select=select,
-                limit=min(limit, 1000),
-                continuation=continuation,
-            )
 
 
 def exclusive_list_id(row: TableEntity) -> str | None:
@@ -141,10 +106,6 @@ def exclusive_list_id(row: TableEntity) -> str | None:
     if str(row["RowKey"]).startswith(LISTED) and row.get("exclusive"):
         return str(row["list_id"])
     return None
-
-
-def _slot_key(slot: int) -> str:
-    return f"{LISTED}{slot:03x}"
 
 
 def _list(row: TableEntity | dict[str, Any]) -> UserList:

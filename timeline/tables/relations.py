@@ -21,7 +21,6 @@ to filter the page sits there, and each user holds at most ``MAX_BLOCKS`` blocks
 from __future__ import annotations
 
 import asyncio
-import secrets
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -29,10 +28,8 @@ from typing import Any
 
 from azure.data.tables import TableEntity
 
-from timeline.errors import contention
 from timeline.model.entities import Page
 from timeline.model.phrases import NO_PHRASES, Phrases
-from timeline.retry import ETAG_ATTEMPTS
 from timeline.storage.accounts import Storage
 from timeline.storage.calls import query_page, submit_batch
 from timeline.storage.names import RELATIONS
@@ -40,11 +37,10 @@ from timeline.tables.expiries import FILTER, MUTE, ExpiriesRepository
 from timeline.tables.lists import exclusive_list_id
 from timeline.tables.rows import (
     PARTITION,
-    create_entity,
     delete_entity,
-    etag,
     get_entity,
 )
+from timeline.tables.slots import Slots
 
 BLOCK, BLOCKED_BY, FILTERED, MUTED = "b-", "B-", "f-", "m-"
 MAX_BLOCKS = 1000
@@ -114,6 +110,7 @@ class RelationsRepository:
     def __init__(self, storage: Storage) -> None:
         self._storage = storage
         self._expiries = ExpiriesRepository(storage)
+        self._filters = Slots(storage, RELATIONS, FILTERED, 2, "filter_id", 24)
 
     async def block(self, blocker: str, other: str) -> bool:
         """Record the block (both rows); False when it already existed."""
@@ -186,53 +183,30 @@ class RelationsRepository:
         return Page([_mute(row) for row in page.items], page.continuation)
 
     async def add_filter(self, owner: str, phrase: str, expires_at: float | None) -> Filter | None:
-        """Record a new filter in a free one of the owner's ``MAX_FILTERS`` slots (its row
-        key; its id starts with it), so no race of creations ever holds more; None when all
-        are taken. One with an expiry is filed to be swept after it."""
-        for _ in range(ETAG_ATTEMPTS):
-            page = await self._range(owner, FILTERED, ["RowKey"], MAX_FILTERS, None)
-            taken = {str(row["RowKey"]) for row in page.items}
-            free = [key for slot in range(MAX_FILTERS) if (key := _slot_key(slot)) not in taken]
-            if not free:
-                return None
-            key = secrets.choice(free)
-            found = Filter(key[2:] + secrets.token_hex(12), phrase, datetime.now(UTC), expires_at)
+        """Record a new filter in a free one of the owner's ``MAX_FILTERS`` slots
+        (``timeline.tables.slots``); None when all are taken. One with an expiry is filed to
+        be swept after it."""
+        since = datetime.now(UTC)
+        fields: dict[str, Any] = {"phrase": phrase, "since": since}
+        if expires_at is not None:
+            fields["expires_at"] = float(expires_at)
+
+        async def file_expiry(key: str) -> None:
             if expires_at is not None:
                 await self._expiries.note(FILTER, RELATIONS, owner, key, at=expires_at)
-            row: dict[str, Any] = {
-                "PartitionKey": owner,
-                "RowKey": key,
-                "filter_id": found.filter_id,
-                "phrase": phrase,
-                "since": found.since,
-            }
-            if expires_at is not None:
-                row["expires_at"] = float(expires_at)
-            if await create_entity(self._storage, RELATIONS, row):
-                return found
-        raise contention("the filter slots")
+
+        filter_id = await self._filters.take(owner, MAX_FILTERS, fields, file_expiry)
+        return None if filter_id is None else Filter(filter_id, phrase, since, expires_at)
 
     async def delete_filter(self, owner: str, filter_id: str) -> bool:
         """Remove the filter; False when there is none with this id."""
-        row = await self._filter_row(owner, filter_id)
-        if row is None:
-            return False
-        await delete_entity(self._storage, RELATIONS, owner, row["RowKey"], etag(row))
-        return True
-
-    async def _filter_row(self, owner: str, filter_id: str) -> TableEntity | None:
-        """The row of the slot ``filter_id`` names, if it holds that filter."""
-        slot = int(filter_id[:2], 16)
-        if slot >= MAX_FILTERS:
-            return None
-        row = await get_entity(self._storage, RELATIONS, owner, _slot_key(slot))
-        return row if row is not None and row.get("filter_id") == filter_id else None
+        return await self._filters.remove(owner, filter_id)
 
     async def filters_page(
         self, owner: str, limit: int, continuation: dict[str, str] | None
     ) -> Page[Filter]:
         select = ["RowKey", "filter_id", "phrase", "since", "expires_at"]
-        page = await self._range(owner, FILTERED, select, limit, continuation)
+        page = await self._filters.page(owner, select, limit, continuation)
         return Page([_filter(row) for row in page.items], page.continuation)
 
     async def hidden(self, reader: str, now: float | None = None) -> tuple[Hidden, int]:
@@ -350,10 +324,6 @@ def _applies(expires_at: float | None, now: float) -> bool:
 def _expiry(row: TableEntity) -> float | None:
     expires = row.get("expires_at")
     return None if expires is None else float(expires)
-
-
-def _slot_key(slot: int) -> str:
-    return f"{FILTERED}{slot:02x}"
 
 
 def _filter(row: TableEntity) -> Filter:
