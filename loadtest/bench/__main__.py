@@ -27,6 +27,7 @@ from loadtest.bench.follow_storm import follow_storm
 from loadtest.bench.hybrid import hybrid
 from loadtest.bench.idle import idle
 from loadtest.bench.inactive import inactive
+from loadtest.bench.lists import lists
 from loadtest.bench.live import live
 from loadtest.bench.mutes import mutes
 from loadtest.bench.reposts import reposts
@@ -37,6 +38,7 @@ from loadtest.bench.stream import stream
 PHASES = (
     "live", "burst", "scaling", "backfill", "bigfanout", "accounts", "api", "hybrid", "cap",
     "stream", "backlog", "crashloop", "follow_storm", "idle", "inactive", "reposts", "mutes",
+    "lists",
 )  # fmt: skip
 
 
@@ -107,6 +109,7 @@ async def run(sizes: Sizes, phases: set[str], profile: Path | None = None) -> di
         "inactive": lambda: inactive(sizes),
         "reposts": lambda: reposts(sizes),
         "mutes": lambda: mutes(sizes),
+        "lists": lambda: lists(sizes),
     }
     seconds = {"ceilings": time.monotonic() - started}
     for name in tqdm([p for p in PHASES if p in phases], desc="bench", unit="phase"):

@@ -57,6 +57,10 @@ class Sizes:
     inactive_library_posts: int = 3
     inactive_tries: int = 5
     mute_reads: int = 200
+    list_followers: int = 100
+    list_count: int = 20
+    list_posts: int = 20
+    list_reads: int = 200
 
 
 QUICK = Sizes(
@@ -73,4 +77,5 @@ QUICK = Sizes(
     inactive_readers=100, inactive_authors=5,
     inactive_followers=40, inactive_posts=20, inactive_period_s=8, inactive_returning=2,
     inactive_library_posts=2, inactive_tries=2, mute_reads=20,
+    list_followers=10, list_count=4, list_posts=4, list_reads=20,
 )  # fmt: skip
