@@ -6,6 +6,7 @@ A list is its owner's alone: anyone else is answered 404, as if it did not exist
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any
@@ -169,8 +170,23 @@ class Lists:
         continuation: str | None,
         since: str | None = None,
     ) -> PageOut:
-        reader = await self._reader(actor, owner, list_id)
-        return await self._timelines.list_timeline(owner, reader, limit, continuation, since)
+        """A page of the list's timeline, read beside the list's row (not after it: the page
+        costs one round trip, as a home page does), and served only if the row is there."""
+        _require_owner(actor, owner)
+        validate_list_id(list_id)
+        reader = list_reader(owner, list_id)
+        found, page = await asyncio.gather(
+            self._lists.get(owner, list_id),
+            self._timelines.list_timeline(owner, reader, limit, continuation, since),
+            return_exceptions=True,
+        )
+        if isinstance(found, BaseException):
+            raise found
+        if found is None:
+            raise _list_not_found(list_id)
+        if isinstance(page, BaseException):
+            raise page
+        return page
 
     async def _reader(self, actor: str, owner: str, list_id: str) -> str:
         """The list's reader id, once the actor is found to own the list (404 otherwise)."""
