@@ -84,7 +84,7 @@ class Settings(BaseSettings):
     fanout_on_read_followers: int = Field(default=10_000, ge=0)
     """Followers from which an author's posts are merged into timelines at read time instead
     of copied (back to copies below half of it); 0 copies every author's posts."""
-    max_lists: int = Field(default=100, ge=1, le=4096)
+    max_lists: int = Field(default=100, ge=1, le=1000)
     """Lists one user may hold (409 ``too_many_lists`` beyond)."""
     max_merged_authors: int = Field(default=20, ge=1, le=40)
     """Large authors one timeline page merges; a reader who follows more gets copies of the

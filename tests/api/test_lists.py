@@ -188,6 +188,8 @@ async def test_lists_are_private_and_bad_input_is_a_clear_error(api: Api, client
     member_path = f"{base}/{list_id}/members"
     response = await client.put(f"{member_path}/{unique('nobody')}", headers=bearer(to))
     assert await error_of(response, 404) == "user_not_found"
+    response = await client.put(f"{member_path}/{owner}", headers=bearer(to))
+    assert await error_of(response, 400) == "self_member"
     response = await client.put(f"{member_path}/bad%20id", headers=bearer(to))
     assert await error_of(response, 400) == "invalid_user_id"
     assert (await client.put(f"/users/{blocked}/blocks/{owner}", headers=bearer(tb))).status == 204

@@ -19,6 +19,7 @@ from timeline.reads.home import HomeTimeline
 from timeline.service.operations import TimelineService
 from timeline.storage.accounts import Storage
 from timeline.storage.names import TIMELINES
+from timeline.tables.follows import PairHistory
 from timeline.tables.repositories import Repositories
 from timeline.tables.rows import partition_page
 
@@ -130,9 +131,11 @@ async def test_an_add_racing_the_deletion_is_ended_by_its_second_pass(
     assert (await repos.follows.following_page(reader, 10, None)).items == []
 
 
-async def test_a_follow_message_of_a_deleted_list_changes_nothing(
+async def test_a_follow_message_of_a_deleted_list_runs_its_deletion(
     storage: Storage, repos: Repositories
 ) -> None:
+    """A membership written after the deletion's passes (an add that stalled) is ended by
+    its own ``Followed``: the list is gone, so the message runs the deletion again."""
     owner, member = await new_users(repos, "owner", "member")
     recorder = Recorder(storage, forward=False)
     service = _service(storage, recorder)
@@ -140,12 +143,14 @@ async def test_a_follow_message_of_a_deleted_list_changes_nothing(
     reader = list_reader(owner, list_id)
     await add_post(repos, member)
     await service.lists.delete(owner, owner, list_id)
+    await repos.follows.sync_index(reader, member)  # the stalled add's rows
+    await repos.follows.add(reader, member, datetime.now(UTC))
     async with PartitionWriter(storage, TIMELINES, linger_s=0) as writer:
         processor = FanoutProcessor.on(storage, writer, timing=TIMING)
         outcome = await processor.handle(Followed(follower=reader, subject=member))
-    assert isinstance(outcome, Done)
+        assert isinstance(outcome, Continue)
+        assert outcome.message == ListDeleted(owner=owner, list_id=list_id)
+        await run_every_pass(processor, outcome.message)
+    assert not await repos.follows.is_following(reader, member)
     assert await timeline_ids(repos, reader) == []
-    assert (
-        await repos.follows.history(reader, member)
-        == type(await repos.follows.history(reader, member))()
-    )  # no index row was written
+    assert await repos.follows.history(reader, member) == PairHistory()  # no index row

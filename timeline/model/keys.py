@@ -22,9 +22,11 @@ USER_ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
 POST_ID_PATTERN = r"^[0-9a-f]{26}$"
 IDEMPOTENCY_KEY_PATTERN = r"^[!-~]{1,255}$"
 LIST_ID_PATTERN = r"^[0-9a-f]{19}$"
-READER_ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}(~[0-9a-f]{19})?$"
-"""Whose timeline partition: a user's (its id) or a list's (``{owner}~{list_id}``)."""
-LIST_SEPARATOR = "~"
+READER_ID_PATTERN = r"^([A-Za-z0-9_-]{1,64}|\|[A-Za-z0-9_-]{1,64}~[0-9a-f]{19})$"
+"""Whose timeline partition: a user's (its id) or a list's (``|{owner}~{list_id}``)."""
+LIST_PREFIX = "|"
+"""A list's reader id starts with it: after every user id and before ``~`` (metadata), so a
+followers listing stops before its members' list rows and fan-out reads them."""
 _USER_ID = re.compile(USER_ID_PATTERN.replace("$", r"\Z"))
 _POST_ID = re.compile(POST_ID_PATTERN.replace("$", r"\Z"))
 _LIST_ID = re.compile(LIST_ID_PATTERN.replace("$", r"\Z"))
@@ -104,14 +106,20 @@ def validate_list_id(list_id: str) -> str:
 
 def list_reader(owner: str, list_id: str) -> str:
     """The reader id of a list: its timeline partition, and the follower id of its members'
-    membership rows. No user id holds ``~``, so it is never a user's."""
-    return f"{owner}{LIST_SEPARATOR}{list_id}"
+    membership rows. No user id holds ``|`` or ``~``, so it is never a user's."""
+    return f"{LIST_PREFIX}{owner}~{list_id}"
 
 
 def list_owner(reader: str) -> str | None:
     """The owner of a list's reader id; None for a user's own."""
-    owner, separator, _ = reader.partition(LIST_SEPARATOR)
-    return owner if separator else None
+    if not reader.startswith(LIST_PREFIX):
+        return None
+    return reader[len(LIST_PREFIX) :].partition("~")[0]
+
+
+def list_id_of(reader: str) -> str:
+    """The list id of a list's reader id."""
+    return reader.rpartition("~")[2]
 
 
 def fold_user_id(user_id: str) -> str:

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
-from timeline.errors import ConflictError, NotFoundError, PermissionDeniedError
+from timeline.errors import ConflictError, InvalidInputError, NotFoundError, PermissionDeniedError
 from timeline.model.entities import Edge
 from timeline.model.keys import clean_text, list_reader, validate_list_id, validate_user_id
 from timeline.model.messages import Followed, ListDeleted, Unfollowed
@@ -116,6 +116,8 @@ class Lists:
         posts and reposts are backfilled, and their new ones reach the list."""
         reader = await self._reader(actor, owner, list_id)
         validate_user_id(member)
+        if member == owner:
+            raise InvalidInputError("a user cannot be a member of its own list", code="self_member")
         await self._writes.check(actor)
         await require_user(self._users, member)
         if await self._relations.blocked_either(owner, member):
@@ -131,8 +133,8 @@ class Lists:
                 f"a list holds at most {MAX_MEMBERS} members: remove one first",
                 code="too_many_members",
             )
-        await follows.sync_index(reader, member)  # first: the list's deletion finds it
         async with self._outbox.written(Followed(follower=reader, subject=member)):
+            await follows.sync_index(reader, member)  # first: the list's deletion finds it
             await follows.add(reader, member, datetime.now(UTC))
         await follows.sync_index(reader, member)
 

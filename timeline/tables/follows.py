@@ -26,7 +26,7 @@ from azure.data.tables import TableEntity, TableTransactionError, UpdateMode
 
 from timeline.errors import contention
 from timeline.model.entities import Edge, Page
-from timeline.model.keys import list_owner
+from timeline.model.keys import LIST_PREFIX, list_owner
 from timeline.retry import ETAG_ATTEMPTS
 from timeline.storage.accounts import Storage
 from timeline.storage.calls import (
@@ -278,10 +278,11 @@ class FollowsRepository:
     async def followers_page(
         self, subject: str, limit: int, continuation: dict[str, str] | None
     ) -> Page[Edge]:
-        """The subject's followers (users: not the lists it is a member of)."""
-        page = await edge_page(self._storage, SUBJECT_FOLLOWERS, subject, limit, continuation)
-        edges = [edge for edge in page.items if list_owner(edge.user_id) is None]
-        return Page(edges, page.continuation)
+        """The subject's followers (users: the list rows, which sort after them, are left
+        out by the query itself)."""
+        return await edge_page(
+            self._storage, SUBJECT_FOLLOWERS, subject, limit, continuation, until=LIST_PREFIX
+        )
 
     async def following_page(
         self, follower: str, limit: int, continuation: dict[str, str] | None
@@ -296,6 +297,21 @@ class FollowsRepository:
         )
         edges = [Edge(e["RowKey"], e["since"]) for e in page.items if e.get("active")]
         return Page(edges, page.continuation)
+
+    async def index_page(
+        self, follower: str, limit: int, continuation: dict[str, str] | None
+    ) -> Page[str]:
+        """A page of the follower's index rows, active or ended (a list's members, those
+        whose add died midway included): one query."""
+        page = await partition_page(
+            self._storage,
+            SUBJECT_FOLLOWING,
+            follower,
+            select=["RowKey"],
+            limit=limit,
+            continuation=continuation,
+        )
+        return Page([str(row["RowKey"]) for row in page.items], page.continuation)
 
     async def following_after(
         self, follower: str, after: str, limit: int
@@ -407,8 +423,8 @@ def _skips(follow: TableEntity, posted_at: float) -> bool:
 def is_follow_row(row_key: str) -> bool:
     """Whether a ``subjectFollowers`` row is a follow (they are all live: an unfollow deletes
     it): keyed by the follower, where metadata (counters, the audience's mode and
-    copy rows) starts with ``~``."""
-    return not row_key.startswith(META)
+    copy rows) starts with ``~`` and a list's membership with ``|``."""
+    return not row_key.startswith((META, LIST_PREFIX))
 
 
 def _index_row(

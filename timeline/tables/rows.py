@@ -151,6 +151,8 @@ async def edge_page(
     partition_key: str,
     limit: int,
     continuation: dict[str, str] | None,
+    *,
+    until: str = META,
 ) -> Page[Edge]:
     page = await partition_page(
         storage,
@@ -159,6 +161,7 @@ async def edge_page(
         select=["RowKey", "since"],
         limit=limit,
         continuation=continuation,
+        until=until,
     )
     edges = [Edge(entity["RowKey"], entity["since"]) for entity in page.items]
     return Page(edges, page.continuation)

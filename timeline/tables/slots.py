@@ -46,8 +46,7 @@ class Slots:
         id (``before`` is given the row key first: an expiry to file, say); the id, or None
         when every slot is taken."""
         for _ in range(ETAG_ATTEMPTS):
-            page = await self.page(owner, ["RowKey"], most, None)
-            taken = {str(row["RowKey"]) for row in page.items}
+            taken = await self._taken(owner)
             free = [key for slot in range(most) if (key := self._key(slot)) not in taken]
             if not free:
                 return None
@@ -60,6 +59,17 @@ class Slots:
                 return row_id
         raise contention(f"the {self.id_field} slots")
 
+    async def _taken(self, owner: str) -> set[str]:
+        """The row keys of the owner's taken slots: a query per 1,000."""
+        taken: set[str] = set()
+        continuation: dict[str, str] | None = None
+        while True:
+            page = await self.page(owner, ["RowKey"], 1000, continuation)
+            taken.update(str(row["RowKey"]) for row in page.items)
+            continuation = page.continuation
+            if continuation is None:
+                return taken
+
     async def find(self, owner: str, row_id: str) -> TableEntity | None:
         """The row of the slot ``row_id`` names, if it holds that id."""
         key = self._key(int(row_id[: self.digits], 16))
@@ -67,12 +77,16 @@ class Slots:
         return row if row is not None and row.get(self.id_field) == row_id else None
 
     async def remove(self, owner: str, row_id: str) -> bool:
-        """Delete the row with this id; False when there is none."""
-        row = await self.find(owner, row_id)
-        if row is None:
-            return False
-        await delete_entity(self.storage, self.table, owner, row["RowKey"], etag(row))
-        return True
+        """Delete the row with this id (on the condition that it is the row read, so a new
+        row in a freed slot is never deleted; one changed meanwhile, say renamed, is read
+        again); False when there is none."""
+        for _ in range(ETAG_ATTEMPTS):
+            row = await self.find(owner, row_id)
+            if row is None:
+                return False
+            if await delete_entity(self.storage, self.table, owner, row["RowKey"], etag(row)):
+                return True
+        raise contention(f"the {self.id_field} slots")
 
     async def page(
         self, owner: str, select: list[str], limit: int, continuation: dict[str, str] | None

@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass, field
 
 from timeline.model.entities import PROFILE_ROW_KEY
+from timeline.model.keys import list_owner
 from timeline.storage.accounts import Storage
 from timeline.storage.calls import query_page
 from timeline.storage.names import (
@@ -46,7 +47,7 @@ def is_content(table: str, row: dict[str, object]) -> bool:
     if table == SUBJECT_FOLLOWERS:
         return is_follow_row(key)
     if table == SUBJECT_FOLLOWING:  # the index keeps an ended follow, not active
-        return bool(row.get("active"))
+        return bool(row.get("active")) and list_owner(str(row["PartitionKey"])) is None
     return False
 
 
@@ -67,7 +68,7 @@ async def count_table(storage: Storage, table: str) -> Count:
         while True:
             async with storage.guard():
                 page = await query_page(
-                    client, "", {}, select=["RowKey", "active"], limit=1000,
+                    client, "", {}, select=["PartitionKey", "RowKey", "active"], limit=1000,
                     continuation=continuation,
                 )  # fmt: skip
             for row in page.items:
