@@ -14,6 +14,8 @@ from tests.delivery.helpers import Recorder, run_every_pass, timeline_ids, unlim
 from tests.delivery.hybrid_helpers import TIMING, add_post, new_users
 from timeline.delivery.batching.writer import PartitionWriter
 from timeline.delivery.processor import FanoutProcessor
+from timeline.delivery.regrade import queue_regrade_if_due
+from timeline.delivery.settings import Hybrid
 from timeline.errors import ConflictError, InvalidInputError
 from timeline.model.keys import list_reader
 from timeline.model.messages import ListDeleted, PostCreated
@@ -154,6 +156,33 @@ async def test_an_owner_cannot_be_a_member_of_its_own_list(
     with pytest.raises(InvalidInputError) as refused:
         await service.lists.add_member(owner, owner, list_id, owner)
     assert refused.value.code == "self_member"
+
+
+async def test_list_memberships_count_toward_moving_a_large_author_to_read_time(
+    storage: Storage, repos: Repositories
+) -> None:
+    """A membership is no follower, but it costs a copy per post as one does: an author in
+    more lists than the hybrid threshold is due to move to read time (one account may hold
+    100 lists: without this, it could multiply a target's copies a hundredfold)."""
+    author, owner = await new_users(repos, "author", "owner")
+    recorder = Recorder(storage, forward=False)
+    service = unlimited_service(storage, recorder)
+    hybrid = Hybrid(threshold=4, max_merged=2, queue=recorder)
+    readers = []
+    for index in range(hybrid.threshold + 2):
+        list_id = (await service.lists.create(owner, owner, f"l{index}", False))["list_id"]
+        await service.lists.add_member(owner, owner, list_id, author)
+        readers.append(list_reader(owner, list_id))
+    async with PartitionWriter(storage, TIMELINES, linger_s=0) as writer:
+        processor = FanoutProcessor.on(storage, writer, timing=TIMING, hybrid=hybrid)
+        post = await add_post(repos, author)
+        await run_every_pass(processor, PostCreated(author=author, post_id=post.post_id))
+    copies = [reader for reader in readers if await timeline_ids(repos, reader)]
+    assert len(copies) == len(readers)  # one copy per list, as for followers
+    assert await queue_regrade_if_due(repos, hybrid, author), (
+        f"{len(copies)} copies per post, past the threshold of {hybrid.threshold}, "
+        "yet no move to read time is due"
+    )
 
 
 def test_timeline_stats_count_no_list_membership_as_a_follow() -> None:

@@ -74,7 +74,7 @@ class Regrading:
         return DONE
 
     async def _still_due(self, author: str, mode: AuthorMode, message: Regrade) -> bool:
-        followers = await self._repos.follows.follower_count(author)
+        followers = await self._repos.follows.reach(author)
         hybrid = self._ctx.hybrid
         due = hybrid.merge_due if message.merge else hybrid.copy_due
         return due(mode, followers)
@@ -118,14 +118,14 @@ class Regrading:
 
 
 async def queue_regrade_if_due(repositories: Repositories, hybrid: Hybrid, author: str) -> bool:
-    """Send a ``Regrade`` when the author's follower count has crossed the threshold (up) or
-    half of it (down); True if one was sent. It is sent before anything changes, and it
-    changes the mode only if still due, so a lost or duplicated send is harmless: the next
-    follow or unfollow sends again, a duplicate finds the move taken."""
+    """Send a ``Regrade`` when the author's reach (followers and list memberships) has
+    crossed the threshold (up) or half of it (down); True if one was sent. It is sent before
+    anything changes, and it changes the mode only if still due, so a lost or duplicated send
+    is harmless: the next follow or unfollow sends again, a duplicate finds the move taken."""
     if hybrid.queue is None:
         return False
     mode, followers = await asyncio.gather(
-        repositories.audience.mode(author), repositories.follows.follower_count(author)
+        repositories.audience.mode(author), repositories.follows.reach(author)
     )
     if not (hybrid.merge_due(mode, followers) or hybrid.copy_due(mode, followers)):
         return False

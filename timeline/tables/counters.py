@@ -36,6 +36,9 @@ from timeline.tables.rows import get_entity, if_unchanged
 
 COUNT_PREFIX = "~count-"
 """Every counter row's key starts so: ``~count-NN``, one per shard."""
+MEMBERSHIPS_PREFIX = "~lists-"
+"""A second counter of a ``subjectFollowers`` partition, its lists' memberships
+(``~lists-NN``): uncounted as followers, counted toward the hybrid threshold."""
 SHARDS = 16
 """Counter rows per partition. Changes in one process never share a shard (``_CHANGING``),
 so shards only have to spread processes; more would only lengthen every count read."""
@@ -50,8 +53,8 @@ _MAX_BACKOFF_ATTEMPT = 8
 """The exponent passed to the backoff is capped here, so it never overflows however long."""
 
 
-def shard_key(shard: int) -> str:
-    return f"{COUNT_PREFIX}{shard:02d}"
+def shard_key(shard: int, prefix: str = COUNT_PREFIX) -> str:
+    return f"{prefix}{shard:02d}"
 
 
 def total(rows: Iterable[TableEntity]) -> int:
@@ -59,8 +62,11 @@ def total(rows: Iterable[TableEntity]) -> int:
     return max(0, sum(int(row.get("n", 0)) for row in rows))
 
 
-async def count_of(storage: Storage, table: str, partition_key: str) -> int:
-    """The sum of one partition's counter rows: one range query (0 when none exists)."""
+async def count_of(
+    storage: Storage, table: str, partition_key: str, prefix: str = COUNT_PREFIX
+) -> int:
+    """The sum of one partition's counter rows (those of another counter: ``prefix``): one
+    range query (0 when none exists)."""
     rows: list[TableEntity] = []
     continuation: dict[str, str] | None = None
     while True:  # real Azure may return a short page with a continuation
@@ -68,7 +74,7 @@ async def count_of(storage: Storage, table: str, partition_key: str) -> int:
             page = await query_page(
                 storage.reader(table, partition_key),
                 f"PartitionKey eq @pk and {COUNT_RANGE}",
-                {"pk": partition_key, **COUNT_BOUNDS},
+                {"pk": partition_key, "count_low": prefix, "count_high": prefix[:-1] + "."},
                 select=["n"],
                 limit=1000,
                 continuation=continuation,
@@ -85,8 +91,10 @@ async def transact_counted(
     partition_key: str,
     rows: list[TransactionOperation],
     delta: int,
+    prefix: str = COUNT_PREFIX,
 ) -> None:
-    """Submit ``rows`` and move the partition's count by ``delta`` in one transaction.
+    """Submit ``rows`` and move the partition's count (another counter: ``prefix``) by
+    ``delta`` in one transaction.
 
     Raises the ``TableTransactionError`` of a failure in ``rows`` (the caller's to judge);
     a conflict on the counter shard is retried on another shard."""
@@ -97,7 +105,9 @@ async def transact_counted(
     shard, attempt = None, 0
     while True:
         async with _claimed_shard(table, partition_key, shard, deadline) as shard:
-            shard_change = await _shard_operation(storage, table, partition_key, shard, delta)
+            shard_change = await _shard_operation(
+                storage, table, partition_key, shard_key(shard, prefix), delta
+            )
             try:
                 await transact(storage, table, partition_key, [*rows, shard_change])
                 return
@@ -173,10 +183,9 @@ async def _back_off(attempt: int, deadline: float) -> None:
 
 
 async def _shard_operation(
-    storage: Storage, table: str, partition_key: str, shard: int, delta: int
+    storage: Storage, table: str, partition_key: str, key: str, delta: int
 ) -> TransactionOperation:
     """Create the shard with ``delta``, or rewrite it moved by ``delta`` if unchanged."""
-    key = shard_key(shard)
     counter = await get_entity(storage, table, partition_key, key, select=["n"])
     if counter is None:
         return ("create", {"PartitionKey": partition_key, "RowKey": key, "n": delta})

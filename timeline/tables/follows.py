@@ -37,7 +37,12 @@ from timeline.storage.calls import (
     update_entity,
 )
 from timeline.storage.names import SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING
-from timeline.tables.counters import count_of, transact_counted
+from timeline.tables.counters import (
+    COUNT_PREFIX,
+    MEMBERSHIPS_PREFIX,
+    count_of,
+    transact_counted,
+)
 from timeline.tables.rows import (
     LISTING,
     META,
@@ -86,7 +91,7 @@ class FollowsRepository:
             edge[REPOSTS] = False
         try:
             await transact_counted(
-                self._storage, SUBJECT_FOLLOWERS, subject, [("create", edge)], _counted(follower)
+                self._storage, SUBJECT_FOLLOWERS, subject, [("create", edge)], 1, _counter(follower)
             )
         except TableTransactionError as error:
             if failed_index(error, 409) == 0:
@@ -171,7 +176,7 @@ class FollowsRepository:
             rows: list[TransactionOperation] = [("delete", keys, if_unchanged(edge))]
             try:
                 await transact_counted(
-                    self._storage, SUBJECT_FOLLOWERS, subject, rows, -_counted(follower)
+                    self._storage, SUBJECT_FOLLOWERS, subject, rows, -1, _counter(follower)
                 )
                 return True
             except TableTransactionError as error:
@@ -258,6 +263,15 @@ class FollowsRepository:
 
     async def follower_count(self, subject: str) -> int:
         return await count_of(self._storage, SUBJECT_FOLLOWERS, subject)
+
+    async def reach(self, subject: str) -> int:
+        """Timelines the subject's posts are copied into: its followers and the lists it is
+        a member of (two range queries, at once): what the hybrid threshold weighs."""
+        followers, memberships = await asyncio.gather(
+            count_of(self._storage, SUBJECT_FOLLOWERS, subject),
+            count_of(self._storage, SUBJECT_FOLLOWERS, subject, MEMBERSHIPS_PREFIX),
+        )
+        return followers + memberships
 
     async def following_count(self, follower: str) -> int:
         """Whom the follower follows (a list: its members), from the index's count."""
@@ -409,9 +423,10 @@ class FollowsRepository:
         return await row_keys_between(self._storage, SUBJECT_FOLLOWERS, subject, first, last)
 
 
-def _counted(follower: str) -> int:
-    """What a follow moves the subject's follower count by: 1, or 0 for a list's membership."""
-    return 0 if list_owner(follower) is not None else 1
+def _counter(follower: str) -> str:
+    """The subject's counter a follow moves: its followers', or for a list's membership its
+    memberships' (so a list is no follower, yet counts toward the hybrid threshold)."""
+    return MEMBERSHIPS_PREFIX if list_owner(follower) is not None else COUNT_PREFIX
 
 
 def _skips(follow: TableEntity, posted_at: float) -> bool:
