@@ -67,22 +67,29 @@ async def count_of(
 ) -> int:
     """The sum of one partition's counter rows (those of another counter: ``prefix``): one
     range query (0 when none exists)."""
+    return (await counts_of(storage, table, partition_key, prefix))[0]
+
+
+async def counts_of(storage: Storage, table: str, partition_key: str, *prefixes: str) -> list[int]:
+    """The sums of several counters of one partition, in one range query from the first
+    prefix to the end of the last (rows of neither in between are read and left out)."""
     rows: list[TableEntity] = []
     continuation: dict[str, str] | None = None
+    low, high = min(prefixes), max(prefixes)[:-1] + "."
     while True:  # real Azure may return a short page with a continuation
         async with storage.guard(kind="count"):
             page = await query_page(
                 storage.reader(table, partition_key),
                 f"PartitionKey eq @pk and {COUNT_RANGE}",
-                {"pk": partition_key, "count_low": prefix, "count_high": prefix[:-1] + "."},
-                select=["n"],
+                {"pk": partition_key, "count_low": low, "count_high": high},
+                select=["RowKey", "n"],
                 limit=1000,
                 continuation=continuation,
             )
         rows.extend(page.items)
         continuation = page.continuation
         if continuation is None:
-            return total(rows)
+            return [total(r for r in rows if str(r["RowKey"]).startswith(p)) for p in prefixes]
 
 
 async def transact_counted(

@@ -41,6 +41,7 @@ from timeline.tables.counters import (
     COUNT_PREFIX,
     MEMBERSHIPS_PREFIX,
     count_of,
+    counts_of,
     transact_counted,
 )
 from timeline.tables.rows import (
@@ -266,12 +267,11 @@ class FollowsRepository:
 
     async def reach(self, subject: str) -> int:
         """Timelines the subject's posts are copied into: its followers and the lists it is
-        a member of (two range queries, at once): what the hybrid threshold weighs."""
-        followers, memberships = await asyncio.gather(
-            count_of(self._storage, SUBJECT_FOLLOWERS, subject),
-            count_of(self._storage, SUBJECT_FOLLOWERS, subject, MEMBERSHIPS_PREFIX),
+        a member of (one range query over both counters): what the hybrid threshold weighs."""
+        counts = await counts_of(
+            self._storage, SUBJECT_FOLLOWERS, subject, COUNT_PREFIX, MEMBERSHIPS_PREFIX
         )
-        return followers + memberships
+        return sum(counts)
 
     async def following_count(self, follower: str) -> int:
         """Whom the follower follows (a list: its members), from the index's count."""
