@@ -131,11 +131,12 @@ async def test_an_add_racing_the_deletion_is_ended_by_its_second_pass(
     assert (await repos.follows.following_page(reader, 10, None)).items == []
 
 
-async def test_a_follow_message_of_a_deleted_list_runs_its_deletion(
+async def test_a_follow_message_of_a_deleted_list_ends_its_pair(
     storage: Storage, repos: Repositories
 ) -> None:
     """A membership written after the deletion's passes (an add that stalled) is ended by
-    its own ``Followed``: the list is gone, so the message runs the deletion again."""
+    its own ``Followed``: the list is gone, so the message ends that pair and drops the
+    timeline, now and once more later."""
     owner, member = await new_users(repos, "owner", "member")
     recorder = Recorder(storage, forward=False)
     service = _service(storage, recorder)
@@ -145,12 +146,15 @@ async def test_a_follow_message_of_a_deleted_list_runs_its_deletion(
     await service.lists.delete(owner, owner, list_id)
     await repos.follows.sync_index(reader, member)  # the stalled add's rows
     await repos.follows.add(reader, member, datetime.now(UTC))
+    await repos.follows.sync_index(reader, member)
     async with PartitionWriter(storage, TIMELINES, linger_s=0) as writer:
         processor = FanoutProcessor.on(storage, writer, timing=TIMING)
-        outcome = await processor.handle(Followed(follower=reader, subject=member))
+        message = Followed(follower=reader, subject=member)
+        outcome = await processor.handle(message)
         assert isinstance(outcome, Continue)
-        assert outcome.message == ListDeleted(owner=owner, list_id=list_id)
-        await run_every_pass(processor, outcome.message)
+        assert outcome.message == message.model_copy(update={"confirm": True})
+        assert outcome.delay_s == TIMING.sweep_delay_s
+        assert isinstance(await processor.handle(outcome.message), Done)
     assert not await repos.follows.is_following(reader, member)
     assert await timeline_ids(repos, reader) == []
     assert await repos.follows.history(reader, member) == PairHistory()  # no index row

@@ -2,16 +2,17 @@
 its timeline and member index go; all of it again ``sweep_delay_s`` later.
 
 Why nothing stays. The list's row is gone before the message is released. An add reserves
-its ``Followed`` before writing anything (index row first, then the membership), so every
-membership written comes with a message that the worker runs, and a follow or unfollow
-message of a list that is gone runs this deletion again, both passes: a membership whose
-add stalled past both passes is ended by its own message. Otherwise the add wrote within the
-API's write deadline of reading the list, and the second pass, ``sweep_delay_s`` (longer)
-after the first ended, finds it. Every copy in the list's timeline was written inside the
-write deadline of a read of its membership, and its writer re-checks the membership after
-writing (removing its copies if it is gone): a copy that lands after a pass dropped the
-timeline was checked after that pass removed the membership, and is removed by its own
-writer. The list id is never reused, so no list ever reads what a deleted one left.
+its ``Followed`` and makes every write (index row first, then the membership, then the
+index's sync) before releasing it, inside the API's write deadline; so when its message
+runs, all of the add's rows have landed or never will. If the add wrote before the
+deletion's second pass read the index, that pass ends it (it starts ``sweep_delay_s``,
+longer than any write deadline, after the first ended). If not (the add stalled past both
+passes), its own message finds the list gone and ends that pair, dropping its index row and
+the timeline. Every copy in the list's timeline was written inside the write deadline of a
+read of its membership, and its writer re-checks the membership after writing (removing its
+copies if it is gone): a copy that lands after a pass dropped the timeline was checked after
+that pass removed the membership, and is removed by its own writer. The list id is never
+reused, so no list ever reads what a deleted one left.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from timeline.delivery.context import Context
 from timeline.delivery.feed import Feed
 from timeline.delivery.outcomes import DONE, Continue, Outcome
 from timeline.model.keys import list_id_of, list_owner, list_reader
-from timeline.model.messages import ListDeleted
+from timeline.model.messages import Followed, ListDeleted, Unfollowed
 
 MEMBERS_PER_LEASE = 100
 """Members whose membership one lease ends (about four storage calls each)."""
@@ -32,18 +33,30 @@ class ListRemoval:
         self._repos = context.repos
         self._feed = feed
 
-    async def deletion_if_gone(self, reader: str) -> ListDeleted | None:
-        """For a follow or unfollow message of a list that is gone, the list's deletion to
-        run instead (both passes: it ends the membership the message is about, whatever
-        stalled its add, and everything else the list still holds); None for a live list
-        or a user's timeline (one point read for a list, none for a user)."""
+    async def gone(self, reader: str) -> bool:
+        """Whether ``reader`` is a list's that no longer exists (one point read; none for a
+        user's own timeline)."""
         owner = list_owner(reader)
         if owner is None:
-            return None
-        list_id = list_id_of(reader)
-        if await self._repos.lists.get(owner, list_id) is not None:
-            return None
-        return ListDeleted(owner=owner, list_id=list_id)
+            return False
+        return await self._repos.lists.get(owner, list_id_of(reader)) is None
+
+    async def end_in_gone(self, message: Followed | Unfollowed) -> Outcome:
+        """A follow or unfollow message of a list that is gone: end the pair it names (an
+        add that stalled past the deletion's passes wrote it after they looked, and its
+        index row too, which a pass may have dropped since) and drop the list's timeline;
+        once more ``sweep_delay_s`` later, for copies landing meanwhile. Only this pair: a
+        backlog of such messages costs one end each, not the whole list each."""
+        reader, member = message.follower, message.subject
+        follows = self._repos.follows
+        await follows.remove(reader, member)
+        await self._feed.unmerge_if_unfollowed(reader, member)
+        await follows.drop_index_row(reader, member)
+        await self._repos.timelines.drop(reader)
+        if message.confirm:
+            return DONE
+        again = message.model_copy(update={"confirm": True})
+        return Continue(again, delay_s=self._ctx.timing.sweep_delay_s)
 
     async def remove(self, message: ListDeleted) -> Outcome:
         if await self._repos.lists.get(message.owner, message.list_id) is not None:

@@ -21,7 +21,7 @@ from timeline.delivery.dormancy import Waking
 from timeline.delivery.feed import Feed
 from timeline.delivery.follow import FollowChanges
 from timeline.delivery.lists import ListRemoval
-from timeline.delivery.outcomes import Continue, Outcome
+from timeline.delivery.outcomes import Outcome
 from timeline.delivery.post import PostDelivery
 from timeline.delivery.regrade import Regrading
 from timeline.delivery.repost import RepostDelivery, RepostRetraction
@@ -109,10 +109,8 @@ class FanoutProcessor:
                 return await self._posts.deliver(message)
             case PostDeleted():
                 return await self._deletes.retract(message)
-            case Followed() | Unfollowed() if deletion := await self._lists.deletion_if_gone(
-                message.follower
-            ):
-                return Continue(deletion)
+            case Followed() | Unfollowed() if await self._lists.gone(message.follower):
+                return await self._lists.end_in_gone(message)
             case Followed():
                 return await self._follows.backfill(message)
             case Unfollowed():

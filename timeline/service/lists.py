@@ -136,7 +136,7 @@ class Lists:
         async with self._outbox.written(Followed(follower=reader, subject=member)):
             await follows.sync_index(reader, member)  # first: the list's deletion finds it
             await follows.add(reader, member, datetime.now(UTC))
-        await follows.sync_index(reader, member)
+            await follows.sync_index(reader, member)  # all before the message shows
 
     async def remove_member(self, actor: str, owner: str, list_id: str, member: str) -> None:
         """Remove a member (idempotent): their entries leave the list in the background."""
@@ -149,7 +149,7 @@ class Lists:
             return
         async with self._outbox.written(Unfollowed(follower=reader, subject=member)):
             await follows.remove(reader, member)
-        await follows.sync_index(reader, member)
+            await follows.sync_index(reader, member)  # before the message shows
 
     async def members(
         self, actor: str, owner: str, list_id: str, limit: int | None, continuation: str | None

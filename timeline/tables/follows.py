@@ -212,6 +212,10 @@ class FollowsRepository:
                     raise
         raise contention()
 
+    async def drop_index_row(self, follower: str, subject: str) -> None:
+        """Delete one index row (a gone list's member, once its membership has ended)."""
+        await delete_entity(self._storage, SUBJECT_FOLLOWING, follower, subject)
+
     async def drop_index(self, follower: str) -> None:
         """Delete the follower's whole index (a deleted list's members, once each has
         ended)."""

@@ -46,10 +46,11 @@ BLOCK, BLOCKED_BY, FILTERED, MUTED = "b-", "B-", "f-", "m-"
 MAX_BLOCKS = 1000
 MAX_MUTES = 1000
 MAX_FILTERS = 100
-MAX_HIDDEN_PAGES = 4
+MAX_HIDDEN_PAGES = 5
 """The most queries a read spends loading its reader's relations (1,000 rows each): the
-whole partition's first page, the reader's own blocks, filters and mutes (up to two, read
-before more "blocked by" rows, which sort first), then "blocked by" rows."""
+whole partition's first page, the reader's own blocks, filters, lists and mutes (up to
+three: 1,000 + 100 + 1,000 + 1,000 rows at every cap, read before more "blocked by" rows,
+which sort first), then "blocked by" rows."""
 _RANGE = "PartitionKey eq @pk and RowKey ge @low and RowKey lt @high"
 _FROM = _RANGE
 _AFTER = "PartitionKey eq @pk and RowKey gt @after and RowKey lt @high"
