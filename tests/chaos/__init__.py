@@ -119,7 +119,8 @@ async def run(
                     lambda: _past(clients.short_expiry), timeout_s=30, what="short mutes"
                 )
                 users = sorted(clients.tokens)
-                truth = Truth(storage, users, TIMELINE_CAP, clients.asked_to_follow)
+                asked = clients.asked_to_follow | clients.asked_to_add
+                truth = Truth(storage, users, TIMELINE_CAP, asked)
                 await truth.load()
                 states = [await truth.state(reader) for reader in truth.homes]
                 report.dormant_at_end = states.count("dormant")
