@@ -73,6 +73,7 @@ async def check_end_state(storage: Storage, truth: Truth, report: Report) -> Non
         count = await count_of(storage, SUBJECT_FOLLOWING, reader)
         assert count == len(members), f"{reader}: member count {count} != {len(members)}"
     report.live_lists = len(truth.list_views)
+    report.exclusive_lists = sum(sum(made.values()) for made in truth.lists.values())
 
 
 async def _check_timeline(

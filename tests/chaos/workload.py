@@ -246,14 +246,16 @@ class Clients:
             await self._act(kind, method, f"/users/{user}/{noun}/{other}", user)
 
     async def _list_action(self, user: str, other: str) -> None:
-        """Make a list (two in five exclusive), add or remove a member (followed or not),
-        toggle ``exclusive``, or delete a list: in turn (``LIST_ACTIONS``). All but making one
-        act on a list some client made (any owner's: the clients race each other on it)."""
+        """Make a list (half of them exclusive), add a member (following it first: always for
+        an exclusive list, so it has something to keep out of home, else half the time) or
+        remove one, toggle ``exclusive``, or delete a list (one whose timeline shows entries,
+        if one of the two tried does): in turn (``LIST_ACTIONS``). All but making one act on
+        a list some client made (any owner's: the clients race each other on it)."""
         kind = LIST_ACTIONS[self._list_actions % len(LIST_ACTIONS)]
         self._list_actions += 1
         known = self.known_lists()
         if (kind == "list" and len(self.lists.get(user, {})) < LISTS_PER_OWNER) or not known:
-            exclusive = self._rng.random() < 0.4
+            exclusive = self._rng.random() < 0.5
             body = {"title": f"l{self._rng.random()}", "exclusive": exclusive}
             made = await self._act("list", "POST", f"/users/{user}/lists", user, body)
             if made:
@@ -263,6 +265,8 @@ class Clients:
         path = f"/users/{owner}/lists/{list_id}"
         member = other if other != owner else user
         if kind in ("list", "list_member"):
+            if self.lists[owner].get(list_id) or self._rng.random() < 0.5:
+                await self._follow(owner, member)  # what an exclusive list is made for
             self.asked_to_add.add((list_reader(owner, list_id), member))
             await self._act("list_member", "PUT", f"{path}/members/{member}", owner)
         elif kind == "list_unmember":
@@ -274,6 +278,12 @@ class Clients:
             body = {"exclusive": exclusive}
             await self._act("list_exclusive", "PATCH", path, owner, body)
         else:
+            pages = await self.read_list(owner, list_id)  # what the deletion must remove
+            if not any(pages or []):
+                owner, list_id = self._rng.choice(known)
+                path = f"/users/{owner}/lists/{list_id}"
+                pages = await self.read_list(owner, list_id)
+            self._report.deleted_with_entries += any(pages or [])
             self.lists[owner].pop(list_id, None)
             await self._act("list_delete", "DELETE", path, owner)
 
