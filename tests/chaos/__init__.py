@@ -1,8 +1,8 @@
 """The chaos harness: a seeded random workload against real processes while things break.
 
 One API process and two (or more) worker processes on one or more Azurites (storage
-accounts). Several clients post, delete, follow, unfollow and re-follow at random (seeded)
-while the harness breaks things:
+accounts). Several clients post, delete, follow, unfollow and re-follow, make and delete
+lists and add and remove their members at random (seeded) while the harness breaks things:
 
 - ``kill``: two accounts; workers are SIGKILLed (and restarted);
 - ``pause``: one account, which is frozen (SIGSTOP) for a few seconds at a time, or a
@@ -23,17 +23,23 @@ themselves:
 - the stored copies of every author a reader does not merge are exactly those posts; every
   author has settled as copied or merged, and a merged author's every follower has a merge
   row or an overflow row; every reader's merge-row count equals its merge rows;
-- every counter equals what it counts, and ``subjectFollowing`` mirrors the truth;
+- every live list's partition, paged the same way, holds exactly its members' live posts
+  (the replies by the home rule with the membership for the follow), and its merges,
+  overflow rows and copies are checked as a home timeline's;
+- every counter equals what it counts, and ``subjectFollowing`` mirrors the truth (a list's
+  partition of it: its members);
+- no row anywhere names a deleted list (its memberships, timeline and member index);
 - every queue is empty: nothing is left over and nothing was poisoned;
 - every row is on its partition's home account, and nowhere else.
 
 Readers read their home timelines through the API on seeded schedules (``workload``): some
 all along, some stop and come back once dormant (the inactive period is 3 s), some never
 read. Once the queues drain, every reader's timeline read through the API (every page)
-equals the truth (``readers``), dormant ones first (the read wakes them), and so does every
-author's page read by each user and anonymously (followers-only posts only for the author
-and its followers); the home reads go on,
-each checked, until every wake has ended; then no follow row is left marked inactive, and
+equals the truth (``readers``), dormant ones first (the read wakes them), without the posts
+and reposts made by the members of its exclusive lists; so does every live list's timeline
+read by its owner (lists are read mid-run too), and every author's page read by each user
+and anonymously (followers-only posts only for the author and its followers); the reads go
+on, each checked, until every wake has ended; then no follow row is left marked inactive, and
 the checks above run.
 
 The fault injection is in ``cluster``, the workload in ``workload``, the end-state checks in
@@ -58,7 +64,7 @@ from tests.chaos.cluster import (
     Cluster,
     break_things,
 )
-from tests.chaos.invariants import check_end_state, check_placement, settle
+from tests.chaos.invariants import check_deleted_lists, check_end_state, check_placement, settle
 from tests.chaos.readers import check_author_pages, check_flags, check_reads, quiesce, reading
 from tests.chaos.report import Report
 from tests.chaos.truth import Truth
@@ -113,7 +119,8 @@ async def run(
                     lambda: _past(clients.short_expiry), timeout_s=30, what="short mutes"
                 )
                 users = sorted(clients.tokens)
-                truth = Truth(storage, users, TIMELINE_CAP, clients.asked_to_follow)
+                asked = clients.asked_to_follow | clients.asked_to_add
+                truth = Truth(storage, users, TIMELINE_CAP, asked)
                 await truth.load()
                 states = [await truth.state(reader) for reader in truth.homes]
                 report.dormant_at_end = states.count("dormant")
@@ -123,12 +130,15 @@ async def run(
                     await quiesce(storage, truth)
                     await check_flags(storage, truth)
                     await check_end_state(storage, truth, report)
+                    await check_deleted_lists(storage, truth)
                 await check_placement(storage)
         report.regrades = cluster.regrades()
         report.repost_entries = truth.seen.repost_entries
         report.replies_shown = truth.seen.replies
         report.optional_replies_shown = truth.seen.optional_replies
         report.private_on_pages = truth.seen.private_on_pages
+        report.list_entries = truth.seen.list_entries
+        report.exclusive_hidden = truth.exclusive_hidden
     finally:
         await peek.close()
         await cluster.stop()

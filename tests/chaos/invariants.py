@@ -1,5 +1,6 @@
 """The invariant checks: once the load stops and the queues drain, the end state is
-checked exactly, from the tables themselves."""
+checked exactly, from the tables themselves: every home timeline's and live list's
+partition, the merges, counters and indexes, and that a deleted list left no row."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 
 from tests.chaos.cluster import MAX_MERGED
 from tests.chaos.report import Report
-from tests.chaos.truth import Expect, Hidden, Truth
+from tests.chaos.truth import LIST_READER, Expect, Hidden, Truth
 from tests.conftest import eventually
 from tests.delivery.hybrid_helpers import merge_count
 from timeline.errors import StorageUnavailableError
@@ -17,7 +18,7 @@ from timeline.storage.accounts import Storage
 from timeline.storage.names import POSTS, SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING, TABLES, TIMELINES
 from timeline.storage.placement import hash64
 from timeline.storage.queue import FanoutQueues
-from timeline.tables.audience import COPIED, MERGED
+from timeline.tables.audience import COPIED, COPY_PREFIX, MERGED, AuthorMode
 from timeline.tables.counters import count_of
 from timeline.tables.repositories import Repositories
 
@@ -40,8 +41,9 @@ async def settle(storage: Storage, report: Report) -> None:
 
 
 async def check_end_state(storage: Storage, truth: Truth, report: Report) -> None:
-    """The tables against the truth (``truth.load`` first): home pages read straight from
-    storage (no blocks or mutes applied), the stored copies, modes, counters, indexes."""
+    """The tables against the truth (``truth.load`` first): home and list pages read straight
+    from storage (no blocks, mutes or filters applied), the stored copies, modes, counters,
+    indexes."""
     repos = Repositories.on(storage)
     users = sorted(truth.live)
     live = {user: {pid: p.text for pid, p in posts.items()} for user, posts in truth.live.items()}
@@ -52,32 +54,9 @@ async def check_end_state(storage: Storage, truth: Truth, report: Report) -> Non
     report.merged_authors = sum(mode.state == MERGED for mode in modes.values())
     home = HomeTimeline(storage, max_merged=MAX_MERGED)
     for reader in users:
-        authors = [reader, *truth.following(reader)]
-        stored = truth.expect(reader, Hidden())  # what a page shows before the filters
-        pages = await _home(home, reader)
-        keys = [row["RowKey"] for page in pages for row in page]
-        assert keys == sorted(keys), f"{reader}: pages out of order"
-        try:
-            truth.check(reader, [[row_json(row) for row in page] for page in pages], stored)
-        except AssertionError as error:
-            shown = {shown_post_id(row) for page in pages for row in page}
-            absent = [_author(live, pid) for pid in stored.must.keys() - shown]
-            raise AssertionError(f"{error}; {await _diagnose(storage, reader, absent)}") from None
-        listed = set(await repos.audience.merged_authors(reader))
-        stale = {author for author in listed if modes[author].state != MERGED}
-        assert not stale, f"{reader} has merge rows of authors that are copied: {stale}"
-        assert listed <= set(authors), f"{reader} merges authors it does not follow"
-        assert len(listed) == await merge_count(storage, reader), f"{reader}: merge count"
-        report.merge_rows += len(listed)
-        rows = [row for row in await _all(repos.timelines.page, reader) if row.author not in listed]
-        report.timeline_rows += len(rows)
-        _check_copies(reader, rows, stored, listed, live)
-        report.repost_rows += sum(1 for row in rows if row.original)
-        for author in authors[1:]:
-            if modes[author].state == MERGED and author not in listed:
-                overflow = await repos.audience.copy_etag(author, reader)
-                assert overflow is not None, f"{reader} follows merged {author} without a row"
-                report.overflow_rows += 1
+        report.timeline_rows += await _check_timeline(storage, home, truth, reader, modes, report)
+    for reader in sorted(truth.list_views):
+        report.list_rows += await _check_timeline(storage, home, truth, reader, modes, report)
     for user in users:
         following = sorted(truth.following(user))
         indexed = sorted(edge.user_id for edge in await _all(repos.follows.following_page, user))
@@ -86,6 +65,77 @@ async def check_end_state(storage: Storage, truth: Truth, report: Report) -> Non
             await count_of(storage, t, user) for t in (POSTS, SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING)
         ]
         assert counts == [len(live[user]), len(follows[user]), len(following)], f"{user}: counters"
+    for reader in sorted(truth.list_views):
+        members = truth.following(reader)
+        report.list_members += len(members)
+        indexed = sorted(edge.user_id for edge in await _all(repos.follows.following_page, reader))
+        assert indexed == members, f"{reader}: the member index disagrees with the truth"
+        count = await count_of(storage, SUBJECT_FOLLOWING, reader)
+        assert count == len(members), f"{reader}: member count {count} != {len(members)}"
+    report.live_lists = len(truth.list_views)
+    report.exclusive_lists = sum(sum(made.values()) for made in truth.lists.values())
+
+
+async def _check_timeline(
+    storage: Storage,
+    home: HomeTimeline,
+    truth: Truth,
+    reader: str,
+    modes: dict[str, AuthorMode],
+    report: Report,
+) -> int:
+    """One reader's partition (a user's, or a live list's) against the truth: its pages, its
+    merges, its copies; the rows copied (those of the authors it does not merge)."""
+    repos = Repositories.on(storage)
+    live = {user: {pid: p.text for pid, p in posts.items()} for user, posts in truth.live.items()}
+    followed = [author for author in truth.sources(reader) if author != reader]
+    stored = truth.expect(reader, Hidden(), stored=True)  # what a page shows before the filters
+    pages = await _home(home, reader)
+    keys = [row["RowKey"] for page in pages for row in page]
+    assert keys == sorted(keys), f"{reader}: pages out of order"
+    try:
+        truth.check(reader, [[row_json(row) for row in page] for page in pages], stored)
+    except AssertionError as error:
+        shown = {shown_post_id(row) for page in pages for row in page}
+        absent = [_author(live, pid) for pid in stored.must.keys() - shown]
+        raise AssertionError(f"{error}; {await _diagnose(storage, reader, absent)}") from None
+    listed = set(await repos.audience.merged_authors(reader))
+    stale = {author for author in listed if modes[author].state != MERGED}
+    assert not stale, f"{reader} has merge rows of authors that are copied: {stale}"
+    assert listed <= {reader, *followed}, f"{reader} merges authors it does not follow"
+    assert len(listed) == await merge_count(storage, reader), f"{reader}: merge count"
+    report.merge_rows += len(listed)
+    rows = [row for row in await _all(repos.timelines.page, reader) if row.author not in listed]
+    _check_copies(reader, rows, stored, listed, live)
+    report.repost_rows += sum(1 for row in rows if row.original)
+    for author in followed:
+        if modes[author].state == MERGED and author not in listed:
+            overflow = await repos.audience.copy_etag(author, reader)
+            assert overflow is not None, f"{reader} follows merged {author} without a row"
+            report.overflow_rows += 1
+    return len(rows)
+
+
+async def check_deleted_lists(storage: Storage, truth: Truth) -> None:
+    """No row anywhere names a list that is gone (once the deletions' second passes ran):
+    no membership or overflow row in a member's ``subjectFollowers`` partition, no
+    ``timelines`` or ``subjectFollowing`` partition of its reader, nor any other row."""
+    live = set(truth.list_views)
+    strays: list[tuple[str, str, str]] = []
+    for account in range(len(storage.account_ids)):
+        for table in TABLES:
+            client = storage.account_table(account, table)
+            async with storage.guard():
+                rows = [
+                    (str(row["PartitionKey"]), str(row["RowKey"]))
+                    async for row in client.list_entities(select=["PartitionKey", "RowKey"])
+                ]
+            for partition, row_key in rows:
+                for key in (partition, row_key.removeprefix(COPY_PREFIX)):
+                    found = LIST_READER.search(key)
+                    if found is not None and found[0] not in live:
+                        strays.append((table, partition, row_key))
+    assert not strays, f"rows of deleted lists remain: {strays[:20]}"
 
 
 def _check_copies(

@@ -1,7 +1,7 @@
-"""The readers' end-state checks: every home timeline and every author's page read through
-the API (every page) equals the truth for dormant, waking and active readers alike; once
-every wake is done the readers' markers are gone and no follow row is left marked
-inactive."""
+"""The readers' end-state checks: every home timeline, every live list's timeline (read by
+its owner) and every author's page read through the API (every page) equals the truth for
+dormant, waking and active readers alike; once every wake is done the readers' markers are
+gone and no follow row is left marked inactive."""
 
 from __future__ import annotations
 
@@ -26,8 +26,9 @@ READ_TRIES = 3
 
 
 async def check_reads(clients: Clients, truth: Truth) -> None:
-    """Every reader's home timeline, read through the API, is the truth (the first of these
-    reads of a dormant reader wakes it)."""
+    """Every reader's home timeline, and every live list's timeline read by its owner,
+    through the API, is the truth (the first of these reads of a dormant reader wakes it; a
+    list's read wakes no one)."""
     for reader, expected in truth.homes.items():
         served = None
         for _ in range(READ_TRIES):  # a page refused while storage is slow (503) is read again
@@ -36,6 +37,17 @@ async def check_reads(clients: Clients, truth: Truth) -> None:
                 break
         assert served is not None, f"{reader}: the API read failed {READ_TRIES} times"
         truth.check(f"{reader} ({clients.schedules[reader]})", served, expected)
+    for reader, expected in truth.list_views.items():
+        owner, _, list_id = reader.partition("~")
+        served = None
+        for _ in range(READ_TRIES):
+            served = await clients.read_list(owner, list_id)
+            if served is not None:
+                break
+        assert served is not None, f"list {reader}: the API read failed {READ_TRIES} times"
+        exclusive = " exclusive" if truth.lists[owner][list_id] else ""
+        truth.check(f"list {reader}{exclusive}", served, expected)
+        truth.seen.list_entries += sum(len(page) for page in served)
 
 
 async def check_author_pages(clients: Clients, truth: Truth) -> None:

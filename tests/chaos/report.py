@@ -38,6 +38,21 @@ class Report:
     """Replies shown whose delivery depended on timing (allowed either way)."""
     private_on_pages: int = 0
     """Followers-only posts the end-state author pages showed (to the author or a follower)."""
+    list_reads: int = 0
+    """List timeline reads through the API, mid-run and at the end (each checked as a home
+    read is)."""
+    live_lists: int = 0
+    exclusive_lists: int = 0
+    list_members: int = 0
+    """Memberships of the live lists at the end."""
+    list_rows: int = 0
+    """Rows stored in the live lists' partitions at the end (each checked)."""
+    list_entries: int = 0
+    """Entries the end-state list reads showed (each checked)."""
+    deleted_with_entries: int = 0
+    """Lists deleted while their timeline showed entries (read just before the deletion)."""
+    exclusive_hidden: int = 0
+    """Live posts of followed authors the readers' exclusive lists kept out of their homes."""
 
     def line(self) -> dict[str, Any]:
         return {
@@ -62,4 +77,12 @@ class Report:
             "replies_shown": self.replies_shown,
             "optional_replies_shown": self.optional_replies_shown,
             "private_on_pages": self.private_on_pages,
+            "list_reads": self.list_reads,
+            "live_lists": self.live_lists,
+            "exclusive_lists": self.exclusive_lists,
+            "list_members": self.list_members,
+            "list_rows": self.list_rows,
+            "list_entries": self.list_entries,
+            "deleted_with_entries": self.deleted_with_entries,
+            "exclusive_hidden": self.exclusive_hidden,
         }

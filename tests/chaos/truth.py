@@ -1,6 +1,7 @@
-"""The truth model: what each reader's home timeline must, may and must not show, from the
-tables themselves (posts, follow rows, repost rows, blocks and mutes), and the check of a
-timeline read page by page against it.
+"""The truth model: what each reader's home timeline, and each live list's timeline, must,
+may and must not show, from the tables themselves (posts, follow and membership rows, repost
+rows, blocks, mutes, filters and lists), and the check of a timeline read page by page
+against it.
 
 Plain posts are exact: the reader's own live posts and those of the authors its follow rows
 say it follows, each shown once, without the authors its blocks (either way) and live mutes
@@ -25,23 +26,34 @@ promise (docs/api.md "Reposts and replies", "Blocks and mutes"):
   original and a newer repost), never twice on one;
 - the cap: a post that must show is required only while fewer than the cap of the entries
   that may exist (hidden ones included: they count against the cap) are newer.
+
+A list's timeline (docs/api.md "Lists") is the home rule with its membership rows (the
+``subjectFollowers`` rows whose follower is the list's reader ``{owner}~{list_id}``) in
+place of follow rows, and without the owner's own posts: each member's live posts (a
+followers-only one only while the owner follows the member), a reply only as above with the
+replied-to user's membership, members' live reposts as *may*, all hidden by the owner's
+blocks, mutes and filters, within the cap. A home timeline leaves out the posts and reposts
+made by the members of its owner's exclusive lists (read time: like a mute with reposts, but
+a repost of such a member's post by someone else shows).
 """
 
 from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from timeline.model.entities import Post
 from timeline.model.keys import post_row_key
 from timeline.storage.accounts import Storage
-from timeline.storage.names import POSTS, RELATIONS
+from timeline.storage.names import POSTS, RELATIONS, SUBJECT_FOLLOWERS
 from timeline.tables.activity import STATE, ActivityRepository
+from timeline.tables.lists import LISTED
 from timeline.tables.relations import BLOCK, BLOCKED_BY, FILTERED, MUTED
 from timeline.tables.repositories import Repositories
 from timeline.tables.reposts import REPOST
+from timeline.tables.rows import edge_page
 
 FOLLOW_SETTLED_S = 20.0
 """How long after its ``since`` a follow row and its index row are surely written: the API's
@@ -50,6 +62,8 @@ the follow's delivery, once its message shows (13 s at most) and within a visibi
 timeout even under the chaos."""
 
 MUST, MAY, NO = "must", "may", "no"
+LIST_READER = re.compile(r"(?P<owner>[A-Za-z0-9_-]{1,64})~(?P<list_id>[0-9a-f]{19})")
+"""A list's reader id (``{owner}~{list_id}``): no user id holds ``~``."""
 Item = dict[str, Any]
 """A timeline entry as the API serves it (``row_json``)."""
 
@@ -63,9 +77,16 @@ class Hidden:
     reposters: frozenset[str] = frozenset()
     phrases: frozenset[str] = frozenset()
     """The reader's live keyword filters (the workload's are single plain words)."""
+    excluded: frozenset[str] = frozenset()
+    """The members of the reader's exclusive lists: the posts and reposts they make stay
+    out of its home (not the reposts of their posts by others)."""
 
     def hides(self, author: str, reposted_by: str | None = None) -> bool:
-        return author in self.authors or (reposted_by is not None and reposted_by in self.reposters)
+        if author in self.authors:
+            return True
+        if reposted_by is None:
+            return author in self.excluded
+        return reposted_by in self.reposters or reposted_by in self.excluded
 
     def filters(self, text: str) -> bool:
         """Whether a filter hides a text: an independent oracle, enough for plain words."""
@@ -94,10 +115,13 @@ class Seen:
     optional_replies: int = 0
     private_on_pages: int = 0
     """Followers-only posts an author's page showed (to the author or a follower)."""
+    list_entries: int = 0
+    """Entries the list reads showed."""
 
 
 class Truth:
-    """Each reader's home timeline as the tables say it must be (``Expect``)."""
+    """Each reader's home timeline, and each live list's timeline, as the tables say it must
+    be (``Expect``)."""
 
     def __init__(
         self,
@@ -113,11 +137,20 @@ class Truth:
         self._asked = asked_to_follow or set()
         self.live: dict[str, dict[str, Post]] = {}
         self.followers: dict[str, dict[str, float]] = {}
-        """Author to follower to the follow row's ``since`` (epoch seconds)."""
+        """Author to follower (users only) to the follow row's ``since`` (epoch seconds)."""
+        self.members: dict[str, dict[str, float]] = {}
+        """A list's reader to member to the membership row's ``since``: every membership row
+        found, the deleted lists' too (``lists`` says which are live)."""
+        self.lists: dict[str, dict[str, bool]] = {}
+        """Owner to its live lists' ids to whether each is exclusive (its ``l-`` rows)."""
         self.reposts: dict[str, dict[str, str]] = {}
         """Reposter to original post id to the live repost's id."""
         self.hidden: dict[str, Hidden] = {}
         self.homes: dict[str, Expect] = {}
+        self.list_views: dict[str, Expect] = {}
+        """A live list's reader to what its owner must and may see in it."""
+        self.exclusive_hidden = 0
+        """Live posts of followed authors that the readers' exclusive lists keep out of home."""
         self.seen = Seen()
 
     async def load(self) -> None:
@@ -126,27 +159,58 @@ class Truth:
             self.live[user] = {post.post_id: post for post in posts}
             self.followers[user] = await self._followers(user)
             self.reposts[user] = await self._reposts(user)
-            self.hidden[user] = await self._hidden(user, time.time())
+            self.hidden[user], self.lists[user] = await self._relations(user, time.time())
+        for user in self._users:
+            excluded = frozenset(
+                member
+                for list_id, exclusive in self.lists[user].items()
+                if exclusive
+                for member in self.members.get(f"{user}~{list_id}", {})
+            )
+            self.hidden[user] = replace(self.hidden[user], excluded=excluded)
+            followed = set(self.following(user))
+            self.exclusive_hidden += sum(len(self.live[a]) for a in excluded & followed)
         self.homes = {reader: self.expect(reader, self.hidden[reader]) for reader in self._users}
+        self.list_views = {
+            reader: self.expect(reader, replace(self.hidden[owner], excluded=frozenset()))
+            for owner, lists in self.lists.items()
+            for reader in (f"{owner}~{list_id}" for list_id in lists)
+        }
 
     def author_of(self, post_id: str) -> str | None:
         return next((a for a, posts in self.live.items() if post_id in posts), None)
 
     def following(self, reader: str) -> list[str]:
+        """The users ``reader`` follows (a list's reader: its members)."""
+        if LIST_READER.fullmatch(reader):
+            return sorted(self.members.get(reader, {}))
         return [a for a in self._users if reader in self.followers[a]]
 
-    def expect(self, reader: str, hidden: Hidden) -> Expect:
-        """What ``reader`` must and may see through ``hidden`` (Hidden(): as stored)."""
-        followed = self.following(reader)
+    def sources(self, reader: str) -> dict[str, float]:
+        """Whose posts reach ``reader``'s timeline, to the ``since`` of the row that makes
+        them: a user's own (0) and its follows', or a list's members'."""
+        if LIST_READER.fullmatch(reader):
+            return dict(self.members.get(reader, {}))
+        return {reader: 0.0} | {a: self.followers[a][reader] for a in self.following(reader)}
+
+    def expect(self, reader: str, hidden: Hidden, *, stored: bool = False) -> Expect:
+        """What ``reader`` (a user, or a list's reader) must and may see through ``hidden``
+        (the owner's relations; Hidden() with ``stored``: what its partition holds, before a
+        read hides anything)."""
+        sources = self.sources(reader)
+        listed = LIST_READER.fullmatch(reader)
+        owner = listed["owner"] if listed else reader
         expect = Expect()
         candidates: list[tuple[str, str | None]] = []  # (row key, post id it must show)
-        for author in [reader, *followed]:
-            since_author = self.followers[author].get(reader, 0.0)
+        for author, since_author in sources.items():
+            followed = author == owner or owner in self.followers[author]
+            unseen = bool(listed) and not stored and not followed  # its followers-only posts
             for post in self.live[author].values():
                 hides = (author != reader and hidden.hides(author)) or hidden.filters(post.text)
+                hides = hides or (unseen and post.followers_only)
                 shown = None if hides else post.post_id
                 if shown is not None:
-                    rule = self._reply_rule(reader, author, post, since_author)
+                    rule = self._reply_rule(reader, author, post, since_author, sources)
                     if rule == MUST:
                         expect.must[shown] = post.text
                     else:
@@ -154,7 +218,7 @@ class Truth:
                             expect.may[shown] = post.text
                         shown = None
                 candidates.append((post.row_key, shown))
-        for reposter in followed:
+        for reposter in sources:
             if reposter == reader:
                 continue
             for original, repost_id in self.reposts[reposter].items():
@@ -173,15 +237,18 @@ class Truth:
                     expect.may[post_id] = expect.must.pop(post_id)
         return expect
 
-    def _reply_rule(self, reader: str, author: str, post: Post, since_author: float) -> str:
-        """Whether a post of a followed author (or the reader's own) must, may or must not
-        show, by the reply rule."""
+    def _reply_rule(
+        self, reader: str, author: str, post: Post, since_author: float, sources: dict[str, float]
+    ) -> str:
+        """Whether a post of a followed author (or the reader's own; a list's member's) must,
+        may or must not show, by the reply rule (``sources``: the reader's follows, or the
+        list's members, with their rows' ``since``)."""
         target = post.reply_author
         if target is None or reader in (author, target) or target == author:
             return MUST
         if (reader, target) not in self._asked:
             return NO
-        since_target = self.followers[target].get(reader)
+        since_target = sources.get(target)
         delivered_after = max(post.created_at.timestamp(), since_author)
         if since_target is not None and since_target + FOLLOW_SETTLED_S < delivered_after:
             return MUST
@@ -193,12 +260,17 @@ class Truth:
         return None if head.marker is None else str(head.marker.get(STATE))
 
     async def _followers(self, author: str) -> dict[str, float]:
-        """The author's followers as its ``subjectFollowers`` rows say (the truth)."""
+        """The author's followers as its ``subjectFollowers`` rows say (the truth); the rows
+        of lists' readers are memberships, kept in ``members`` instead."""
         found: dict[str, float] = {}
         continuation = None
         while True:
-            page = await self._repos.follows.followers_page(author, 1000, continuation)
-            found |= {edge.user_id: edge.since.timestamp() for edge in page.items}
+            page = await edge_page(self._storage, SUBJECT_FOLLOWERS, author, 1000, continuation)
+            for edge in page.items:
+                if LIST_READER.fullmatch(edge.user_id):
+                    self.members.setdefault(edge.user_id, {})[author] = edge.since.timestamp()
+                else:
+                    found[edge.user_id] = edge.since.timestamp()
             continuation = page.continuation
             if continuation is None:
                 return found
@@ -218,12 +290,14 @@ class Truth:
             row["RowKey"][len(REPOST) :]: row["repost_id"] for row in rows if not row.get("void")
         }
 
-    async def _hidden(self, reader: str, now: float) -> Hidden:
-        """What the reader's relation rows hide at ``now`` (docs/api.md "Blocks and mutes")."""
+    async def _relations(self, reader: str, now: float) -> tuple[Hidden, dict[str, bool]]:
+        """What the reader's relation rows hide at ``now`` (docs/api.md "Blocks and mutes"),
+        but its exclusive lists' members; and its lists (id to ``exclusive``)."""
         client = self._storage.table(RELATIONS, reader)
         authors: set[str] = set()
         reposters: set[str] = set()
         phrases: set[str] = set()
+        lists: dict[str, bool] = {}
         async with self._storage.guard():
             rows = [
                 row
@@ -242,7 +316,9 @@ class Truth:
                     reposters.add(other)
             elif prefix == FILTERED and (row.get("expires_at") is None or now < row["expires_at"]):
                 phrases.add(str(row["phrase"]))
-        return Hidden(frozenset(authors), frozenset(reposters), frozenset(phrases))
+            elif prefix == LISTED:
+                lists[str(row["list_id"])] = bool(row.get("exclusive"))
+        return Hidden(frozenset(authors), frozenset(reposters), frozenset(phrases)), lists
 
     def check(self, reader: str, pages: list[list[Item]], expect: Expect) -> None:
         """The pages of a read (newest first) against ``expect``."""

@@ -1,7 +1,9 @@
 """The workload: seeded random clients posting, replying, deleting, following (some with
 ``reposts=false``) and unfollowing, reposting and undoing it, blocking, muting (some for a
-few seconds) and lifting both through the API, and readers reading their home timelines on
-a schedule that lets some go dormant and come back mid-run."""
+few seconds) and lifting both, making lists (some exclusive), adding and removing members
+(followed or not), toggling ``exclusive`` and deleting lists through the API, and readers
+reading their home timelines on a schedule that lets some go dormant and come back mid-run
+(and their lists' timelines all along)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import aiohttp
 
 from tests.chaos.cluster import INACTIVE_S
 from tests.chaos.report import Report
+from timeline.model.keys import list_reader
 
 USERS = 8
 CLIENTS = 4
@@ -29,6 +32,14 @@ sweep interval and the marks, with room to spare."""
 
 MUTE_SHORT_S = 5.0
 """The longest short mute: it ends within the run or while the queues drain."""
+LIST_ACTIONS = (
+    "list", "list_member", "list_member", "list_exclusive", "list_member", "list_unmember",
+    "list_member", "list", "list_member", "list_delete", "list_member", "list_exclusive",
+)  # fmt: skip
+"""The list actions in turn: adds most, a deletion every twelve (racing the other clients'
+adds and reads of that list)."""
+LISTS_PER_OWNER = 3
+"""An owner makes no more lists than this (an add is made instead)."""
 RELATE = (
     "repost", "mute", "block", "repost", "lock", "filter", "unrepost", "repost", "answer",
     "unmute", "unblock", "repost", "mute", "unfilter", "unrepost", "repost", "unlock",
@@ -61,10 +72,16 @@ class Clients:
         self.schedules: dict[str, str] = {}
         self.asked_to_follow: set[tuple[str, str]] = set()
         """Every (follower, target) pair a follow was ever sent for."""
+        self.asked_to_add: set[tuple[str, str]] = set()
+        """Every (list reader, member) pair an add was ever sent for."""
+        self.lists: dict[str, dict[str, bool]] = {}
+        """Owner to the lists it made and has not deleted (as far as the answers tell) to
+        whether each was last made exclusive."""
         self.reposted: dict[str, list[str]] = {}
         self.short_expiry = 0.0
-        self._relates = 0
         """The latest short mute expiry asked for (epoch seconds)."""
+        self._relates = 0
+        self._list_actions = 0
 
     async def register_all(self) -> None:
         for index in range(USERS):
@@ -90,6 +107,9 @@ class Clients:
             for user, kind in self.schedules.items():
                 if kind == ACTIVE or (kind == RETURNS and not leave <= now < back):
                     await self.read(user, peek)
+            known = self.known_lists()
+            if known:
+                await self.read_list(*self._rng.choice(known))
             await asyncio.sleep(self._rng.uniform(0.2, 0.5))
 
     async def read(self, user: str, peek: Peek) -> list[list[Item]] | None:
@@ -101,21 +121,33 @@ class Clients:
         except Exception:
             state = "unknown"
         self._report.reads[state or "active"] += 1
+        return await self._timeline(user, f"/users/{user}/timeline", user)
+
+    async def read_list(self, owner: str, list_id: str) -> list[list[Item]] | None:
+        """The whole timeline of one of ``owner``'s lists, read by its owner, as ``read``
+        reads a home timeline (None if a page failed: the list may be deleted meanwhile)."""
+        self._report.list_reads += 1
+        path = f"/users/{owner}/lists/{list_id}/timeline"
+        return await self._timeline(owner, path, list_reader(owner, list_id))
+
+    def known_lists(self) -> list[tuple[str, str]]:
+        """(owner, list id) of the lists made and not deleted, as far as the answers tell."""
+        return sorted((owner, found) for owner, made in self.lists.items() for found in made)
+
+    async def _timeline(self, user: str, path: str, label: str) -> list[list[Item]] | None:
         pages: list[list[Item]] = []
         plain: set[str] = set()
         query: dict[str, str | int] = {"limit": READ_PAGE}
         headers = {"Authorization": f"Bearer {self.tokens[user]}"}
         while True:
-            page = await self._request(
-                "GET", f"/users/{user}/timeline", params=query, headers=headers
-            )
+            page = await self._request("GET", path, params=query, headers=headers)
             if not page:
                 return None
             ids = [item["post_id"] for item in page["items"]]
-            assert len(set(ids)) == len(ids), f"{user}: a post twice in a page: {ids}"
+            assert len(set(ids)) == len(ids), f"{label}: a post twice in a page: {ids}"
             for item in page["items"]:
                 if "reposted_by" not in item:
-                    assert item["post_id"] not in plain, f"{user}: a repeat across pages"
+                    assert item["post_id"] not in plain, f"{label}: a repeat across pages"
                     plain.add(item["post_id"])
             pages.append(page["items"])
             if not page.get("continuation"):
@@ -161,8 +193,10 @@ class Clients:
             await self._reply(user, other)
         elif roll < 0.36:
             await self._delete_one(user)
-        elif roll < 0.56:
+        elif roll < 0.50:
             await self._relate(user, other)
+        elif roll < 0.56:
+            await self._list_action(user, other)
         elif roll < 0.56 + follow_share:
             await self._follow(user, other)
         elif roll < 0.95:
@@ -210,6 +244,48 @@ class Clients:
             method = "PUT" if kind == "block" else "DELETE"
             noun = "blocks" if kind.endswith("block") else "mutes"
             await self._act(kind, method, f"/users/{user}/{noun}/{other}", user)
+
+    async def _list_action(self, user: str, other: str) -> None:
+        """Make a list (half of them exclusive), add a member (following it first: always for
+        an exclusive list, so it has something to keep out of home, else half the time) or
+        remove one, toggle ``exclusive``, or delete a list (one whose timeline shows entries,
+        if one of the two tried does): in turn (``LIST_ACTIONS``). All but making one act on
+        a list some client made (any owner's: the clients race each other on it)."""
+        kind = LIST_ACTIONS[self._list_actions % len(LIST_ACTIONS)]
+        self._list_actions += 1
+        known = self.known_lists()
+        if (kind == "list" and len(self.lists.get(user, {})) < LISTS_PER_OWNER) or not known:
+            exclusive = self._rng.random() < 0.5
+            body = {"title": f"l{self._rng.random()}", "exclusive": exclusive}
+            made = await self._act("list", "POST", f"/users/{user}/lists", user, body)
+            if made:
+                self.lists.setdefault(user, {})[made["list_id"]] = exclusive
+            return
+        owner, list_id = self._rng.choice(known)
+        path = f"/users/{owner}/lists/{list_id}"
+        member = other if other != owner else user
+        if kind in ("list", "list_member"):
+            if self.lists[owner].get(list_id) or self._rng.random() < 0.5:
+                await self._follow(owner, member)  # what an exclusive list is made for
+            self.asked_to_add.add((list_reader(owner, list_id), member))
+            await self._act("list_member", "PUT", f"{path}/members/{member}", owner)
+        elif kind == "list_unmember":
+            await self._act("list_unmember", "DELETE", f"{path}/members/{member}", owner)
+        elif kind == "list_exclusive":
+            exclusive = not self.lists[owner].get(list_id, False)
+            if list_id in self.lists[owner]:  # else deleted meanwhile: the PATCH gets 404
+                self.lists[owner][list_id] = exclusive
+            body = {"exclusive": exclusive}
+            await self._act("list_exclusive", "PATCH", path, owner, body)
+        else:
+            pages = await self.read_list(owner, list_id)  # what the deletion must remove
+            if not any(pages or []):
+                owner, list_id = self._rng.choice(known)
+                path = f"/users/{owner}/lists/{list_id}"
+                pages = await self.read_list(owner, list_id)
+            self._report.deleted_with_entries += any(pages or [])
+            self.lists[owner].pop(list_id, None)
+            await self._act("list_delete", "DELETE", path, owner)
 
     async def _answer(self, owner: str) -> None:
         """Approve (two in three) or refuse one of the requests waiting for ``owner``."""
@@ -264,13 +340,14 @@ class Clients:
 
     async def _act(
         self, kind: str, method: str, path: str, user: str, body: dict[str, Any] | None = None
-    ) -> None:
+    ) -> Any:
+        """The answer (``_request``)."""
         self._report.requests[kind] += 1
         headers = {
             "Authorization": f"Bearer {self.tokens[user]}",
             "Idempotency-Key": f"{kind}-{self._rng.random()}",
         }
-        await self._request(method, path, json=body, headers=headers)
+        return await self._request(method, path, json=body, headers=headers)
 
     async def _request(self, method: str, path: str, **kwargs: Any) -> Any:
         """The JSON answer (or {} for 204), or None when every attempt failed or was refused."""
@@ -286,8 +363,8 @@ class Clients:
                         return None  # a post deleted by another client meanwhile
                     if response.status in (403, 409) and (await response.json())["error"][
                         "code"
-                    ] in ("blocked", "not_repostable", "too_many_filters"):
-                        return None  # refused by a block, a followers-only post, the cap
+                    ] in ("blocked", "not_repostable", "too_many_filters", "too_many_lists"):
+                        return None  # refused by a block, a followers-only post, a cap
                     assert response.status == 503, f"{method} {path}: {response.status}"
             except aiohttp.ClientConnectorError:  # nothing sent: the API is restarting
                 if asyncio.get_running_loop().time() < restarting_until:

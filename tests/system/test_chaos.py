@@ -49,4 +49,6 @@ async def test_chaos(seed: int, variant: str, tmp_path: Path) -> None:
     assert report.requests["mute"] > 0, "no mute was made"
     assert report.requests["lock"] > 0, "no account was locked"
     assert report.requests["filter"] > 0, "no keyword filter was made"
+    assert report.requests["list"] > 0, "no list was made"
+    assert report.requests["list_member"] > 0, "no member was added to a list"
     assert report.private_on_pages > 0, "no author's page showed a followers-only post"
