@@ -38,7 +38,7 @@ async def check_reads(clients: Clients, truth: Truth) -> None:
         assert served is not None, f"{reader}: the API read failed {READ_TRIES} times"
         truth.check(f"{reader} ({clients.schedules[reader]})", served, expected)
     for reader, expected in truth.list_views.items():
-        owner, _, list_id = reader.partition("~")
+        owner, _, list_id = reader.removeprefix("|").partition("~")
         served = None
         for _ in range(READ_TRIES):
             served = await clients.read_list(owner, list_id)

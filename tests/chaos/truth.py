@@ -28,7 +28,7 @@ promise (docs/api.md "Reposts and replies", "Blocks and mutes"):
   that may exist (hidden ones included: they count against the cap) are newer.
 
 A list's timeline (docs/api.md "Lists") is the home rule with its membership rows (the
-``subjectFollowers`` rows whose follower is the list's reader ``{owner}~{list_id}``) in
+``subjectFollowers`` rows whose follower is the list's reader ``|{owner}~{list_id}``) in
 place of follow rows, and without the owner's own posts: each member's live posts (a
 followers-only one only while the owner follows the member), a reply only as above with the
 replied-to user's membership, members' live reposts as *may*, all hidden by the owner's
@@ -45,7 +45,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from timeline.model.entities import Post
-from timeline.model.keys import post_row_key
+from timeline.model.keys import list_reader, post_row_key
 from timeline.storage.accounts import Storage
 from timeline.storage.names import POSTS, RELATIONS, SUBJECT_FOLLOWERS
 from timeline.tables.activity import STATE, ActivityRepository
@@ -62,8 +62,8 @@ the follow's delivery, once its message shows (13 s at most) and within a visibi
 timeout even under the chaos."""
 
 MUST, MAY, NO = "must", "may", "no"
-LIST_READER = re.compile(r"(?P<owner>[A-Za-z0-9_-]{1,64})~(?P<list_id>[0-9a-f]{19})")
-"""A list's reader id (``{owner}~{list_id}``): no user id holds ``~``."""
+LIST_READER = re.compile(r"\|(?P<owner>[A-Za-z0-9_-]{1,64})~(?P<list_id>[0-9a-f]{19})")
+"""A list's reader id (``|{owner}~{list_id}``, ``timeline.model.keys.list_reader``)."""
 Item = dict[str, Any]
 """A timeline entry as the API serves it (``row_json``)."""
 
@@ -165,7 +165,7 @@ class Truth:
                 member
                 for list_id, exclusive in self.lists[user].items()
                 if exclusive
-                for member in self.members.get(f"{user}~{list_id}", {})
+                for member in self.members.get(list_reader(user, list_id), {})
             )
             self.hidden[user] = replace(self.hidden[user], excluded=excluded)
             followed = set(self.following(user))
@@ -174,7 +174,7 @@ class Truth:
         self.list_views = {
             reader: self.expect(reader, replace(self.hidden[owner], excluded=frozenset()))
             for owner, lists in self.lists.items()
-            for reader in (f"{owner}~{list_id}" for list_id in lists)
+            for reader in (list_reader(owner, list_id) for list_id in lists)
         }
 
     def author_of(self, post_id: str) -> str | None:
