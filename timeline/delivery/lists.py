@@ -20,6 +20,7 @@ from __future__ import annotations
 from timeline.delivery.context import Context
 from timeline.delivery.feed import Feed
 from timeline.delivery.outcomes import DONE, Continue, Outcome
+from timeline.delivery.regrade import queue_regrade_if_due
 from timeline.model.keys import list_id_of, list_owner, list_reader
 from timeline.model.messages import Followed, ListDeleted, Unfollowed
 
@@ -53,7 +54,10 @@ class ListRemoval:
         await self._feed.unmerge_if_unfollowed(reader, member)
         await follows.drop_index_row(reader, member)
         await self._repos.timelines.drop(reader)
+        await queue_regrade_if_due(self._repos, self._ctx.hybrid, member)
         if message.confirm:
+            if not (await follows.index_page(reader, 1, None)).items:
+                await follows.drop_index(reader)  # its counter rows, once no member is left
             return DONE
         again = message.model_copy(update={"confirm": True})
         return Continue(again, delay_s=self._ctx.timing.sweep_delay_s)
@@ -68,6 +72,7 @@ class ListRemoval:
             await follows.remove(reader, member)
             await follows.sync_index(reader, member)
             await self._feed.unmerge_if_unfollowed(reader, member)
+            await queue_regrade_if_due(self._repos, self._ctx.hybrid, member)
         if page.continuation is not None:
             return Continue(message.model_copy(update={"cursor": page.continuation}))
         await self._repos.timelines.drop(reader)

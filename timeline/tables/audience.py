@@ -40,7 +40,14 @@ from timeline.storage.calls import (
     transact,
 )
 from timeline.storage.names import SUBJECT_FOLLOWERS, TIMELINES
-from timeline.tables.counters import COUNT_BOUNDS, COUNT_RANGE, by_partition, total
+from timeline.tables.counters import (
+    COUNT_PREFIX,
+    COUNT_RANGE,
+    MEMBERSHIPS_PREFIX,
+    REACH_BOUNDS,
+    by_partition,
+    total,
+)
 from timeline.tables.rows import (
     FIRST_POST_KEY,
     delete_entity,
@@ -123,16 +130,19 @@ class AudienceRepository:
         return True
 
     async def authors_to_check(self, threshold: int) -> AsyncIterator[str]:
-        """Every author with at least ``threshold`` followers or a mode row (a full scan of
-        each account's ``subjectFollowers`` counter and mode rows: for the admin command)."""
+        """Every author whose reach (followers and list memberships) is at least
+        ``threshold``, or with a mode row (a full scan of each account's ``subjectFollowers``
+        counter and mode rows: for the admin command)."""
         for account in range(len(self._storage.account_ids)):
             async for author, rows in by_partition(self._metadata_rows(account)):
                 keys = {row["RowKey"] for row in rows}
-                if MODE_ROW in keys or (threshold and total(rows) >= threshold):
+                if MODE_ROW in keys or (threshold and _reach(rows) >= threshold):
                     yield author
 
     async def _metadata_rows(self, account: int) -> AsyncIterator[TableEntity]:
-        """One account's follower counter rows and mode rows, in key order."""
+        """One account's counter rows (followers' and memberships', which sort together:
+        nothing else of a ``subjectFollowers`` partition lies between them) and mode rows,
+        in key order."""
         client = self._storage.account_table(account, SUBJECT_FOLLOWERS)
         continuation: dict[str, str] | None = None
         while True:
@@ -140,7 +150,7 @@ class AudienceRepository:
                 page = await query_page(
                     client,
                     f"( {COUNT_RANGE} ) or RowKey eq @mode",  # a parameter ends at a space
-                    {**COUNT_BOUNDS, "mode": MODE_ROW},
+                    {**REACH_BOUNDS, "mode": MODE_ROW},
                     select=["PartitionKey", "RowKey", "n"],
                     limit=1000,
                     continuation=continuation,
@@ -287,3 +297,11 @@ def _counter_operation(
     if counter is None:
         return ("create", row)
     return ("update", row, {"mode": UpdateMode.REPLACE, **if_unchanged(counter)})
+
+
+def _reach(rows: list[TableEntity]) -> int:
+    """An author's followers and list memberships, from its counter rows."""
+    return sum(
+        total(row for row in rows if str(row["RowKey"]).startswith(prefix))
+        for prefix in (COUNT_PREFIX, MEMBERSHIPS_PREFIX)
+    )

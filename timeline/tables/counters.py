@@ -39,12 +39,13 @@ COUNT_PREFIX = "~count-"
 MEMBERSHIPS_PREFIX = "~lists-"
 """A second counter of a ``subjectFollowers`` partition, its lists' memberships
 (``~lists-NN``): uncounted as followers, counted toward the hybrid threshold."""
+REACH_BOUNDS = {"count_low": COUNT_PREFIX, "count_high": MEMBERSHIPS_PREFIX[:-1] + "."}
+"""Both counters of a ``subjectFollowers`` partition (``~count-`` to ``~lists.``): no other
+row of it sorts between them (``~copy-`` sorts before, ``~mode`` and ``~request-`` after)."""
 SHARDS = 16
 """Counter rows per partition. Changes in one process never share a shard (``_CHANGING``),
 so shards only have to spread processes; more would only lengthen every count read."""
 COUNT_RANGE = "RowKey ge @count_low and RowKey lt @count_high"
-COUNT_BOUNDS = {"count_low": COUNT_PREFIX, "count_high": COUNT_PREFIX[:-1] + "."}
-"""Every ``~count-NN`` (``-`` sorts just before ``.``), and nothing else."""
 WRITE_BUDGET_TIMEOUTS = 3
 """A change keeps retrying a contended counter for this many storage timeouts."""
 _BACKOFF_BASE_S = 0.005

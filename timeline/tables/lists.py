@@ -4,7 +4,8 @@ one per list up to the owner's cap: ``timeline.tables.slots``), each with ``list
 nothing a deleted list left behind ever belongs to another.
 
 A list's members are follows of its *reader* (``timeline.model.keys.list_reader``): a row in
-each member's ``subjectFollowers`` partition (uncounted: a list is no follower) and its index
+each member's ``subjectFollowers`` partition (counted apart: a list is no follower, but it
+weighs toward the hybrid threshold) and its index
 in ``subjectFollowing``, where the reader's partition is the member listing and its count.
 So a member's posts, reposts and deletes reach the list's timeline partition by the same
 fan-out, backfill and purge as a follower's home timeline.

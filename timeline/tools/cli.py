@@ -154,8 +154,9 @@ def build_parser() -> argparse.ArgumentParser:
     rebalance.set_defaults(func=cmd_rebalance)
     regrade = commands.add_parser(
         "regrade",
-        help="move authors across TIMELINE_FANOUT_ON_READ_FOLLOWERS where their follower "
-        "count says so (after turning hybrid fan-out on or changing the threshold)",
+        help="move authors across TIMELINE_FANOUT_ON_READ_FOLLOWERS where their reach "
+        "(followers and list memberships) says so (after turning hybrid fan-out on or "
+        "changing the threshold)",
     )
     regrade.add_argument("users", nargs="*", help="these authors (default: every author)")
     regrade.add_argument(
