@@ -145,7 +145,16 @@ def test_docs_are_grouped_with_examples_and_say_how_to_authorise(
 ) -> None:
     docs = Page(browsers("docs"), stack)
     docs.driver.get(f"{stack}/docs")
-    tags = ["accounts", "posts", "follows", "timeline", "relations", "markers", "operations"]
+    tags = [
+        "accounts",
+        "posts",
+        "follows",
+        "timeline",
+        "relations",
+        "markers",
+        "lists",
+        "operations",
+    ]
 
     def tag_names() -> list[str]:
         found = docs.driver.find_elements(By.CSS_SELECTOR, ".opblock-tag-section h3 .nostyle")
