@@ -27,7 +27,7 @@ from timeline.model.priority import Priority
 from timeline.retry import backoff_delay
 from timeline.storage.accounts import Storage, split_connection_strings
 from timeline.storage.names import TIMELINES
-from timeline.storage.queue import FanoutQueue, FanoutQueues, Lane
+from timeline.storage.queue import FanoutQueue, Lane
 from timeline.tables.traces import trace
 
 log = logging.getLogger(__name__)
@@ -95,15 +95,7 @@ class Worker:
                 trace=trace,
             )
             shards = await self._shards(storage)
-            processor = FanoutProcessor.on(
-                storage,
-                writer,
-                follower_page_size=settings.worker_follower_page_size,
-                timing=settings.fanout_timing(),
-                timeline_cap=settings.max_timeline_items,
-                hybrid=settings.hybrid(FanoutQueues(storage)),
-                inactivity=settings.inactivity(),
-            )
+            processor = FanoutProcessor.configured(storage, writer, settings)
             await writer.start()
             sweeps = self._start_sweeps(storage)
             try:

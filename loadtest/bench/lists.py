@@ -35,7 +35,6 @@ from timeline.model.messages import FanoutMessage, PostCreated
 from timeline.model.tokens import TokenSigner
 from timeline.storage.accounts import Storage
 from timeline.storage.names import POSTS, SUBJECT_FOLLOWERS, TIMELINES
-from timeline.storage.queue import FanoutQueues
 from timeline.tables.follows import FollowsRepository
 from timeline.tables.lists import ListsRepository
 from timeline.tables.timelines import TimelinesRepository
@@ -95,15 +94,7 @@ async def _delivery(storage: Storage, sizes: Sizes) -> dict[str, float]:
         max_buffered=settings.worker_max_buffered,
         trace=trace,
     ) as writer:
-        processor = FanoutProcessor.on(
-            storage,
-            writer,
-            follower_page_size=settings.worker_follower_page_size,
-            timing=settings.fanout_timing(),
-            timeline_cap=settings.max_timeline_items,
-            hybrid=settings.hybrid(FanoutQueues(storage)),
-            inactivity=settings.inactivity(),
-        )
+        processor = FanoutProcessor.configured(storage, writer, settings)
         without = await _deliver(processor, posts)
         follows, repository = FollowsRepository(storage), ListsRepository(storage)
         readers: list[str] = []

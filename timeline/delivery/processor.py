@@ -14,6 +14,8 @@ place (the worker rewrites the message), so a redelivered page never forks the c
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from timeline.delivery.batching.writer import PartitionWriter
 from timeline.delivery.context import Context
 from timeline.delivery.delete import PostRetraction
@@ -39,8 +41,12 @@ from timeline.model.messages import (
     Wake,
 )
 from timeline.storage.accounts import Storage
+from timeline.storage.queue import FanoutQueues
 from timeline.tables.activity import Inactivity
 from timeline.tables.repositories import Repositories
+
+if TYPE_CHECKING:
+    from timeline.config import Settings
 
 
 class FanoutProcessor:
@@ -101,6 +107,21 @@ class FanoutProcessor:
             timeline_cap=timeline_cap,
             hybrid=hybrid,
             inactivity=inactivity,
+        )
+
+    @classmethod
+    def configured(
+        cls, storage: Storage, writer: PartitionWriter, settings: Settings
+    ) -> FanoutProcessor:
+        """The processor a worker runs, on these settings (the bench builds the same)."""
+        return cls.on(
+            storage,
+            writer,
+            follower_page_size=settings.worker_follower_page_size,
+            timing=settings.fanout_timing(),
+            timeline_cap=settings.max_timeline_items,
+            hybrid=settings.hybrid(FanoutQueues(storage)),
+            inactivity=settings.inactivity(),
         )
 
     async def handle(self, message: FanoutMessage) -> Outcome:
