@@ -11,7 +11,14 @@ import pytest
 from aiohttp import ClientResponse
 from aiohttp.test_utils import TestClient
 
-from tests.conftest import api_client, eventually, make_settings, running_worker, unique
+from tests.conftest import (
+    api_client,
+    eventually,
+    make_settings,
+    provisioned,
+    running_worker,
+    unique,
+)
 from tests.helpers import Api, bearer
 from timeline.storage.accounts import Storage
 from timeline.tables.audience import MERGED
@@ -79,7 +86,7 @@ async def live(private_azurite: Azurite, tmp_path: Path) -> AsyncIterator[Live]:
         max_streams_per_user=2,
     )
     async with Storage(settings.connection_string()) as storage:
-        await storage.create_all()
+        await provisioned(storage)
         async with api_client(settings) as client, running_worker(settings):
             yield Live(client, Api(client), storage, Repositories.on(storage), {})
 
