@@ -4,6 +4,7 @@ identity row per case-folded id, naming the one spelling that owns it."""
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 from azure.core.exceptions import ResourceNotFoundError
@@ -17,12 +18,13 @@ from timeline.storage import calls
 from timeline.storage.accounts import Storage
 from timeline.storage.names import POSTS, SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING, USERS
 from timeline.tables.counters import count_of
-from timeline.tables.credentials import TOKEN_EPOCH
-from timeline.tables.rows import create_entity, get_entity
+from timeline.tables.credentials import DELETED_AT, IDENTITY_ROW_KEY, TOKEN_EPOCH
+from timeline.tables.rows import create_entity, delete_entity, get_entity
 
-IDENTITY_ROW_KEY = "identity"
-"""The row, in the partition of an id's case fold (``carol`` for ``Carol``), whose
-``user_id`` is the spelling that owns every id of that fold."""
+# The identity row (``IDENTITY_ROW_KEY``), in the partition of an id's case fold (``carol``
+# for ``Carol``), has the spelling that owns every id of that fold as ``user_id``. A deleted
+# account's stays, with ``deleted_at``: its tombstone, which keeps the id (every spelling
+# of it) taken and refuses its tokens.
 
 
 class UsersRepository:
@@ -39,6 +41,9 @@ class UsersRepository:
         if idempotency is not None:
             entity.update(idempotency.fields())
         if await create_entity(self._storage, USERS, entity):
+            if await self.deleted(user.user_id):  # a deletion took the id meanwhile
+                await self.delete_profile(user.user_id)
+                raise ConflictError(f"user id {user.user_id!r} is taken", code="user_exists")
             return True
         existing = await get_entity(self._storage, USERS, user.user_id, PROFILE_ROW_KEY)
         replay = existing is not None and idempotency is not None and idempotency.replays(existing)
@@ -82,6 +87,24 @@ class UsersRepository:
                 return False
         return True
 
+    async def tombstone(self, user_id: str) -> None:
+        """Mark the id's identity row deleted (idempotent): from now on the id cannot be
+        registered again and its tokens are refused (``CredentialsRepository.state``)."""
+        row: dict[str, Any] = {"PartitionKey": fold_user_id(user_id), "RowKey": IDENTITY_ROW_KEY}
+        row |= {"user_id": user_id, DELETED_AT: time.time()}
+        async with self._storage.guard(kind="write-1"):
+            await calls.update_entity(self._storage.table(USERS, row["PartitionKey"]), row)
+
+    async def deleted(self, user_id: str) -> bool:
+        """Whether the account was deleted (its tombstone is there): one point read."""
+        folded = fold_user_id(user_id)
+        row = await get_entity(self._storage, USERS, folded, IDENTITY_ROW_KEY)
+        return row is not None and row.get(DELETED_AT) is not None
+
+    async def delete_profile(self, user_id: str) -> None:
+        """Remove the profile row (idempotent): the user is a 404 from now on."""
+        await delete_entity(self._storage, USERS, user_id, PROFILE_ROW_KEY)
+
     async def claim_identity(self, user_id: str) -> None:
         """Make ``user_id`` the spelling that owns its case fold, before its profile exists;
         409 when another spelling owns it. The claim is never taken back: a registration that
@@ -96,6 +119,8 @@ class UsersRepository:
         if existing is None:  # claims are never deleted; only a storage rollback gets here
             raise ConflictError(f"user id {user_id!r} is being claimed", code="user_exists")
         owner = str(existing["user_id"])
+        if existing.get(DELETED_AT) is not None:
+            raise ConflictError(f"user id {user_id!r} is taken", code="user_exists")
         if owner != user_id:
             raise ConflictError(
                 f"user id {user_id!r} is taken: ids are unique ignoring case and {owner!r} exists",
