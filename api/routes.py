@@ -185,6 +185,11 @@ async def edit_user(request: web.Request) -> web.Response:
     return json_response(user.to_json())
 
 
+async def delete_user(request: web.Request) -> web.Response:
+    await _service(request).accounts.delete(await _actor(request), request.match_info["user_id"])
+    return web.Response(status=202)
+
+
 async def create_post(request: web.Request) -> web.Response:
     actor = await _actor(request)
     body = await _body(request, schemas.PostRequest)
@@ -303,6 +308,10 @@ OPERATIONS = [
               "Change the display name or whether follows need approval (locked)",
               request=schemas.ProfileEdit, response=schemas.Profile, auth=True,
               errors=(404, 429)),
+    Operation("DELETE", "/users/{user_id}", delete_user,
+              "Delete the account: its tokens are refused, its profile is gone and its id "
+              "stays taken at once; its posts, reposts, follows, lists and blocks go in the "
+              "background", status=202, auth=True, errors=(404, 429)),
     Operation("POST", "/users/{user_id}/posts", create_post, "Publish a post", status=202,
               request=schemas.PostRequest, response=schemas.PostOut, auth=True,
               errors=(404, 409, 422, 429),

@@ -200,6 +200,22 @@ class ListDeleted(_Message):
     confirm: bool = False
 
 
+Phase = Literal["lists", "following", "followers", "reposts", "posts", "blocks", "drop"]
+"""What an account's deletion does, in this order (``timeline.delivery.accounts``)."""
+
+
+class AccountDeleted(_Message):
+    """Undo everything of a deleted account, one phase and one page per lease (from
+    ``cursor``); the whole sweep again every ``sweep_delay_s`` (``confirm``) until one finds
+    nothing left, then drop the account's partitions."""
+
+    type: Literal["account_deleted"] = "account_deleted"
+    user: UserId
+    phase: Phase = "lists"
+    cursor: Cursor | None = None
+    confirm: bool = False
+
+
 FanoutMessage = Annotated[
     PostCreated
     | PostDeleted
@@ -209,7 +225,8 @@ FanoutMessage = Annotated[
     | Wake
     | Reposted
     | Unreposted
-    | ListDeleted,
+    | ListDeleted
+    | AccountDeleted,
     Field(discriminator="type"),
 ]
 _ADAPTER: TypeAdapter[FanoutMessage] = TypeAdapter(FanoutMessage)

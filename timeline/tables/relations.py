@@ -53,6 +53,10 @@ three: 1,000 + 100 + 1,000 + 1,000 rows at every cap, read before more "blocked 
 which sort first), then "blocked by" rows."""
 _RANGE = "PartitionKey eq @pk and RowKey ge @low and RowKey lt @high"
 _FROM = _RANGE
+_BOTH_WAYS = (
+    "PartitionKey eq @pk and ( ( RowKey ge @by and RowKey lt @by_end ) or "
+    "( RowKey ge @own and RowKey lt @own_end ) )"
+)
 _AFTER = "PartitionKey eq @pk and RowKey gt @after and RowKey lt @high"
 
 
@@ -174,6 +178,26 @@ class RelationsRepository:
     ) -> Page[tuple[str, datetime]]:
         page = await self._range(blocker, BLOCK, ["RowKey", "since"], limit, continuation)
         items = [(str(row["RowKey"])[2:], row["since"]) for row in page.items]
+        return Page(items, page.continuation)
+
+    async def ends_page(
+        self, user: str, limit: int, continuation: dict[str, str] | None
+    ) -> Page[tuple[str, str]]:
+        """One query's worth of the user's blocks both ways, as ``(blocker, blocked)``: its
+        "blocked by" rows, then its own blocks."""
+        async with self._storage.guard(kind="query"):
+            page = await query_page(
+                self._storage.reader(RELATIONS, user),
+                _BOTH_WAYS,
+                {"pk": user, "by": BLOCKED_BY, "by_end": "B.", "own": BLOCK, "own_end": "b."},
+                select=["RowKey"],
+                limit=min(limit, 1000),
+                continuation=continuation,
+            )
+        items = [
+            (key[2:], user) if key.startswith(BLOCKED_BY) else (user, key[2:])
+            for key in (str(row["RowKey"]) for row in page.items)
+        ]
         return Page(items, page.continuation)
 
     async def mutes_page(

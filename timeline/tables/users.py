@@ -16,10 +16,34 @@ from timeline.model.idempotency import IdempotencyRecord
 from timeline.model.keys import fold_user_id
 from timeline.storage import calls
 from timeline.storage.accounts import Storage
-from timeline.storage.names import POSTS, SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING, USERS
+from timeline.storage.calls import query_page, submit_batch
+from timeline.storage.names import (
+    POSTS,
+    RELATIONS,
+    SUBJECT_FOLLOWERS,
+    SUBJECT_FOLLOWING,
+    TIMELINES,
+    USERS,
+)
 from timeline.tables.counters import count_of
 from timeline.tables.credentials import DELETED_AT, IDENTITY_ROW_KEY, TOKEN_EPOCH
-from timeline.tables.rows import create_entity, delete_entity, get_entity
+from timeline.tables.rows import (
+    LISTING,
+    META,
+    PARTITION,
+    create_entity,
+    delete_entity,
+    drop_partition,
+    get_entity,
+)
+
+DELETIONS = f"{META}deletions"
+"""The ``users`` partition of the accounts whose deletion is in progress (a row each)."""
+REPOST_ROWS, REPOST_ROWS_END = f"{META}rp", f"{META}rq"
+"""The range of a ``posts`` partition's repost and repost index rows (``~rp-``, ``~rpof-``)."""
+_POSTS_OR_REPOSTS = (
+    "PartitionKey eq @pk and ( RowKey lt @meta or ( RowKey ge @rp and RowKey lt @rq ) )"
+)
 
 # The identity row (``IDENTITY_ROW_KEY``), in the partition of an id's case fold (``carol``
 # for ``Carol``), has the spelling that owns every id of that fold as ``user_id``. A deleted
@@ -88,12 +112,74 @@ class UsersRepository:
         return True
 
     async def tombstone(self, user_id: str) -> None:
-        """Mark the id's identity row deleted (idempotent): from now on the id cannot be
-        registered again and its tokens are refused (``CredentialsRepository.state``)."""
+        """File the deletion as in progress, then mark the id's identity row deleted
+        (idempotent): from now on the id cannot be registered again and its tokens are
+        refused (``CredentialsRepository.state``)."""
+        entry = {"PartitionKey": DELETIONS, "RowKey": user_id, DELETED_AT: time.time()}
+        await submit_batch(self._storage, USERS, DELETIONS, [("upsert", entry)])
         row: dict[str, Any] = {"PartitionKey": fold_user_id(user_id), "RowKey": IDENTITY_ROW_KEY}
         row |= {"user_id": user_id, DELETED_AT: time.time()}
         async with self._storage.guard(kind="write-1"):
             await calls.update_entity(self._storage.table(USERS, row["PartitionKey"]), row)
+
+    async def deletions(self, most: int = 1000) -> list[str]:
+        """The accounts whose deletion is in progress (at most ``most``): one query."""
+        async with self._storage.guard(kind="query"):
+            page = await query_page(
+                self._storage.reader(USERS, DELETIONS),
+                PARTITION,
+                {"pk": DELETIONS},
+                select=["RowKey"],
+                limit=most,
+                continuation=None,
+            )
+        return [str(row["RowKey"]) for row in page.items]
+
+    async def undone(self, user_id: str) -> bool:
+        """Whether nothing of the account is left to undo: no post, repost or repost index
+        row of it, no follower or list membership, no follow (three one-row queries)."""
+        checks: tuple[tuple[str, str, dict[str, str]], ...] = (
+            (POSTS, _POSTS_OR_REPOSTS, {"rp": REPOST_ROWS, "rq": REPOST_ROWS_END}),
+            (SUBJECT_FOLLOWERS, LISTING, {}),
+            (SUBJECT_FOLLOWING, LISTING, {}),
+        )
+        found = await asyncio.gather(
+            *(self._any(table, user_id, query, extra) for table, query, extra in checks)
+        )
+        return not any(found)
+
+    async def _any(self, table: str, user_id: str, query: str, extra: dict[str, str]) -> bool:
+        async with self._storage.guard(kind="query-1"):
+            page = await query_page(
+                self._storage.reader(table, user_id),
+                query,
+                {"pk": user_id, "meta": META, **extra},
+                select=["RowKey"],
+                limit=1,
+                continuation=None,
+            )
+        return bool(page.items) or page.continuation is not None
+
+    async def drop_account(self, user_id: str) -> None:
+        """Drop every partition of the account but its tombstone, and its entry among the
+        deletions in progress (last)."""
+        for table in (TIMELINES, POSTS, SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING, RELATIONS):
+            await drop_partition(self._storage, table, user_id)
+        await drop_partition(self._storage, USERS, user_id, keep=IDENTITY_ROW_KEY)
+        await delete_entity(self._storage, USERS, DELETIONS, user_id)
+
+    async def tidy_after(self, user_id: str) -> None:
+        """After the account's deletion has ended, drop what a late follow or unfollow of it
+        left in its follow partitions (counter rows); nothing while it is in progress (its
+        own last step drops them)."""
+        if await get_entity(self._storage, USERS, DELETIONS, user_id) is None:
+            for table in (SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING):
+                await drop_partition(self._storage, table, user_id)
+
+    async def forget_deletion(self, user_id: str) -> None:
+        """Remove an entry among the deletions in progress that has no tombstone (its
+        request died before it)."""
+        await delete_entity(self._storage, USERS, DELETIONS, user_id)
 
     async def deleted(self, user_id: str) -> bool:
         """Whether the account was deleted (its tombstone is there): one point read."""
