@@ -17,7 +17,7 @@ from timeline.storage.names import POSTS, TIMELINES, USERS
 from timeline.storage.queue import FanoutQueue
 from timeline.tables.activity import STAMP_ROW
 from timeline.tables.counters import shard_key
-from timeline.tables.users import IDENTITY_ROW_KEY
+from timeline.tables.credentials import IDENTITY_ROW_KEY
 from timeline.tools.azurite import Azurite
 from timeline.tools.views import POISON_HEADER
 
