@@ -20,7 +20,7 @@ async def test_a_deleted_account_is_gone_at_once_and_its_id_stays_taken(client: 
     assert (await client.delete(f"/users/{user}", headers=bearer(token))).status == 202
     assert await error_of(await client.get(f"/users/{user}"), 404) == "user_not_found"
     post = await client.post(f"/users/{user}/posts", json={"text": "hi"}, headers=bearer(token))
-    assert post.status == 401
+    assert await error_of(post, 401) == "revoked_token"
     again = await client.delete(f"/users/{user}", headers=bearer(token))
     assert again.status == 401
     for spelling in (user, user.lower(), user.upper()):
