@@ -186,8 +186,9 @@ async def edit_user(request: web.Request) -> web.Response:
 
 
 async def delete_user(request: web.Request) -> web.Response:
-    await _service(request).accounts.delete(await _actor(request), request.match_info["user_id"])
-    return web.Response(status=202)
+    user_id = request.match_info["user_id"]
+    await _service(request).accounts.delete(await _actor(request), user_id)
+    return json_response({"user_id": user_id, "state": "deleting"}, status=202)
 
 
 async def create_post(request: web.Request) -> web.Response:
@@ -311,7 +312,8 @@ OPERATIONS = [
     Operation("DELETE", "/users/{user_id}", delete_user,
               "Delete the account: its tokens are refused, its profile is gone and its id "
               "stays taken at once; its posts, reposts, follows, lists and blocks go in the "
-              "background", status=202, auth=True, errors=(404, 429)),
+              "background", status=202, response=schemas.AccountDeleting, auth=True,
+              errors=(404, 429)),
     Operation("POST", "/users/{user_id}/posts", create_post, "Publish a post", status=202,
               request=schemas.PostRequest, response=schemas.PostOut, auth=True,
               errors=(404, 409, 422, 429),

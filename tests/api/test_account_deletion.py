@@ -7,8 +7,9 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient
 
+from api import schemas
 from tests.conftest import unique
-from tests.helpers import Api, bearer, error_of
+from tests.helpers import Api, bearer, body_of, error_of
 
 Client = TestClient[Any, Any]
 
@@ -17,7 +18,9 @@ async def test_a_deleted_account_is_gone_at_once_and_its_id_stays_taken(client: 
     api = Api(client)
     user, other = unique("Del"), unique("other")
     token, other_token = await api.register(user), await api.register(other)
-    assert (await client.delete(f"/users/{user}", headers=bearer(token))).status == 202
+    deleted = await client.delete(f"/users/{user}", headers=bearer(token))
+    assert deleted.status == 202
+    assert await body_of(deleted, schemas.AccountDeleting) == {"user_id": user, "state": "deleting"}
     assert await error_of(await client.get(f"/users/{user}"), 404) == "user_not_found"
     post = await client.post(f"/users/{user}/posts", json={"text": "hi"}, headers=bearer(token))
     assert await error_of(post, 401) == "revoked_token"
