@@ -2,21 +2,24 @@
 each thing, then its partitions dropped; and a follow or unfollow whose side is gone (a
 deleted account or list) ends at once.
 
-The deletion sends, page by page, what the API would send to undo each of the account's
-things one by one: a ``ListDeleted`` per list it owns, an ``Unfollowed`` per follow either
-way (list memberships included), an ``Unreposted`` per repost and a ``PostDeleted`` per
-post; and it ends its blocks both ways itself. Those messages' own passes make each undo
-exact, as they do for the API. Each is sent *before* anything it undoes changes (they
-change it themselves), so a lease that dies midway is redone from what storage still shows.
+The deletion sends, page by page and as background work, what the API would send to undo
+each of the account's things one by one: a ``ListDeleted`` per list it owns, an
+``Unfollowed`` per follow either way (list memberships included, and every pair whose index
+row may still name it: its ``~unfollowed-`` rows), then, once its followers' unfollows have
+run, an ``Unreposted`` per repost and a ``PostDeleted`` per post; it ends its blocks and
+mutes both ways itself. Those messages' own passes make each undo exact, as they do for the
+API. Each is sent *before* anything it undoes changes (they change it themselves), so a
+lease that dies midway is redone from what storage still shows.
 
 Why nothing stays. The tombstone is written before the message is released, so every
-request that could add a row of the account was accepted before it and lands within the
-API's write deadline (or, in another API process, the credentials cache period later). The
-sweep runs again every ``sweep_delay_s`` (longer than both) until one finds nothing left:
-no post, repost or repost index row in its ``posts`` partition, no follower or list
-membership in ``subjectFollowers``, no follow in ``subjectFollowing``. Only then are the
-account's partitions dropped. A follow or unfollow message that runs later finds a side
-gone and ends the pair (``end``): it never recreates a row of the account.
+request that could add a row of the account was accepted before it (or, in another API
+process, within the credentials cache period after it) and lands within the API's hidden
+time. The sweep runs again every ``account_every_s`` (longer than both together) until one
+finds nothing left: no post, repost or repost index row in its ``posts`` partition, no
+follower or list membership in ``subjectFollowers``, no follow in ``subjectFollowing``.
+Only then are the account's partitions dropped. A follow or unfollow message that runs
+later finds a side gone and ends the pair (``end``): it never recreates a row of the
+account (the counter rows it leaves in a finished deletion's partitions it drops).
 """
 
 from __future__ import annotations
@@ -44,7 +47,20 @@ from timeline.storage.queue import MessageSender
 
 ITEMS_PER_LEASE = 100
 """Things one lease undoes (a send each, or two deletes for a block)."""
-ORDER: tuple[Phase, ...] = ("lists", "following", "followers", "reposts", "posts", "blocks")
+GATE_POLL_S = 5.0
+"""How often the deletion looks whether its followers' unfollows have run, before it undoes
+its reposts and posts."""
+ORDER: tuple[Phase, ...] = (
+    "lists",
+    "following",
+    "followers",
+    "unfollowed",
+    "reposts",
+    "posts",
+    "blocks",
+    "mutes",
+    "muters",
+)
 """The sweep's phases; ``drop`` follows the last."""
 
 
@@ -61,6 +77,8 @@ class AccountRemoval:
             return DONE
         if message.phase == "drop":
             return await self._drop(message)
+        if message.phase == "reposts" and message.cursor is None and await self._followed(user):
+            return Continue(message, delay_s=min(GATE_POLL_S, self._sweep_s))
         page = await self._undo_page(user, message.phase, message.cursor)
         if page.continuation is not None:
             return Continue(message.model_copy(update={"cursor": page.continuation}))
@@ -69,12 +87,22 @@ class AccountRemoval:
         update: dict[str, object] = {"phase": phase, "cursor": None}
         if phase == "drop" and not message.confirm:  # the first sweep: a second one later
             update = {"phase": ORDER[0], "cursor": None, "confirm": True}
-            return Continue(message.model_copy(update=update), delay_s=self._sweep_s)
+            return Continue(message.model_copy(update=update), delay_s=self._account_sweep_s)
         return Continue(message.model_copy(update=update))
+
+    async def _followed(self, user: str) -> bool:
+        """Whether a follower or list membership is left (its unfollow still to run): a
+        post's or repost's undo would then remove each copy from each follower again."""
+        page = await self._repos.follows.follower_ids_page(user, 1, None)
+        return bool(page.items) or page.continuation is not None
 
     @property
     def _sweep_s(self) -> float:
         return self._ctx.timing.sweep_delay_s
+
+    @property
+    def _account_sweep_s(self) -> float:
+        return self._ctx.timing.account_every_s
 
     async def _undo_page(
         self, user: str, phase: Phase, cursor: dict[str, str] | None
@@ -92,8 +120,12 @@ class AccountRemoval:
                 subjects = await repos.follows.index_page(user, limit, cursor)
                 messages = [Unfollowed(follower=user, subject=s) for s in subjects.items]
                 page = Page(list(subjects.items), subjects.continuation)
-            case "followers":
-                readers = await repos.follows.follower_ids_page(user, limit, cursor)
+            case "followers" | "unfollowed":
+                readers = await (
+                    repos.follows.follower_ids_page
+                    if phase == "followers"
+                    else repos.follows.left_page
+                )(user, limit, cursor)
                 messages = [Unfollowed(follower=r, subject=user) for r in readers.items]
                 page = Page(list(readers.items), readers.continuation)
             case "reposts":
@@ -126,14 +158,27 @@ class AccountRemoval:
                 ]
             )
             return Page(list(posts.items), posts.continuation)
-        ends = await repos.relations.ends_page(user, limit, cursor)
-        for blocker, blocked in ends.items:  # both ways: "b-" and "B-" rows of the user
-            await repos.relations.unblock(blocker, blocked)
-        return Page(list(ends.items), ends.continuation)
+        relations = repos.relations
+        if phase == "blocks":
+            ends = await relations.ends_page(user, limit, cursor)
+            for blocker, blocked in ends.items:  # both ways: its "b-" and "B-" rows
+                await relations.unblock(blocker, blocked)
+            return Page(list(ends.items), ends.continuation)
+        if phase == "mutes":
+            mutes = await relations.mutes_page(user, limit, cursor)
+            for mute in mutes.items:
+                await relations.unmute(user, mute.user_id)
+            return Page(list(mutes.items), mutes.continuation)
+        muters = await relations.muters_page(user, limit, cursor)
+        for muter in muters.items:
+            await relations.unmute(muter, user)
+        return Page(list(muters.items), muters.continuation)
 
     async def _send(self, messages: list[FanoutMessage]) -> None:
+        """Send them as background work (user-facing work goes first)."""
         queue = self._queue()
-        await asyncio.gather(*(queue.send(message) for message in messages))
+        background = [message.model_copy(update={"background": True}) for message in messages]
+        await asyncio.gather(*(queue.send(message) for message in background))
 
     def _queue(self) -> MessageSender:
         if self._ctx.queue is None:
@@ -149,7 +194,7 @@ class AccountRemoval:
             await self._repos.users.drop_account(user)
             return DONE
         again = message.model_copy(update={"phase": ORDER[0], "cursor": None, "confirm": True})
-        return Continue(again, delay_s=self._sweep_s)
+        return Continue(again, delay_s=self._account_sweep_s)
 
     async def gone(self, message: Followed | Unfollowed) -> bool:
         """Whether a side of the pair is gone: a deleted list (or a list of a deleted owner)
@@ -180,6 +225,7 @@ class AccountRemoval:
         await follows.drop_index_row(reader, subject)
         reader_gone = await self._reader_gone(reader)
         if reader_gone:
+            await follows.drop_left(reader, subject)
             await self._repos.timelines.drop(reader)
         else:
             await self._feed.purge(reader, subject)

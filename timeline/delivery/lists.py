@@ -46,6 +46,7 @@ class ListRemoval:
         for member in page.items:  # an ended row may be an add that died midway
             await follows.remove(reader, member)
             await follows.sync_index(reader, member)
+            await follows.drop_left(reader, member)  # the index goes whole, in the last pass
             await self._feed.unmerge_if_unfollowed(reader, member)
             await queue_regrade_if_due(self._repos, self._ctx.hybrid, member)
         if page.continuation is not None:

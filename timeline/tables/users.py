@@ -27,6 +27,7 @@ from timeline.storage.names import (
 )
 from timeline.tables.counters import count_of
 from timeline.tables.credentials import DELETED_AT, IDENTITY_ROW_KEY, TOKEN_EPOCH
+from timeline.tables.relations import muted_by
 from timeline.tables.rows import (
     LISTING,
     META,
@@ -165,6 +166,7 @@ class UsersRepository:
         deletions in progress (last)."""
         for table in (TIMELINES, POSTS, SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING, RELATIONS):
             await drop_partition(self._storage, table, user_id)
+        await drop_partition(self._storage, RELATIONS, muted_by(user_id))
         await drop_partition(self._storage, USERS, user_id, keep=IDENTITY_ROW_KEY)
         await delete_entity(self._storage, USERS, DELETIONS, user_id)
 
