@@ -1,13 +1,14 @@
 """An account's deletion: what deleting a user with ``delete_followers`` followers,
-``delete_follows`` follows, ``delete_posts`` posts (each copied into every follower's
-timeline) and ``delete_reposts`` reposts of its posts by others costs.
+``delete_follows`` follows, ``delete_posts`` posts (the newest ``delete_copies_each`` of them
+in every follower's timeline) and ``delete_reposts`` reposts of its posts by others costs.
 
 In process: a ``FanoutProcessor`` built as the worker builds it, whose messages (the
 deletion's and every one it sends) are run here one after another, second passes at once
 (their waits, ``account_every_s`` and ``sweep_delay_s``, are protocol delays, not work).
 ``account_delete_s`` is the seconds that work took, ``account_delete_requests`` the storage
 requests it made (this process's ``timeline_storage_requests_total``), and
-``account_delete_messages`` the messages it ran. The end is checked: no follower's
+``account_delete_messages`` the messages it ran (``account_delete_copies``: the copies
+of its posts in followers' timelines it removed). The end is checked: no follower's
 timeline holds a post of the user, and only the tombstone names it."""
 
 from __future__ import annotations
@@ -81,6 +82,7 @@ async def deletion(sizes: Sizes) -> dict[str, Any]:
         "account_delete_s": seconds,
         "account_delete_requests": requests,
         "account_delete_messages": float(messages),
+        "account_delete_copies": float(sizes.delete_followers * sizes.delete_copies_each),
     }
 
 
@@ -102,7 +104,7 @@ async def _seed(storage: Storage, repos: Repositories, sizes: Sizes) -> None:
         await repos.posts.add(Post(new_post_id(base + i * 10_000_000), USER, TEXT))
         for i in range(sizes.delete_posts)
     ]
-    copies = [post.to_entity(fan) for fan in fans for post in posts]
+    copies = [post.to_entity(fan) for fan in fans for post in posts[-sizes.delete_copies_each :]]
     await write_rows(storage, TIMELINES, copies, "deletion: copies")
     for i in range(sizes.delete_reposts):
         reposter, post = f"dr{i:05d}", posts[i % len(posts)]
