@@ -32,7 +32,6 @@ from timeline.storage.queue import FanoutQueues
 from timeline.tables.audience import COPIED, COPY_PREFIX, MERGED, AuthorMode
 from timeline.tables.counters import count_of
 from timeline.tables.credentials import IDENTITY_ROW_KEY
-from timeline.tables.follows import REQUEST_PREFIX
 from timeline.tables.repositories import Repositories
 
 SETTLE_TIMEOUT_S = 120.0
@@ -137,9 +136,8 @@ async def deleted_accounts(storage: Storage, users: list[str]) -> list[str]:
 
 async def check_deleted_accounts(storage: Storage, deleted: list[str]) -> None:
     """No row anywhere names a deleted account but its tombstone, beside what the docs say
-    is left for now (docs/guarantees.md, "Account deletion"): its follow requests
-    (``~request-{user}``), others' replies' ``reply_author``, and the rows that end by
-    themselves (``expiries``, ``rateLimits``)."""
+    is left for now (docs/guarantees.md, "Account deletion"): others' replies'
+    ``reply_author``, and the rows that end by themselves (``expiries``, ``rateLimits``)."""
     for user in deleted:
         named = re.compile(rf"(?<![A-Za-z0-9_]){re.escape(user)}(?![A-Za-z0-9_])")
         strays: list[tuple[str, str, str]] = []
@@ -153,8 +151,6 @@ async def check_deleted_accounts(storage: Storage, deleted: list[str]) -> None:
                 for row in rows:
                     keys = (str(row["PartitionKey"]), str(row["RowKey"]))
                     if (table, *keys) == (USERS, user, IDENTITY_ROW_KEY):
-                        continue
-                    if keys[1] == f"{REQUEST_PREFIX}{user}":
                         continue
                     fields = {k: v for k, v in row.items() if k != "reply_author"}
                     texts = [*keys, *(v for v in fields.values() if isinstance(v, str))]

@@ -154,3 +154,22 @@ async def test_a_message_for_an_account_never_deleted_does_nothing(own: Storage)
         await w.processor.handle(AccountDeleted(user=alive))
         assert await w.repos.posts.get(alive, post.post_id) is not None
         assert await w.repos.users.get(alive) is not None
+
+
+async def test_follow_requests_either_way_leave_nothing(own: Storage) -> None:
+    """A pending request by the account (in a locked user's partition) and one to it (the
+    requester's index row naming it): both are found from the account's side and go."""
+    async with world(own) as w:
+        gone, locked, asker = await new_users(w.repos, "gone", "locked", "asker")
+        s = w.service
+        for user in (locked, gone):
+            await s.accounts.edit(user, user, display_name=None, locked=True)
+        assert not await s.follows.follow(gone, gone, locked)
+        assert not await s.follows.follow(asker, asker, gone)
+        await w.drain()
+        await s.accounts.delete(gone, gone)
+        await w.drain()
+        assert await w.repos.follows.request_of(gone, locked) is None
+        assert (await w.repos.follows.requests_page(locked, 10, None)).items == []
+        assert await w.repos.follows.following_count(asker) == 0
+        assert await rows_holding(own, gone) == [("users", gone, IDENTITY_ROW_KEY)]

@@ -211,10 +211,11 @@ class AccountRemoval:
         return await self._repos.lists.get(owner, list_id) is None
 
     async def end(self, message: Followed | Unfollowed) -> Outcome:
-        """End a pair with a gone side; now and once more ``sweep_delay_s`` later (a request
+        """End a pair with a gone side; now and once more ``account_every_s`` later (a request
         or delivery in flight may still write). The follow goes (uncounted), and the index
         row after it is synced (the follower's count), then the reader's copies: its whole
-        timeline if the reader is gone, else the subject's copies in it. A deleted account
+        timeline if the reader is gone (and its request to follow the subject, if any), else
+        the subject's copies in it. A deleted account
         whose deletion has ended loses the counter rows this left. Only this pair: a backlog
         of such messages costs one end each."""
         reader, subject = message.follower, message.subject
@@ -225,6 +226,7 @@ class AccountRemoval:
         await follows.drop_index_row(reader, subject)
         reader_gone = await self._reader_gone(reader)
         if reader_gone:
+            await follows.drop_request(reader, subject)  # a gone user's request to follow
             await follows.drop_left(reader, subject)
             await self._repos.timelines.drop(reader)
         else:
@@ -235,9 +237,9 @@ class AccountRemoval:
             await queue_regrade_if_due(self._repos, self._ctx.hybrid, subject)
         if reader_gone and list_owner(reader) is None:
             await users.tidy_after(reader)
-        if not message.confirm:
+        if not message.confirm:  # after what a request still in flight may write
             again = message.model_copy(update={"confirm": True})
-            return Continue(again, delay_s=self._sweep_s)
+            return Continue(again, delay_s=self._account_sweep_s)
         a_list = reader_gone and list_owner(reader) is not None
         if a_list and not (await follows.index_page(reader, 1, None)).items:
             await follows.drop_index(reader)  # its counter rows, once no member is left

@@ -108,7 +108,11 @@ class FollowsRepository:
     async def request(self, follower: str, subject: str, *, reposts: bool = True) -> None:
         """Ask to follow (a repeated request keeps the first row, etag and all, so an
         approval that read it still finds it unchanged); ``reposts=False`` is kept on the
-        row for the follow it becomes."""
+        row for the follow it becomes. The follower's index row for the pair is made first
+        (inactive, unless one is there): so the request is found from the follower's side,
+        as a follow is, whatever interleaving or crash."""
+        if await get_entity(self._storage, SUBJECT_FOLLOWING, follower, subject) is None:
+            await self.sync_index(follower, subject)
         row: dict[str, Any] = {
             "PartitionKey": subject,
             "RowKey": REQUEST_PREFIX + follower,
