@@ -48,8 +48,8 @@ from timeline.storage.queue import MessageSender
 ITEMS_PER_LEASE = 100
 """Things one lease undoes (a send each, or two deletes for a block)."""
 GATE_POLL_S = 5.0
-"""How often the deletion looks whether its followers' unfollows have run, before it undoes
-its reposts and posts."""
+"""How often the deletion looks whether its followers' unfollows have run (sending those
+still there again), before it undoes its reposts and posts."""
 ORDER: tuple[Phase, ...] = (
     "lists",
     "following",
@@ -77,8 +77,11 @@ class AccountRemoval:
             return DONE
         if message.phase == "drop":
             return await self._drop(message)
-        if message.phase == "reposts" and message.cursor is None and await self._followed(user):
-            return Continue(message, delay_s=min(GATE_POLL_S, self._sweep_s))
+        if message.phase == "reposts" and message.cursor is None:
+            left = await self._repos.follows.follower_ids_page(user, ITEMS_PER_LEASE, None)
+            if left.items:  # their unfollows have not run (or were lost): send them again
+                await self._send([Unfollowed(follower=r, subject=user) for r in left.items])
+                return Continue(message, delay_s=min(GATE_POLL_S, self._sweep_s))
         page = await self._undo_page(user, message.phase, message.cursor)
         if page.continuation is not None:
             return Continue(message.model_copy(update={"cursor": page.continuation}))
@@ -89,12 +92,6 @@ class AccountRemoval:
             update = {"phase": ORDER[0], "cursor": None, "confirm": True}
             return Continue(message.model_copy(update=update), delay_s=self._account_sweep_s)
         return Continue(message.model_copy(update=update))
-
-    async def _followed(self, user: str) -> bool:
-        """Whether a follower or list membership is left (its unfollow still to run): a
-        post's or repost's undo would then remove each copy from each follower again."""
-        page = await self._repos.follows.follower_ids_page(user, 1, None)
-        return bool(page.items) or page.continuation is not None
 
     @property
     def _sweep_s(self) -> float:
@@ -224,10 +221,10 @@ class AccountRemoval:
         await self._feed.unmerge_if_unfollowed(reader, subject)
         await follows.sync_index(reader, subject)
         await follows.drop_index_row(reader, subject)
+        await follows.drop_left(reader, subject)
         reader_gone = await self._reader_gone(reader)
         if reader_gone:
             await follows.drop_request(reader, subject)  # a gone user's request to follow
-            await follows.drop_left(reader, subject)
             await self._repos.timelines.drop(reader)
         else:
             await self._feed.purge(reader, subject)
