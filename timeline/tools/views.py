@@ -34,7 +34,8 @@ NOUNS = {
 """What a table's rows are to its readers; tables not named here hold internal rows only."""
 LEGEND = (
     "internal rows: counters, idempotency keys, undone reposts, activity stamps, "
-    "ended follows in their cool-down, rate-limit windows and the expiries index"
+    "ended follows and their ~unfollowed- rows, the reverse rows of mutes, "
+    "rate-limit windows and the expiries index"
 )
 
 
