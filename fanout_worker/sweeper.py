@@ -39,12 +39,10 @@ from timeline.tables.expiries import (
     IDEMPOTENCY,
     MUTE,
     RATE_LIMIT,
-    REVERSE,
     ExpiriesRepository,
     Expiry,
     filed_at,
 )
-from timeline.tables.relations import RelationsRepository
 from timeline.tables.rows import if_unchanged
 
 log = logging.getLogger(__name__)
@@ -75,7 +73,6 @@ class Sweeper:
     def __init__(self, storage: Storage, *, dormancy: Dormancy | None = None) -> None:
         self._storage = storage
         self._expiries = ExpiriesRepository(storage)
-        self._relations = RelationsRepository(storage)
         self._dormancy = dormancy
 
     async def run(self, stopping: asyncio.Event, interval_s: float) -> None:
@@ -138,8 +135,6 @@ class Sweeper:
                 if self._dormancy is None or not await self._dormancy.check(expiry.pk, now):
                     report.deferred += 1
                     return
-            elif expiry.kind == REVERSE:
-                await self._relations.reconcile_reverse(expiry.pk, expiry.rk)
             elif await self._remove(expiry, now):
                 report.removed += 1
             await self._expiries.drop(expiry)

@@ -19,8 +19,9 @@ from timeline.storage.flow.limiter import AdaptiveLimiter, LimiterSettings
 from timeline.storage.queue import MessageSender
 from timeline.tables.activity import Inactivity
 from timeline.tables.counters import WRITE_BUDGET_TIMEOUTS
-from timeline.tables.relations import REVERSE_CHECK_S
 
+MAX_HIDDEN_S = 7 * 24 * 3600
+"""The longest a queue message can be sent hidden (Azure Queue Storage's limit)."""
 CONNECTION_FILE = "storage-connection-string"
 """Written by the running embedded stack so admin commands find its Azurites (one per line)."""
 
@@ -317,11 +318,10 @@ class Settings(BaseSettings):
                 f"TIMELINE_API_HIDDEN_MESSAGE_S must exceed the API write deadline plus the "
                 f"storage timeout ({earliest:g} s: {WRITE_BUDGET_TIMEOUTS + 3} storage timeouts)"
             )
-        if hidden >= REVERSE_CHECK_S:
+        if hidden > MAX_HIDDEN_S:
             raise ConfigurationError(
-                f"an API write's message must stay hidden less than {REVERSE_CHECK_S:g} s (a "
-                f"block's or mute's reverse row is checked then): lower "
-                f"TIMELINE_STORAGE_TIMEOUT_S or TIMELINE_API_HIDDEN_MESSAGE_S"
+                f"an API write's message can stay hidden {MAX_HIDDEN_S} s at most (7 days): "
+                f"lower TIMELINE_STORAGE_TIMEOUT_S or TIMELINE_API_HIDDEN_MESSAGE_S"
             )
         return hidden
 

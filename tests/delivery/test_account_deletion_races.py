@@ -6,18 +6,27 @@ merged author with overflow readers."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
+from fanout_worker.sweeper import Sweeper
 from tests.conftest import make_settings
 from tests.delivery.helpers import Recorder, unlimited_service
 from tests.delivery.hybrid_helpers import HYBRID, TIMING, home_pages, new_users, regrade
 from tests.delivery.test_account_deletion import rows_holding, world
+from tests.tables.test_mute_and_filter_lifetime import LATER
 from timeline.delivery.batching.writer import PartitionWriter
 from timeline.delivery.outcomes import Continue
 from timeline.delivery.processor import FanoutProcessor
 from timeline.model.entities import Post
 from timeline.model.keys import list_reader, new_post_id, now_ticks
-from timeline.model.messages import PostCreated, Reposted
+from timeline.model.messages import (
+    AccountDeleted,
+    FanoutMessage,
+    PostCreated,
+    Reposted,
+    Unfollowed,
+)
 from timeline.storage.accounts import Storage
 from timeline.storage.names import TIMELINES
 from timeline.tables.audience import MERGED
@@ -248,3 +257,49 @@ async def test_a_post_landing_before_the_second_sweep_is_undone(own: Storage) ->
         w.recorder.sent += [PostCreated(author=gone, post_id=late.post_id), second_sweep]
         await w.drain()
         assert await rows_holding(own, gone) == only_tombstone(gone)
+
+
+async def test_a_lost_unfollow_does_not_hold_the_deletion_forever(own: Storage) -> None:
+    """U has a follower F; the Unfollowed its deletion sends for F is lost once (parked in
+    the poison queue after repeated failures, say): the next sweep finds F and sends it
+    again."""
+    async with world(own) as w:
+        gone, follower = await new_users(w.repos, "gone", "follower")
+        await w.service.follows.follow(follower, follower, gone)
+        await w.drain()
+        await w.service.accounts.delete(gone, gone)
+        work: list[FanoutMessage] = list(w.recorder.sent)
+        w.recorder.sent.clear()
+        lost, phases, polls = 0, [], 0
+        while work and polls < 60:
+            message = work.pop(0)
+            if isinstance(message, Unfollowed) and message.subject == gone and not lost:
+                lost += 1
+                continue
+            if isinstance(message, AccountDeleted):
+                polls += 1
+                phases.append((message.phase, message.confirm))
+            outcome = await w.processor.handle(message)
+            if isinstance(outcome, Continue):
+                work.append(outcome.message)
+            work.extend(w.recorder.sent)
+            w.recorder.sent.clear()
+        assert lost == 1
+        assert polls < 60, phases[-5:]
+        assert await rows_holding(own, gone) == only_tombstone(gone)
+
+
+async def test_a_mute_made_again_without_an_end_still_finds_its_muter(own: Storage) -> None:
+    """M mutes U until soon, then again with no end; the sweep after the first end keeps the
+    mute (it has no end now) and must keep its reverse row, or U's deletion misses M's
+    ``m-{U}`` row."""
+    async with world(own) as w:
+        muter, other = await new_users(w.repos, "muter", "other")
+        relations = w.repos.relations
+        await relations.mute(muter, other, time.time() + 60, True)
+        await relations.mute(muter, other, None, True)
+        await Sweeper(own).sweep(now=time.time() + LATER)
+        assert await relations.mute_of(muter, other) is not None
+        await w.service.accounts.delete(other, other)
+        await w.drain()
+        assert await rows_holding(own, other) == only_tombstone(other)

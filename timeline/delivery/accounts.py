@@ -5,11 +5,11 @@ deleted account or list) ends at once.
 The deletion sends, page by page and as background work, what the API would send to undo
 each of the account's things one by one: a ``ListDeleted`` per list it owns, an
 ``Unfollowed`` per follow either way (list memberships included, and every pair whose index
-row may still name it: its ``~unfollowed-`` rows), then, once its followers' unfollows have
-run, an ``Unreposted`` per repost and a ``PostDeleted`` per post; it ends its blocks and
-mutes both ways itself. Those messages' own passes make each undo exact, as they do for the
-API. Each is sent *before* anything it undoes changes (they change it themselves), so a
-lease that dies midway is redone from what storage still shows.
+row may still name it: its ``~unfollowed-`` rows), an ``Unreposted`` per repost and a
+``PostDeleted`` per post; it ends its blocks and mutes both ways itself. Those messages' own
+passes make each undo exact, as they do for the API. Each is sent *before* anything it
+undoes changes (they change it themselves), so a lease that dies midway is redone from what
+storage still shows.
 
 Why nothing stays. The tombstone is written before the message is released, so every
 request that could add a row of the account was accepted before it (or, in another API
@@ -47,9 +47,6 @@ from timeline.storage.queue import MessageSender
 
 ITEMS_PER_LEASE = 100
 """Things one lease undoes (a send each, or two deletes for a block)."""
-GATE_POLL_S = 5.0
-"""How often the deletion looks whether its followers' unfollows have run (sending those
-still there again), before it undoes its reposts and posts."""
 ORDER: tuple[Phase, ...] = (
     "lists",
     "following",
@@ -77,11 +74,6 @@ class AccountRemoval:
             return DONE
         if message.phase == "drop":
             return await self._drop(message)
-        if message.phase == "reposts" and message.cursor is None:
-            left = await self._repos.follows.follower_ids_page(user, ITEMS_PER_LEASE, None)
-            if left.items:  # their unfollows have not run (or were lost): send them again
-                await self._send([Unfollowed(follower=r, subject=user) for r in left.items])
-                return Continue(message, delay_s=min(GATE_POLL_S, self._sweep_s))
         page = await self._undo_page(user, message.phase, message.cursor)
         if page.continuation is not None:
             return Continue(message.model_copy(update={"cursor": page.continuation}))

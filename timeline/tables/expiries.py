@@ -46,10 +46,6 @@ SHARDS = 16
 DUE, ACTIVITY = "d", "a"
 IDEMPOTENCY, RATE_LIMIT = "idempotency", "rate"
 MUTE, FILTER = "mute", "filter"
-REVERSE = "reverse"
-"""A block's or mute's reverse row (``timeline.tables.relations``), filed before each change
-of the pair, to be made to agree with its block or mute once every write of the change has
-landed."""
 """A mute or keyword filter with an expiry (``timeline.tables.relations``), filed by when it
 is due."""
 DORMANCY = "dormancy"
@@ -60,7 +56,6 @@ KINDS = {
     RATE_LIMIT: DUE,
     MUTE: DUE,
     FILTER: DUE,
-    REVERSE: DUE,
     DORMANCY: ACTIVITY,
 }
 """Each kind of auxiliary row and the group it is filed in."""

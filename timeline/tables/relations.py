@@ -35,7 +35,7 @@ from timeline.model.phrases import NO_PHRASES, Phrases
 from timeline.storage.accounts import Storage
 from timeline.storage.calls import query_page, submit_batch
 from timeline.storage.names import RELATIONS
-from timeline.tables.expiries import FILTER, MUTE, REVERSE, ExpiriesRepository
+from timeline.tables.expiries import FILTER, MUTE, ExpiriesRepository
 from timeline.tables.lists import exclusive_list_id
 from timeline.tables.rows import (
     PARTITION,
@@ -55,10 +55,6 @@ def muted_by(user: str) -> str:
 
 
 META_SUFFIX = "~muted"
-REVERSE_CHECK_S = 600.0
-"""How long after a change of a block or mute its reverse row is checked against it (the
-``expiries`` kind ``reverse``): past every write the change's request can still land (the
-API's hidden time, which the settings keep below this)."""
 MAX_BLOCKS = 1000
 MAX_MUTES = 1000
 MAX_FILTERS = 100
@@ -137,7 +133,6 @@ class RelationsRepository:
         """Record the block (both rows); False when it already existed."""
         if await self.blocks(blocker, other):
             return False
-        await self._check_reverse_later(other, BLOCKED_BY + blocker)
         since = datetime.now(UTC)
         await self._upsert({"PartitionKey": other, "RowKey": BLOCKED_BY + blocker, "since": since})
         await self._upsert({"PartitionKey": blocker, "RowKey": BLOCK + other, "since": since})
@@ -145,7 +140,6 @@ class RelationsRepository:
 
     async def unblock(self, blocker: str, other: str) -> None:
         """Remove the block row, then the "blocked by" row (idempotent)."""
-        await self._check_reverse_later(other, BLOCKED_BY + blocker)
         await self._delete(blocker, BLOCK + other)
         await self._delete(other, BLOCKED_BY + blocker)
 
@@ -161,7 +155,6 @@ class RelationsRepository:
     async def mute(self, muter: str, other: str, expires_at: float | None, reposts: bool) -> None:
         """Record (or replace) the mute; one with an expiry is filed to be swept after it."""
         key, reverse = MUTED + other, muted_by(other)
-        await self._check_reverse_later(reverse, muter)
         if expires_at is not None:
             await self._expiries.note(MUTE, RELATIONS, reverse, muter, at=expires_at)
             await self._expiries.note(MUTE, RELATIONS, muter, key, at=expires_at)
@@ -179,7 +172,6 @@ class RelationsRepository:
 
     async def unmute(self, muter: str, other: str) -> None:
         """Remove the mute row, then its reverse row (idempotent)."""
-        await self._check_reverse_later(muted_by(other), muter)
         await self._delete(muter, MUTED + other)
         await self._delete(muted_by(other), muter)
 
@@ -347,31 +339,6 @@ class RelationsRepository:
                 limit=min(limit, 1000),
                 continuation=continuation,
             )
-
-    async def _check_reverse_later(self, partition: str, key: str) -> None:
-        """File the reverse row's check before a change of its pair: a request that dies
-        between the pair's two writes leaves them disagreeing until the check."""
-        at = time.time() + REVERSE_CHECK_S
-        await self._expiries.note(REVERSE, RELATIONS, partition, key, at=at)
-
-    async def reconcile_reverse(self, partition: str, key: str) -> None:
-        """Make a reverse row agree with its block or mute as stored now: write it (with the
-        mute's end) if that is there, else delete it. A check that read before a later
-        change of the pair is followed by that change's own check."""
-        if key.startswith(BLOCKED_BY):
-            forward_partition, forward_key = key.removeprefix(BLOCKED_BY), BLOCK + partition
-        else:
-            forward_partition, forward_key = key, MUTED + partition.removesuffix(META_SUFFIX)
-        forward = await get_entity(self._storage, RELATIONS, forward_partition, forward_key)
-        if forward is None:
-            await self._delete(partition, key)
-            return
-        row: dict[str, Any] = {"PartitionKey": partition, "RowKey": key}
-        if key.startswith(BLOCKED_BY):
-            row["since"] = forward["since"]
-        elif forward.get("expires_at") is not None:
-            row["expires_at"] = float(forward["expires_at"])
-        await self._upsert(row)
 
     async def _upsert(self, row: dict[str, Any]) -> None:
         await submit_batch(self._storage, RELATIONS, row["PartitionKey"], [("upsert", row)])
