@@ -185,6 +185,12 @@ async def edit_user(request: web.Request) -> web.Response:
     return json_response(user.to_json())
 
 
+async def delete_user(request: web.Request) -> web.Response:
+    user_id = request.match_info["user_id"]
+    await _service(request).accounts.delete(await _actor(request), user_id)
+    return json_response({"user_id": user_id, "state": "deleting"}, status=202)
+
+
 async def create_post(request: web.Request) -> web.Response:
     actor = await _actor(request)
     body = await _body(request, schemas.PostRequest)
@@ -302,6 +308,11 @@ OPERATIONS = [
     Operation("PATCH", "/users/{user_id}", edit_user,
               "Change the display name or whether follows need approval (locked)",
               request=schemas.ProfileEdit, response=schemas.Profile, auth=True,
+              errors=(404, 429)),
+    Operation("DELETE", "/users/{user_id}", delete_user,
+              "Delete the account: its tokens are refused, its profile is gone and its id "
+              "stays taken at once; its posts, reposts, follows, lists and blocks go in the "
+              "background", status=202, response=schemas.AccountDeleting, auth=True,
               errors=(404, 429)),
     Operation("POST", "/users/{user_id}/posts", create_post, "Publish a post", status=202,
               request=schemas.PostRequest, response=schemas.PostOut, auth=True,

@@ -77,6 +77,13 @@ class ProfileEdit(_Body):
     )
 
 
+class AccountDeleting(_Body):
+    user_id: str
+    state: str = Field(
+        description='"deleting": the account is gone at once; the rest of it goes in the background'
+    )
+
+
 class FollowRequested(_Body):
     state: str = Field(description='"requested": the user is locked and approves follows')
 

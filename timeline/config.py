@@ -291,6 +291,7 @@ class Settings(BaseSettings):
         return Timing(
             write_deadline_s=self.worker_write_deadline_s,
             sweep_delay_s=sweep,
+            account_sweep_s=self.credentials_cache_s + self.hidden_message_s() + 1,
             follow_cooldown_s=self.follow_cooldown_s,
         )
 

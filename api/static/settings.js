@@ -1,8 +1,8 @@
 // The settings view (#/settings): the display name and the lock, the follow requests
-// (requests.js), the keyword filters, adding and removing them.
+// (requests.js), the keyword filters, adding and removing them, and deleting the account.
 
-import { api, session, userPath, withQuery } from "./api.js";
-import { sessionHooks, showProfile } from "./account.js";
+import { api, saveSession, session, userPath, withQuery } from "./api.js";
+import { sessionHooks, showProfile, showSignedOut } from "./account.js";
 import { loadTimeline } from "./paging.js";
 import { loadRequests, wireRequests } from "./requests.js";
 import { $, busy, clearMessage, showError, showMessage } from "./ui.js";
@@ -168,13 +168,41 @@ async function removeFilter(filter, item, button) {
   }
 }
 
+// ---------------------------------------------------------------- deleting the account
+
+function confirmDeletion(asking) {
+  $("account-confirm").hidden = !asking;
+  $("account-delete").hidden = asking;
+  if (asking) $("account-confirm-delete").focus();
+}
+
+// Deleted at once (its tokens stop working), so this tab signs out; the rest of the
+// account goes in the background.
+async function deleteAccount(button) {
+  const ending = session;
+  button.disabled = true;
+  try {
+    await api("DELETE", userPath(ending.user_id));
+    saveSession(null);
+    showSignedOut();
+    window.location.hash = "#/";
+    showMessage("account-message", `Account @${ending.user_id} deleted; its posts and follows are being removed.`, "ok");
+  } catch (error) {
+    showError("delete-message", error);
+  } finally {
+    button.disabled = false;
+    confirmDeletion(false);
+  }
+}
+
 // Shown while the address is #/settings and someone is signed in; read afresh on opening.
 function route() {
   const shown = onSettings() && Boolean(session);
   const opening = shown && $("settings-view").hidden;
   $("settings-view").hidden = !shown;
   if (!opening) return;
-  for (const id of ["profile-settings-message", "requests-message", "settings-message"]) clearMessage(id);
+  for (const id of ["profile-settings-message", "requests-message", "settings-message", "delete-message"]) clearMessage(id);
+  confirmDeletion(false);
   $("filter-list").replaceChildren();
   $("filter-empty").hidden = true;
   window.scrollTo(0, 0);
@@ -190,6 +218,9 @@ export function wireSettings() {
     busy(event.currentTarget, saveName);
   });
   $("settings-locked").addEventListener("change", (event) => saveLocked(event.currentTarget));
+  $("account-delete").addEventListener("click", () => confirmDeletion(true));
+  $("account-confirm-cancel").addEventListener("click", () => confirmDeletion(false));
+  $("account-confirm-delete").addEventListener("click", (event) => deleteAccount(event.currentTarget));
   wireRequests();
   $("filter-form").addEventListener("submit", (event) => {
     event.preventDefault();

@@ -23,6 +23,7 @@ from loadtest.bench.burst import burst
 from loadtest.bench.cap import cap
 from loadtest.bench.ceiling import ceilings
 from loadtest.bench.crashloop import crashloop
+from loadtest.bench.deletion import deletion
 from loadtest.bench.follow_storm import follow_storm
 from loadtest.bench.hybrid import hybrid
 from loadtest.bench.idle import idle
@@ -38,7 +39,7 @@ from loadtest.bench.stream import stream
 PHASES = (
     "live", "burst", "scaling", "backfill", "bigfanout", "accounts", "api", "hybrid", "cap",
     "stream", "backlog", "crashloop", "follow_storm", "idle", "inactive", "reposts", "mutes",
-    "lists",
+    "lists", "deletion",
 )  # fmt: skip
 
 
@@ -110,6 +111,7 @@ async def run(sizes: Sizes, phases: set[str], profile: Path | None = None) -> di
         "reposts": lambda: reposts(sizes),
         "mutes": lambda: mutes(sizes),
         "lists": lambda: lists(sizes),
+        "deletion": lambda: deletion(sizes),
     }
     seconds = {"ceilings": time.monotonic() - started}
     for name in tqdm([p for p in PHASES if p in phases], desc="bench", unit="phase"):

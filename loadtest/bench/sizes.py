@@ -61,6 +61,13 @@ class Sizes:
     list_count: int = 20
     list_posts: int = 20
     list_reads: int = 200
+    delete_followers: int = 2000
+    delete_follows: int = 2000
+    delete_posts: int = 500
+    delete_reposts: int = 50
+    delete_copies_each: int = 20
+    """Of its posts, the newest this many are in each follower's timeline (all 500 would be a
+    million rows, past what an in-memory Azurite seeds in minutes)."""
 
 
 QUICK = Sizes(
@@ -78,4 +85,6 @@ QUICK = Sizes(
     inactive_followers=40, inactive_posts=20, inactive_period_s=8, inactive_returning=2,
     inactive_library_posts=2, inactive_tries=2, mute_reads=20,
     list_followers=10, list_count=4, list_posts=4, list_reads=20,
+    delete_followers=20, delete_follows=20, delete_posts=10, delete_reposts=5,
+    delete_copies_each=10,
 )  # fmt: skip

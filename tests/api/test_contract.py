@@ -373,7 +373,7 @@ async def test_openapi_describes_every_route(client: Client) -> None:
     assert described == {(op.method, op.path) for op in OPERATIONS}
     # markers (2), reposts (2), replies, blocks and mutes (6), filters (3), a profile's edit,
     # follow requests (3), lists (9)
-    assert len(described) == 46
+    assert len(described) == 47
     assert {
         ("GET", "/users/{user_id}/markers/home"),
         ("PUT", "/users/{user_id}/markers/home"),

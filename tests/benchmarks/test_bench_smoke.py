@@ -24,7 +24,7 @@ POSITIVE = {
     "block_check_requests_per_read", "mute_read_p50_ms", "unmuted_read_p50_ms",
     "mute_read_p50_ratio",
     "list_delivery_requests_per_post", "list_read_p50_ms", "home_read_p50_ms",
-    "list_read_p50_ratio",
+    "list_read_p50_ratio", "account_delete_s", "account_delete_requests",
     "accounts_balance_max_over_mean", "accounts_rows_max_over_mean", "fanout_eps_1_account",
     "fanout_eps_2_accounts", "fanout_eps_2_workers", "worker_cpu_ms_per_delivery_live",
     "worker_cpu_ms_per_delivery_burst", "azurite_cpu_share_1_account",
@@ -61,7 +61,7 @@ async def bench(*options: str) -> dict[str, Any]:
 
 
 async def test_two_phases_print_the_ceilings_and_their_keys() -> None:
-    result = await bench("--phases", "mutes,lists")
+    result = await bench("--phases", "mutes,lists,deletion")
     assert result["ceiling_single_eps"] > 0
     assert result["ceiling_egt_eps"] > 0
     keys = {"mute_read_p50_ms", "unmuted_read_p50_ms", "mute_read_p50_ratio"}
@@ -70,7 +70,10 @@ async def test_two_phases_print_the_ceilings_and_their_keys() -> None:
     assert all(result[key] > 0 for key in keys), {key: result.get(key) for key in keys}
     # a copy per list per post, and now and then a trim of a list's timeline (1 in 50)
     assert 1.0 <= result["list_delivery_requests_per_post"] < 1.5
-    assert set(result["phase_seconds"]) == {"ceilings", "mutes", "lists", "total"}
+    assert result["account_delete_s"] > 0
+    # per follower: its unfollow's two passes (purge, index); per post: its delete's passes
+    assert result["account_delete_requests"] > 20 + 10
+    assert set(result["phase_seconds"]) == {"ceilings", "mutes", "lists", "deletion", "total"}
 
 
 @pytest.mark.long

@@ -64,7 +64,14 @@ from tests.chaos.cluster import (
     Cluster,
     break_things,
 )
-from tests.chaos.invariants import check_deleted_lists, check_end_state, check_placement, settle
+from tests.chaos.invariants import (
+    check_deleted_accounts,
+    check_deleted_lists,
+    check_end_state,
+    check_placement,
+    deleted_accounts,
+    settle,
+)
 from tests.chaos.readers import check_author_pages, check_flags, check_reads, quiesce, reading
 from tests.chaos.report import Report
 from tests.chaos.truth import Truth
@@ -118,7 +125,9 @@ async def run(
                 await eventually(  # the short mutes end before the truth is taken
                     lambda: _past(clients.short_expiry), timeout_s=30, what="short mutes"
                 )
-                users = sorted(clients.tokens)
+                deleted = await deleted_accounts(storage, sorted(clients.tokens))
+                report.deleted_accounts = len(deleted)
+                users = sorted(set(clients.tokens) - set(deleted))
                 asked = clients.asked_to_follow | clients.asked_to_add
                 truth = Truth(storage, users, TIMELINE_CAP, asked)
                 await truth.load()
@@ -131,6 +140,7 @@ async def run(
                     await check_flags(storage, truth)
                     await check_end_state(storage, truth, report)
                     await check_deleted_lists(storage, truth)
+                    await check_deleted_accounts(storage, deleted)
                 await check_placement(storage)
         report.regrades = cluster.regrades()
         report.repost_entries = truth.seen.repost_entries

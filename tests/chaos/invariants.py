@@ -1,9 +1,11 @@
 """The invariant checks: once the load stops and the queues drain, the end state is
 checked exactly, from the tables themselves: every home timeline's and live list's
-partition, the merges, counters and indexes, and that a deleted list left no row."""
+partition, the merges, counters and indexes, and that a deleted list or account left no
+row."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from tests.chaos.cluster import MAX_MERGED
@@ -15,11 +17,21 @@ from timeline.errors import StorageUnavailableError
 from timeline.model.entities import Post, PostRow, row_json, shown_post_id
 from timeline.reads.home import HomeTimeline, Position
 from timeline.storage.accounts import Storage
-from timeline.storage.names import POSTS, SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING, TABLES, TIMELINES
+from timeline.storage.names import (
+    EXPIRIES,
+    POSTS,
+    RATE_LIMITS,
+    SUBJECT_FOLLOWERS,
+    SUBJECT_FOLLOWING,
+    TABLES,
+    TIMELINES,
+    USERS,
+)
 from timeline.storage.placement import hash64
 from timeline.storage.queue import FanoutQueues
 from timeline.tables.audience import COPIED, COPY_PREFIX, MERGED, AuthorMode
 from timeline.tables.counters import count_of
+from timeline.tables.credentials import IDENTITY_ROW_KEY
 from timeline.tables.repositories import Repositories
 
 SETTLE_TIMEOUT_S = 120.0
@@ -114,6 +126,37 @@ async def _check_timeline(
             assert overflow is not None, f"{reader} follows merged {author} without a row"
             report.overflow_rows += 1
     return len(rows)
+
+
+async def deleted_accounts(storage: Storage, users: list[str]) -> list[str]:
+    """The users whose account storage says is deleted (its tombstone)."""
+    repos = Repositories.on(storage)
+    return [user for user in users if await repos.users.deleted(user)]
+
+
+async def check_deleted_accounts(storage: Storage, deleted: list[str]) -> None:
+    """No row anywhere names a deleted account but its tombstone, beside what the docs say
+    is left for now (docs/guarantees.md, "Account deletion"): others' replies'
+    ``reply_author``, and the rows that end by themselves (``expiries``, ``rateLimits``)."""
+    for user in deleted:
+        named = re.compile(rf"(?<![A-Za-z0-9_]){re.escape(user)}(?![A-Za-z0-9_])")
+        strays: list[tuple[str, str, str]] = []
+        for account in range(len(storage.account_ids)):
+            for table in TABLES:
+                if table in (EXPIRIES, RATE_LIMITS):
+                    continue
+                client = storage.account_table(account, table)
+                async with storage.guard():
+                    rows = [row async for row in client.list_entities()]
+                for row in rows:
+                    keys = (str(row["PartitionKey"]), str(row["RowKey"]))
+                    if (table, *keys) == (USERS, user, IDENTITY_ROW_KEY):
+                        continue
+                    fields = {k: v for k, v in row.items() if k != "reply_author"}
+                    texts = [*keys, *(v for v in fields.values() if isinstance(v, str))]
+                    if any(named.search(text) for text in texts):
+                        strays.append((table, *keys))
+        assert not strays, f"rows of deleted account {user} remain: {strays[:20]}"
 
 
 async def check_deleted_lists(storage: Storage, truth: Truth) -> None:

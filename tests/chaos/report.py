@@ -41,6 +41,8 @@ class Report:
     list_reads: int = 0
     """List timeline reads through the API, mid-run and at the end (each checked as a home
     read is)."""
+    deleted_accounts: int = 0
+    """Accounts deleted in the run (by their tombstones): each is checked to leave no row."""
     live_lists: int = 0
     exclusive_lists: int = 0
     list_members: int = 0
@@ -79,6 +81,7 @@ class Report:
             "private_on_pages": self.private_on_pages,
             "list_reads": self.list_reads,
             "live_lists": self.live_lists,
+            "deleted_accounts": self.deleted_accounts,
             "exclusive_lists": self.exclusive_lists,
             "list_members": self.list_members,
             "list_rows": self.list_rows,

@@ -1,7 +1,8 @@
 """The workload: seeded random clients posting, replying, deleting, following (some with
 ``reposts=false``) and unfollowing, reposting and undoing it, blocking, muting (some for a
 few seconds) and lifting both, making lists (some exclusive), adding and removing members
-(followed or not), toggling ``exclusive`` and deleting lists through the API, and readers
+(followed or not), toggling ``exclusive`` and deleting lists, deleting one account while
+the others go on acting on it, all through the API, and readers
 reading their home timelines on a schedule that lets some go dormant and come back mid-run
 (and their lists' timelines all along)."""
 
@@ -55,6 +56,9 @@ Item = dict[str, Any]
 Peek = Callable[[str], Awaitable[str | None]]
 """A reader's dormancy state as stored (``dormant``, ``waking``, or None)."""
 
+DELETION_AT = 0.6
+"""When a client deletes an account: this share of the run before its end."""
+
 RESTART_WAIT_S = 20.0
 """How long a request waits for an API that refuses connections (``apikill`` restarts it) before
 it counts as refused: a restart on a loaded machine takes seconds."""
@@ -82,6 +86,8 @@ class Clients:
         """The latest short mute expiry asked for (epoch seconds)."""
         self._relates = 0
         self._list_actions = 0
+        self.deleting: set[str] = set()
+        """The users whose account a client has asked to delete (storage says which were)."""
 
     async def register_all(self) -> None:
         for index in range(USERS):
@@ -105,6 +111,8 @@ class Clients:
         while loop.time() < until:
             now = loop.time()
             for user, kind in self.schedules.items():
+                if user in self.deleting:
+                    continue
                 if kind == ACTIVE or (kind == RETURNS and not leave <= now < back):
                     await self.read(user, peek)
             known = self.known_lists()
@@ -132,7 +140,12 @@ class Clients:
 
     def known_lists(self) -> list[tuple[str, str]]:
         """(owner, list id) of the lists made and not deleted, as far as the answers tell."""
-        return sorted((owner, found) for owner, made in self.lists.items() for found in made)
+        return sorted(
+            (owner, found)
+            for owner, made in self.lists.items()
+            for found in made
+            if owner not in self.deleting
+        )
 
     async def _timeline(self, user: str, path: str, label: str) -> list[list[Item]] | None:
         pages: list[list[Item]] = []
@@ -140,7 +153,8 @@ class Clients:
         query: dict[str, str | int] = {"limit": READ_PAGE}
         headers = {"Authorization": f"Bearer {self.tokens[user]}"}
         while True:
-            page = await self._request("GET", path, params=query, headers=headers)
+            deleted = user in self.deleting
+            page = await self._request("GET", path, params=query, headers=headers, deleted=deleted)
             if not page:
                 return None
             ids = [item["post_id"] for item in page["items"]]
@@ -176,12 +190,23 @@ class Clients:
         second, so authors cross the hybrid threshold up, then back down."""
         loop = asyncio.get_running_loop()
         halfway = until - (until - loop.time()) / 2
+        deletion_at = until - DELETION_AT * (until - loop.time())
         while loop.time() < until:
+            if not self.deleting and loop.time() > deletion_at:
+                await self._delete_an_account()
             await self._one_action(growing=loop.time() < halfway)
+
+    async def _delete_an_account(self) -> None:
+        """Delete one user's account (once a run), while the other clients go on acting on
+        it: following it, reposting and answering its posts, adding it to lists."""
+        user = self._rng.choice(sorted(self.tokens))
+        self.deleting.add(user)
+        await self._act("delete_account", "DELETE", f"/users/{user}", user)
 
     async def _one_action(self, *, growing: bool) -> None:
         rng, users = self._rng, sorted(self.tokens)
-        user, other = rng.sample(users, 2)
+        user = rng.choice([u for u in users if u not in self.deleting])
+        other = rng.choice([u for u in users if u != user])
         roll = rng.random()
         follow_share = 0.3 if growing else 0.08
         if roll < 0.2:
@@ -290,7 +315,12 @@ class Clients:
     async def _answer(self, owner: str) -> None:
         """Approve (two in three) or refuse one of the requests waiting for ``owner``."""
         headers = {"Authorization": f"Bearer {self.tokens[owner]}"}
-        page = await self._request("GET", f"/users/{owner}/follow_requests", headers=headers)
+        page = await self._request(
+            "GET",
+            f"/users/{owner}/follow_requests",
+            headers=headers,
+            deleted=owner in self.deleting,
+        )
         if page and page["items"]:
             follower = self._rng.choice(page["items"])["user_id"]
             kind = "approve" if self._rng.random() < 2 / 3 else "refuse"
@@ -299,7 +329,9 @@ class Clients:
 
     async def _unfilter(self, owner: str) -> None:
         headers = {"Authorization": f"Bearer {self.tokens[owner]}"}
-        page = await self._request("GET", f"/users/{owner}/filters", headers=headers)
+        page = await self._request(
+            "GET", f"/users/{owner}/filters", headers=headers, deleted=owner in self.deleting
+        )
         if page and page["items"]:
             found = self._rng.choice(page["items"])["filter_id"]
             await self._act("unfilter", "DELETE", f"/users/{owner}/filters/{found}", owner)
@@ -347,10 +379,14 @@ class Clients:
             "Authorization": f"Bearer {self.tokens[user]}",
             "Idempotency-Key": f"{kind}-{self._rng.random()}",
         }
-        return await self._request(method, path, json=body, headers=headers)
+        deleted = user in self.deleting  # its token is refused from the deletion on
+        return await self._request(method, path, json=body, headers=headers, deleted=deleted)
 
-    async def _request(self, method: str, path: str, **kwargs: Any) -> Any:
-        """The JSON answer (or {} for 204), or None when every attempt failed or was refused."""
+    async def _request(
+        self, method: str, path: str, *, deleted: bool = False, **kwargs: Any
+    ) -> Any:
+        """The JSON answer (or {} for 204), or None when every attempt failed or was refused
+        (``deleted``: the actor's account is deleted, so a 401 is its answer)."""
         attempts, restarting_until = 0, asyncio.get_running_loop().time() + RESTART_WAIT_S
         while attempts < 4:
             try:
@@ -361,6 +397,8 @@ class Clients:
                         return {}
                     if response.status == 404:
                         return None  # a post deleted by another client meanwhile
+                    if response.status == 401 and deleted:
+                        return None
                     if response.status in (403, 409) and (await response.json())["error"][
                         "code"
                     ] in ("blocked", "not_repostable", "too_many_filters", "too_many_lists"):

@@ -51,4 +51,5 @@ async def test_chaos(seed: int, variant: str, tmp_path: Path) -> None:
     assert report.requests["filter"] > 0, "no keyword filter was made"
     assert report.requests["list"] > 0, "no list was made"
     assert report.requests["list_member"] > 0, "no member was added to a list"
+    assert report.requests["delete_account"] == 1, "no account was deleted"
     assert report.private_on_pages > 0, "no author's page showed a followers-only post"

@@ -25,6 +25,7 @@ from timeline.storage.placement import hash64
 from timeline.storage.queue import FanoutQueue
 from timeline.storage.rebalance import Rebalancer
 from timeline.tables.expiries import IDEMPOTENCY, ExpiriesRepository, index_row_key
+from timeline.tables.follows import LEFT_PREFIX
 from timeline.tables.posts import KEY_ROWS
 from timeline.tables.ratelimits import RateLimits, TableWindowStorage, partition_of
 from timeline.tables.repositories import Repositories
@@ -126,7 +127,8 @@ async def test_many_follow_requests_leave_only_live_rows_after_a_sweep(
 
 async def test_requests_through_the_service_end_the_same(own: Storage) -> None:
     """Follow and unfollow requests through ``TimelineService`` (rate-limited in storage):
-    after a sweep, only the live follows are left, and no index row or window."""
+    after a sweep, only the live follows are left (and a ``~unfollowed-`` row per pair ever
+    unfollowed), and no index row or window."""
     service = _service(own, writes_per_minute=1_000_000)
     subject, followers = unique("s"), [unique("f") for _ in range(10)]
     await _register(Repositories.on(own), subject, *followers)
@@ -143,14 +145,22 @@ async def test_requests_through_the_service_end_the_same(own: Storage) -> None:
     ours = set(await _rows(own, RATE_LIMITS, key="PartitionKey")) - windows_before
     assert len(ours) == len(followers)  # one window per follower's write limit
     await _sweeper(own).sweep(now=time.time() + LATER)
-    await _assert_only_live(own, subject, [f for i, f in enumerate(followers) if i % 2 == 0])
+    live = [f for i, f in enumerate(followers) if i % 2 == 0]
+    await _assert_only_live(own, subject, live, unfollowed=followers)
     assert not ours & set(await _rows(own, RATE_LIMITS, key="PartitionKey"))
 
 
-async def _assert_only_live(storage: Storage, subject: str, live: list[str]) -> None:
+async def _assert_only_live(
+    storage: Storage, subject: str, live: list[str], unfollowed: list[str] | None = None
+) -> None:
+    """Only the live follows, the counter rows, and one ``~unfollowed-`` row per pair ever
+    unfollowed (``unfollowed``), however many times it was."""
     rows = await _rows(storage, SUBJECT_FOLLOWERS, subject)
     assert sorted(k for k in rows if not k.startswith("~")) == sorted(live)
-    assert [k for k in rows if k.startswith("~") and not k.startswith("~count-")] == []
+    ended = sorted(k.removeprefix(LEFT_PREFIX) for k in rows if k.startswith(LEFT_PREFIX))
+    assert ended == sorted(unfollowed or [])
+    auxiliary = [k for k in rows if k.startswith("~")]
+    assert [k for k in auxiliary if not k.startswith(("~count-", LEFT_PREFIX))] == []
     assert await Repositories.on(storage).follows.follower_count(subject) == len(live)
     assert subject not in await _rows(storage, EXPIRIES, key="pk")  # no index row names it
 

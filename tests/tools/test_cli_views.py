@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from tests.conftest import api_client, make_settings, program_env
-from tests.helpers import Api, visible_work
+from tests.helpers import Api, bearer, visible_work
 from timeline.model.entities import PROFILE_ROW_KEY
 from timeline.model.keys import new_post_id, now_ticks, post_row_key
 from timeline.storage.accounts import Storage
@@ -17,7 +17,7 @@ from timeline.storage.names import POSTS, TIMELINES, USERS
 from timeline.storage.queue import FanoutQueue
 from timeline.tables.activity import STAMP_ROW
 from timeline.tables.counters import shard_key
-from timeline.tables.users import IDENTITY_ROW_KEY
+from timeline.tables.credentials import IDENTITY_ROW_KEY
 from timeline.tools.azurite import Azurite
 from timeline.tools.views import POISON_HEADER
 
@@ -146,3 +146,15 @@ async def test_stats_counts_live_follows_in_both_follow_tables(
     # each partition changed once: one counter row each
     assert "table subjectFollowers: 2 follows, 2 internal row(s) (4 rows by account)" in lines
     assert "table subjectFollowing: 2 follows, 2 internal row(s) (4 rows by account)" in lines
+
+
+async def test_stats_shows_account_deletions_in_progress(
+    own: Storage, private_azurite: Azurite, tmp_path: Path
+) -> None:
+    async with api_client(make_settings(private_azurite.connection_string, tmp_path)) as client:
+        token = await Api(client).register("erin")
+        assert (await client.delete("/users/erin", headers=bearer(token))).status == 202
+
+    done = await run_cli(private_azurite, "stats")  # no worker here: it stays in progress
+    assert done.returncode == 0, done.stderr
+    assert "account deletions in progress: 1 (erin)" in done.stdout.splitlines()

@@ -11,6 +11,7 @@ from timeline.delivery.batching.writer import PartitionWriter
 from timeline.delivery.settings import Hybrid, Timing
 from timeline.metrics import INACTIVE_SKIPPED
 from timeline.model.entities import Page
+from timeline.storage.queue import MessageSender
 from timeline.tables.repositories import Repositories
 
 ADMISSION_SHARE = 0.5
@@ -29,8 +30,11 @@ class Context:
         follower_page_size: int = 1000,
         timing: Timing | None = None,
         hybrid: Hybrid | None = None,
+        queue: MessageSender | None = None,
     ) -> None:
         self.repos = repositories
+        self.queue = queue
+        """Where a handler sends the messages it starts (an account's deletion's)."""
         self.writer = writer
         self.page_size = follower_page_size
         self.timing = timing or Timing()

@@ -8,21 +8,24 @@ runs, all of the add's rows have landed or never will. If the add wrote before t
 deletion's second pass read the index, that pass ends it (it starts ``sweep_delay_s``,
 longer than any write deadline, after the first ended). If not (the add stalled past both
 passes), its own message finds the list gone and ends that pair, dropping its index row and
-the timeline. Every copy in the list's timeline was written inside the write deadline of a
-read of its membership, and its writer re-checks the membership after writing (removing its
-copies if it is gone): a copy that lands after a pass dropped the timeline was checked after
-that pass removed the membership, and is removed by its own writer. The list id is never
-reused, so no list ever reads what a deleted one left.
+the timeline (``timeline.delivery.accounts``, ``AccountRemoval.end``). Every copy in the
+list's timeline was written inside the write deadline of a read of its membership, and its
+writer re-checks the membership after writing (removing its copies if it is gone): a copy
+that lands after a pass dropped the timeline was checked after that pass removed the
+membership, and is removed by its own writer. The list id is never reused, so no list ever
+reads what a deleted one left.
 """
 
 from __future__ import annotations
+
+import asyncio
 
 from timeline.delivery.context import Context
 from timeline.delivery.feed import Feed
 from timeline.delivery.outcomes import DONE, Continue, Outcome
 from timeline.delivery.regrade import queue_regrade_if_due
-from timeline.model.keys import list_id_of, list_owner, list_reader
-from timeline.model.messages import Followed, ListDeleted, Unfollowed
+from timeline.model.keys import list_reader
+from timeline.model.messages import ListDeleted
 
 MEMBERS_PER_LEASE = 100
 """Members whose membership one lease ends (about four storage calls each)."""
@@ -34,36 +37,8 @@ class ListRemoval:
         self._repos = context.repos
         self._feed = feed
 
-    async def gone(self, reader: str) -> bool:
-        """Whether ``reader`` is a list's that no longer exists (one point read; none for a
-        user's own timeline)."""
-        owner = list_owner(reader)
-        if owner is None:
-            return False
-        return await self._repos.lists.get(owner, list_id_of(reader)) is None
-
-    async def end_in_gone(self, message: Followed | Unfollowed) -> Outcome:
-        """A follow or unfollow message of a list that is gone: end the pair it names (an
-        add that stalled past the deletion's passes wrote it after they looked, and its
-        index row too, which a pass may have dropped since) and drop the list's timeline;
-        once more ``sweep_delay_s`` later, for copies landing meanwhile. Only this pair: a
-        backlog of such messages costs one end each, not the whole list each."""
-        reader, member = message.follower, message.subject
-        follows = self._repos.follows
-        await follows.remove(reader, member)
-        await self._feed.unmerge_if_unfollowed(reader, member)
-        await follows.drop_index_row(reader, member)
-        await self._repos.timelines.drop(reader)
-        await queue_regrade_if_due(self._repos, self._ctx.hybrid, member)
-        if message.confirm:
-            if not (await follows.index_page(reader, 1, None)).items:
-                await follows.drop_index(reader)  # its counter rows, once no member is left
-            return DONE
-        again = message.model_copy(update={"confirm": True})
-        return Continue(again, delay_s=self._ctx.timing.sweep_delay_s)
-
     async def remove(self, message: ListDeleted) -> Outcome:
-        if await self._repos.lists.get(message.owner, message.list_id) is not None:
+        if await self._exists(message.owner, message.list_id):
             return DONE  # not deleted (a forged or mistaken message): ids are never reused
         reader = list_reader(message.owner, message.list_id)
         follows = self._repos.follows
@@ -71,6 +46,7 @@ class ListRemoval:
         for member in page.items:  # an ended row may be an add that died midway
             await follows.remove(reader, member)
             await follows.sync_index(reader, member)
+            await follows.drop_left(reader, member)  # the index goes whole, in the last pass
             await self._feed.unmerge_if_unfollowed(reader, member)
             await queue_regrade_if_due(self._repos, self._ctx.hybrid, member)
         if page.continuation is not None:
@@ -81,3 +57,11 @@ class ListRemoval:
             return Continue(again, delay_s=self._ctx.timing.sweep_delay_s)
         await follows.drop_index(reader)
         return DONE
+
+    async def _exists(self, owner: str, list_id: str) -> bool:
+        """Whether the list is there and its owner too (an account's deletion sends this
+        message for each of its lists and leaves their rows to its last step)."""
+        found, deleted = await asyncio.gather(
+            self._repos.lists.get(owner, list_id), self._repos.users.deleted(owner)
+        )
+        return found is not None and not deleted

@@ -30,8 +30,12 @@ class PostDelivery:
         """Write the post into one page of followers' timelines (and the author's own)."""
         async with self._ctx.admission(self._ctx.expected_page_rows()) as deadline:
             post = await self._repos.posts.get(message.author, message.post_id)
-            if post is None:
-                return DONE  # never stored, or deleted since (its delete's passes remove copies)
+            if post is None:  # never stored, or deleted since (its delete's passes remove copies)
+                if message.cursor is None and message.reply_author and message.reply_post:
+                    await self._repos.reposts.drop_reply(
+                        message.reply_author, message.reply_post, message.post_id
+                    )  # its request may have died after filing it: every write has landed
+                return DONE
             merged = message.merged
             if message.cursor is None:
                 merged = not (await self._repos.audience.mode(post.author)).copies_to_followers

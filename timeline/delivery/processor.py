@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from timeline.delivery.accounts import AccountRemoval
 from timeline.delivery.batching.writer import PartitionWriter
 from timeline.delivery.context import Context
 from timeline.delivery.delete import PostRetraction
@@ -29,6 +30,7 @@ from timeline.delivery.regrade import Regrading
 from timeline.delivery.repost import RepostDelivery, RepostRetraction
 from timeline.delivery.settings import Hybrid, Timing
 from timeline.model.messages import (
+    AccountDeleted,
     FanoutMessage,
     Followed,
     ListDeleted,
@@ -41,7 +43,7 @@ from timeline.model.messages import (
     Wake,
 )
 from timeline.storage.accounts import Storage
-from timeline.storage.queue import FanoutQueues
+from timeline.storage.queue import FanoutQueues, MessageSender
 from timeline.tables.activity import Inactivity
 from timeline.tables.repositories import Repositories
 
@@ -54,7 +56,8 @@ class FanoutProcessor:
     (``PostDeleted``), ``follow`` (``Followed``, ``Unfollowed``), ``regrade`` (``Regrade``),
     ``dormancy`` (``Wake``), ``repost`` (``Reposted``, ``Unreposted``), ``lists``
     (``ListDeleted``; a follow or unfollow of a list's members is a ``Followed`` or
-    ``Unfollowed`` of the list's reader).
+    ``Unfollowed`` of the list's reader), ``accounts`` (``AccountDeleted``, and a follow or
+    unfollow with a side gone).
     They share one ``Context`` (repositories, writer, settings, admission) and one ``Feed``
     (every write to a reader's timeline)."""
 
@@ -68,6 +71,7 @@ class FanoutProcessor:
         timeline_cap: int = 0,
         hybrid: Hybrid | None = None,
         inactivity: Inactivity | None = None,
+        queue: MessageSender | None = None,
     ) -> None:
         context = Context(
             repositories,
@@ -75,6 +79,7 @@ class FanoutProcessor:
             follower_page_size=follower_page_size,
             timing=timing,
             hybrid=hybrid,
+            queue=queue,
         )
         self._context = context
         feed = Feed(context, timeline_cap=timeline_cap)
@@ -86,6 +91,7 @@ class FanoutProcessor:
         self._regrades = Regrading(context, feed)
         self._wakes = Waking(context, feed, inactivity or Inactivity())
         self._lists = ListRemoval(context, feed)
+        self._accounts = AccountRemoval(context, feed)
 
     @classmethod
     def on(
@@ -98,6 +104,7 @@ class FanoutProcessor:
         timeline_cap: int = 0,
         hybrid: Hybrid | None = None,
         inactivity: Inactivity | None = None,
+        queue: MessageSender | None = None,
     ) -> FanoutProcessor:
         return cls(
             Repositories.on(storage),
@@ -107,6 +114,7 @@ class FanoutProcessor:
             timeline_cap=timeline_cap,
             hybrid=hybrid,
             inactivity=inactivity,
+            queue=queue,
         )
 
     @classmethod
@@ -114,14 +122,16 @@ class FanoutProcessor:
         cls, storage: Storage, writer: PartitionWriter, settings: Settings
     ) -> FanoutProcessor:
         """The processor a worker runs, on these settings (the bench builds the same)."""
+        queues = FanoutQueues(storage)
         return cls.on(
             storage,
             writer,
             follower_page_size=settings.worker_follower_page_size,
             timing=settings.fanout_timing(),
             timeline_cap=settings.max_timeline_items,
-            hybrid=settings.hybrid(FanoutQueues(storage)),
+            hybrid=settings.hybrid(queues),
             inactivity=settings.inactivity(),
+            queue=queues,
         )
 
     async def handle(self, message: FanoutMessage) -> Outcome:
@@ -130,8 +140,8 @@ class FanoutProcessor:
                 return await self._posts.deliver(message)
             case PostDeleted():
                 return await self._deletes.retract(message)
-            case Followed() | Unfollowed() if await self._lists.gone(message.follower):
-                return await self._lists.end_in_gone(message)
+            case Followed() | Unfollowed() if await self._accounts.gone(message):
+                return await self._accounts.end(message)
             case Followed():
                 return await self._follows.backfill(message)
             case Unfollowed():
@@ -146,3 +156,5 @@ class FanoutProcessor:
                 return await self._unreposts.retract(message)
             case ListDeleted():
                 return await self._lists.remove(message)
+            case AccountDeleted():
+                return await self._accounts.remove(message)

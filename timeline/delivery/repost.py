@@ -56,6 +56,8 @@ class RepostDelivery:
         async with self._ctx.admission(self._ctx.expected_page_rows()) as deadline:
             row = await self._repos.reposts.truth(message.reposter, message.post_id)
             if live_repost_id(row) != message.repost_id:
+                if row is None or row.get("repost_id") != message.repost_id:
+                    await self._drop_orphan_index(message)
                 return DONE  # never stored, or undone since (its un-repost removes copies)
             original = await self._repos.posts.get(message.author, message.post_id)
             if original is None:
@@ -73,6 +75,14 @@ class RepostDelivery:
         if page.continuation is not None:
             return Continue(message.model_copy(update={"cursor": page.continuation}))
         return DONE
+
+    async def _drop_orphan_index(self, message: Reposted) -> None:
+        """Its request died before the repost's row (or another repost of the post won):
+        the index row it filed first leads nowhere, and its message shows only once every
+        write of it has landed or never will, so it goes."""
+        await self._repos.reposts.drop_index(
+            message.author, message.post_id, message.reposter, message.repost_id
+        )
 
     async def _not_shown(self, readers: list[str], post_id: str, reposter: str) -> list[str]:
         """The readers whose newest entries do not show the post yet (one query each). The

@@ -36,10 +36,19 @@ class Timing:
     sweep_delay_s: float = 335.0
     """When the second pass of a delete or unfollow runs: past the write deadline plus the
     longest a sent write can take (the storage timeout), with margin."""
+    account_sweep_s: float = 0.0
+    """How often an account's deletion sweeps again (at least ``sweep_delay_s``): past every
+    write the API can still land for it (a request accepted on a token another process has
+    cached, up to the credentials cache period after the tombstone, lands within the API's
+    hidden time)."""
     follow_cooldown_s: float | None = None
     """How recent an unfollow makes a follow pair *toggling* (its purge waits until it has
     been unfollowed this long; its backfill copies only what is missing); None: the sweep
     delay."""
+
+    @property
+    def account_every_s(self) -> float:
+        return max(self.sweep_delay_s, self.account_sweep_s)
 
     @property
     def cooldown_s(self) -> float:

@@ -58,6 +58,8 @@ class _Message(BaseModel):
     its group was; 0 when its last lease ended with an outcome."""
     solo: int = Field(default=0, ge=0)
     """Runs in a row, alone in a worker, that ended with no outcome (a dead worker)."""
+    background: bool = False
+    """Sent by an account's deletion: background work, whatever its kind."""
 
 
 class PostCreated(_Message):
@@ -71,6 +73,10 @@ class PostCreated(_Message):
     merged: bool = False
     """Set by the first page when the author is merged at read time: the cursor then walks
     the author's overflow readers, not its followers (``timeline.tables.audience``)."""
+    reply_author: UserId | None = None
+    reply_post: PostId | None = None
+    """A reply: the post it answers, whose reply index row its request filed first (this
+    message drops that row if the reply itself was never stored)."""
 
 
 class RepostsPosition(BaseModel):
@@ -200,6 +206,33 @@ class ListDeleted(_Message):
     confirm: bool = False
 
 
+Phase = Literal[
+    "lists",
+    "following",
+    "followers",
+    "unfollowed",
+    "reposts",
+    "posts",
+    "blocks",
+    "mutes",
+    "muters",
+    "drop",
+]
+"""What an account's deletion does, in this order (``timeline.delivery.accounts``)."""
+
+
+class AccountDeleted(_Message):
+    """Undo everything of a deleted account, one phase and one page per lease (from
+    ``cursor``); the whole sweep again every ``sweep_delay_s`` (``confirm``) until one finds
+    nothing left, then drop the account's partitions."""
+
+    type: Literal["account_deleted"] = "account_deleted"
+    user: UserId
+    phase: Phase = "lists"
+    cursor: Cursor | None = None
+    confirm: bool = False
+
+
 FanoutMessage = Annotated[
     PostCreated
     | PostDeleted
@@ -209,7 +242,8 @@ FanoutMessage = Annotated[
     | Wake
     | Reposted
     | Unreposted
-    | ListDeleted,
+    | ListDeleted
+    | AccountDeleted,
     Field(discriminator="type"),
 ]
 _ADAPTER: TypeAdapter[FanoutMessage] = TypeAdapter(FanoutMessage)
@@ -218,8 +252,10 @@ _ADAPTER: TypeAdapter[FanoutMessage] = TypeAdapter(FanoutMessage)
 def urgency(message: FanoutMessage) -> Priority:
     """``HIGH`` for what a user waits to see: a post's or a delete's first page, and an
     unfollow's first purge, and a returning reader's wake; everything after them, and every
-    backfill and regrade, is background work."""
+    backfill and regrade, and everything an account's deletion sends, is background work."""
     match message:
+        case _Message(background=True):
+            return Priority.LOW
         case PostCreated(cursor=None) | PostDeleted(cursor=None, confirm=False, reposts=None):
             return Priority.HIGH
         case Reposted(cursor=None) | Unreposted(cursor=None, confirm=False):

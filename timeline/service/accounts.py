@@ -8,8 +8,10 @@ from timeline.errors import NotFoundError, PermissionDeniedError
 from timeline.model.entities import User
 from timeline.model.idempotency import IdempotencyKeys
 from timeline.model.keys import clean_text, validate_idempotency_key, validate_user_id
+from timeline.model.messages import AccountDeleted
 from timeline.reads.home import HomeTimeline
 from timeline.service.credentials import Credentials
+from timeline.service.outbox import Outbox
 from timeline.tables.ratelimits import RateLimiter
 from timeline.tables.users import UsersRepository
 
@@ -28,8 +30,10 @@ class Accounts:
         home: HomeTimeline | None = None,
         *,
         writes: RateLimiter,
+        outbox: Outbox,
     ) -> None:
         self._users = users
+        self._outbox = outbox
         self._writes = writes
         self._home = home
         self._credentials = credentials
@@ -79,6 +83,18 @@ class Accounts:
         """Sign out everywhere: revoke every token of ``user_id`` minted so far."""
         require_self(actor, user_id)
         await self._credentials.revoke_all(user_id)
+
+    async def delete(self, actor: str, user_id: str) -> None:
+        """Delete the account: at once its tokens are refused, its profile is a 404 and its
+        id cannot be registered again; everything else of it goes in the background
+        (``timeline.delivery.accounts``)."""
+        require_self(actor, user_id)
+        await self._writes.check(actor)
+        await require_user(self._users, user_id)
+        async with self._outbox.written(AccountDeleted(user=user_id)):
+            await self._users.tombstone(user_id)
+            await self._users.delete_profile(user_id)
+        self._credentials.forget(user_id)
 
     async def edit(
         self, actor: str, user_id: str, *, display_name: str | None, locked: bool | None

@@ -67,7 +67,7 @@ class Credentials:
                 raise
             bearer = self._signer.verify(token)
         state = await self._state(bearer.user_id)
-        if bearer.epoch < state.epoch or bearer.token_id in state.revoked:
+        if state.deleted or bearer.epoch < state.epoch or bearer.token_id in state.revoked:
             raise revoked()
         return bearer
 
@@ -84,6 +84,10 @@ class Credentials:
     async def revoke_all(self, user_id: str) -> None:
         """Revoke every token of ``user_id`` minted so far."""
         await self._repository.revoke_all(user_id)
+        self._states.pop(user_id, None)
+
+    def forget(self, user_id: str) -> None:
+        """Drop this process's cached state of the user (its account was just deleted)."""
         self._states.pop(user_id, None)
 
     async def _state(self, user_id: str) -> CredentialState:

@@ -56,7 +56,13 @@ class TimelineService:
             signer, repositories.credentials, cache_s=credentials_cache_s, load_ring=load_ring
         )
         self.accounts = Accounts(
-            users, credentials, limits.registrations, keys, home, writes=limits.writes
+            users,
+            credentials,
+            limits.registrations,
+            keys,
+            home,
+            writes=limits.writes,
+            outbox=outbox,
         )
         self.posts = Posts(
             repositories.posts,

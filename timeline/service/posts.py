@@ -91,7 +91,13 @@ class Posts:
             reply_post=None if target is None else target.post_id,
             visibility=FOLLOWERS if followers_only else None,
         )
-        async with self._outbox.written(PostCreated(author=author, post_id=post.post_id)):
+        created = PostCreated(
+            author=author,
+            post_id=post.post_id,
+            reply_author=post.reply_author,
+            reply_post=post.reply_post,
+        )
+        async with self._outbox.written(created):
             if target is not None:
                 await self._replies.note_reply(target.author, target.post_id, post)
             return await self._posts.add(post, record)

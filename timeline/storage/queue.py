@@ -17,6 +17,7 @@ from azure.storage.queue import QueueMessage
 from timeline.errors import MalformedMessageError
 from timeline.metrics import MESSAGES_SENT
 from timeline.model.messages import (
+    AccountDeleted,
     FanoutMessage,
     Followed,
     ListDeleted,
@@ -74,6 +75,8 @@ def shard_key(message: FanoutMessage) -> str:
         return message.reposter
     if isinstance(message, ListDeleted):
         return message.owner
+    if isinstance(message, AccountDeleted):
+        return message.user
     return message.follower if isinstance(message, Followed | Unfollowed) else message.author
 
 

@@ -9,6 +9,7 @@ per cache period (``timeline.service.credentials``).
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass
 
@@ -17,6 +18,7 @@ from azure.data.tables import TableEntity, UpdateMode
 
 from timeline.errors import NotFoundError, contention
 from timeline.model.entities import PROFILE_ROW_KEY
+from timeline.model.keys import fold_user_id
 from timeline.retry import ETAG_ATTEMPTS
 from timeline.storage import calls
 from timeline.storage.accounts import Storage
@@ -25,6 +27,9 @@ from timeline.storage.names import USERS
 from timeline.tables.rows import META, PARTITION, delete_entity, etag, get_entity, if_unchanged
 
 TOKEN_EPOCH = "token_epoch"  # noqa: S105 (a field name)
+IDENTITY_ROW_KEY = "identity"
+"""The identity row (``timeline.tables.users``): a deleted account's tombstone."""
+DELETED_AT = "deleted_at"
 """The profile row's field: tokens minted with a lower epoch are revoked (absent: 0)."""
 REVOKED = f"{META}revoked-"
 _STATE = "(RowKey eq @profile or (RowKey ge @revoked and RowKey lt @revoked_end ) )"
@@ -40,6 +45,8 @@ class CredentialState:
 
     epoch: int
     revoked: frozenset[str]
+    deleted: bool = False
+    """The account was deleted: every token of it is refused."""
 
 
 class CredentialsRepository:
@@ -50,32 +57,53 @@ class CredentialsRepository:
 
     async def state(self, user_id: str) -> CredentialState:
         """The user's epoch and live revocations (epoch 0 and none for a user with no
-        profile: such a token was minted by an operator, and nothing revoked it)."""
+        profile: such a token was minted by an operator, and nothing revoked it), and
+        whether its account was deleted (its tombstone, the identity row of its case fold:
+        in the same query when the id is its own fold, else one point read beside it)."""
+        folded = fold_user_id(user_id)
         parameters = {
             "pk": user_id,
             "profile": PROFILE_ROW_KEY,
             "revoked": REVOKED,
             "revoked_end": REVOKED[:-1] + ".",
+            "identity": IDENTITY_ROW_KEY,
         }
-        async with self._storage.guard(kind="read"):
-            page = await query_page(
-                self._storage.reader(USERS, user_id),
-                f"{PARTITION} and {_STATE}",
-                parameters,
-                select=["RowKey", TOKEN_EPOCH, "expires_at"],
-                limit=MAX_REVOKED_READ,
-                continuation=None,
-            )
+        query = f"{PARTITION} and ( RowKey eq @identity or {_STATE} )"
+        if folded != user_id:
+            query = f"{PARTITION} and {_STATE}"
+            del parameters["identity"]
+        rows, tombstone = await asyncio.gather(
+            self._rows(user_id, query, parameters),
+            get_entity(self._storage, USERS, folded, IDENTITY_ROW_KEY, select=[DELETED_AT])
+            if folded != user_id
+            else _none(),
+        )
         moment = time.time()
-        epoch, revoked = 0, set()
-        for row in page.items:
+        epoch, revoked, deleted = 0, set(), tombstone is not None and _is_deleted(tombstone)
+        for row in rows:
             if row["RowKey"] == PROFILE_ROW_KEY:
                 epoch = int(row.get(TOKEN_EPOCH) or 0)
+            elif row["RowKey"] == IDENTITY_ROW_KEY:
+                deleted = _is_deleted(row)
             elif float(row.get("expires_at") or 0) > moment:
                 revoked.add(str(row["RowKey"]).removeprefix(REVOKED))
             else:
                 await self._forget(user_id, row)
-        return CredentialState(epoch, frozenset(revoked))
+        return CredentialState(epoch, frozenset(revoked), deleted)
+
+    async def _rows(
+        self, user_id: str, query: str, parameters: dict[str, str]
+    ) -> list[TableEntity]:
+        async with self._storage.guard(kind="read"):
+            page = await query_page(
+                self._storage.reader(USERS, user_id),
+                query,
+                parameters,
+                select=["RowKey", TOKEN_EPOCH, "expires_at", DELETED_AT],
+                limit=MAX_REVOKED_READ,
+                continuation=None,
+            )
+        return list(page.items)
 
     async def _forget(self, user_id: str, row: TableEntity) -> None:
         """Delete a revoked row whose token has expired by itself."""
@@ -113,3 +141,11 @@ class CredentialsRepository:
                 except ResourceModifiedError:
                     continue
         raise contention()
+
+
+def _is_deleted(row: TableEntity) -> bool:
+    return row.get(DELETED_AT) is not None
+
+
+async def _none() -> None:
+    return None

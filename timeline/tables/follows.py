@@ -28,6 +28,7 @@ from timeline.errors import contention
 from timeline.model.entities import Edge, Page
 from timeline.model.keys import LIST_PREFIX, list_owner
 from timeline.retry import ETAG_ATTEMPTS
+from timeline.storage import calls
 from timeline.storage.accounts import Storage
 from timeline.storage.calls import (
     TransactionOperation,
@@ -65,6 +66,10 @@ INACTIVE_FROM = "inactive_from"
 (epoch seconds: the dormancy's ``since``); older posts always reach the reader."""
 REPOSTS = "reposts"
 """On a follow row: ``False`` when the follower hides the subject's reposts."""
+LEFT_PREFIX = f"{META}unfollowed-"
+"""``~unfollowed-{reader}`` in the subject's partition: the reader's index row naming the
+subject is (or may be) inactive (``FollowsRepository.sync_index``). It sorts after the
+counters, so a count's range query never reads it."""
 REQUEST_PREFIX = f"{META}request-"
 """A follow request's row key, ``~request-{follower}``, in the subject's partition."""
 _REQUESTS = "PartitionKey eq @pk and RowKey ge @low and RowKey lt @high"
@@ -103,7 +108,11 @@ class FollowsRepository:
     async def request(self, follower: str, subject: str, *, reposts: bool = True) -> None:
         """Ask to follow (a repeated request keeps the first row, etag and all, so an
         approval that read it still finds it unchanged); ``reposts=False`` is kept on the
-        row for the follow it becomes."""
+        row for the follow it becomes. The follower's index row for the pair is made first
+        (inactive, unless one is there): so the request is found from the follower's side,
+        as a follow is, whatever interleaving or crash."""
+        if await get_entity(self._storage, SUBJECT_FOLLOWING, follower, subject) is None:
+            await self.sync_index(follower, subject)
         row: dict[str, Any] = {
             "PartitionKey": subject,
             "RowKey": REQUEST_PREFIX + follower,
@@ -197,6 +206,8 @@ class FollowsRepository:
             index = await get_entity(self._storage, SUBJECT_FOLLOWING, follower, subject)
             truth = await get_entity(self._storage, SUBJECT_FOLLOWERS, subject, follower)
             was_active = index is not None and bool(index.get("active"))
+            if truth is None and (index is None or was_active):
+                await self._note_left(follower, subject)
             row = _index_row(follower, subject, truth, index)
             write: TransactionOperation = (
                 ("create", row)
@@ -211,6 +222,34 @@ class FollowsRepository:
                 if failed_index(error, 409, 412, 404) is None:
                     raise
         raise contention()
+
+    async def _note_left(self, follower: str, subject: str) -> None:
+        """File ``~unfollowed-{follower}`` in the subject's partition before an index row turns (or
+        is made) inactive: every inactive index row naming the subject is found from the
+        subject's side (its account's deletion ends each)."""
+        row = {"PartitionKey": subject, "RowKey": LEFT_PREFIX + follower}
+        await calls.submit_batch(self._storage, SUBJECT_FOLLOWERS, subject, [("upsert", row)])
+
+    async def drop_left(self, follower: str, subject: str) -> None:
+        """Delete the pair's ``~unfollowed-`` row (after its index row is gone)."""
+        await delete_entity(self._storage, SUBJECT_FOLLOWERS, subject, LEFT_PREFIX + follower)
+
+    async def left_page(
+        self, subject: str, limit: int, continuation: dict[str, str] | None
+    ) -> Page[str]:
+        """A page of the readers with an inactive index row naming the subject (one query)."""
+        bounds = {"pk": subject, "low": LEFT_PREFIX, "high": LEFT_PREFIX[:-1] + "."}
+        async with self._storage.guard(kind="query"):
+            page = await query_page(
+                self._storage.reader(SUBJECT_FOLLOWERS, subject),
+                _REQUESTS,
+                bounds,
+                select=["RowKey"],
+                limit=limit,
+                continuation=continuation,
+            )
+        readers = [str(row["RowKey"]).removeprefix(LEFT_PREFIX) for row in page.items]
+        return Page(readers, page.continuation)
 
     async def drop_index_row(self, follower: str, subject: str) -> None:
         """Delete one index row (a gone list's member, once its membership has ended)."""

@@ -8,6 +8,8 @@ Row keys (user ids never contain ``.``, so ``{prefix}`` to ``{prefix[0]}.`` is o
   and deleted *after* it, so a read of the blocked side finds it whenever the block exists;
 - ``m-{other}`` in the muter's partition: a mute, with ``reposts`` (their reposts muted too)
   and ``expires_at`` (epoch seconds; absent: no end), filed in ``expiries`` when it has one;
+  its reverse row, ``{muter}`` in the partition ``{other}~muted`` (``muted_by``), is written
+  before it and deleted after it, with the same end;
 - ``f-{slot}`` in the owner's partition (``00`` to ``63``, hex: ``MAX_FILTERS`` of them): a
   keyword filter, with ``filter_id`` (the slot, then random digits), ``phrase``, ``since``
   and ``expires_at`` as a mute's (``timeline.model.phrases`` matches it). A new filter
@@ -43,6 +45,16 @@ from timeline.tables.rows import (
 from timeline.tables.slots import Slots
 
 BLOCK, BLOCKED_BY, FILTERED, MUTED = "b-", "B-", "f-", "m-"
+
+
+def muted_by(user: str) -> str:
+    """The partition of the reverse rows of the mutes of ``user``, a row per muter (written
+    before the mute, deleted after it): what finds them when its account is deleted. Not the
+    user's own partition, which its every home read loads."""
+    return f"{user}{META_SUFFIX}"
+
+
+META_SUFFIX = "~muted"
 MAX_BLOCKS = 1000
 MAX_MUTES = 1000
 MAX_FILTERS = 100
@@ -53,6 +65,10 @@ three: 1,000 + 100 + 1,000 + 1,000 rows at every cap, read before more "blocked 
 which sort first), then "blocked by" rows."""
 _RANGE = "PartitionKey eq @pk and RowKey ge @low and RowKey lt @high"
 _FROM = _RANGE
+_BOTH_WAYS = (
+    "PartitionKey eq @pk and ( ( RowKey ge @by and RowKey lt @by_end ) or "
+    "( RowKey ge @own and RowKey lt @own_end ) )"
+)
 _AFTER = "PartitionKey eq @pk and RowKey gt @after and RowKey lt @high"
 
 
@@ -138,8 +154,9 @@ class RelationsRepository:
 
     async def mute(self, muter: str, other: str, expires_at: float | None, reposts: bool) -> None:
         """Record (or replace) the mute; one with an expiry is filed to be swept after it."""
-        key = MUTED + other
+        key, reverse = MUTED + other, muted_by(other)
         if expires_at is not None:
+            await self._expiries.note(MUTE, RELATIONS, reverse, muter, at=expires_at)
             await self._expiries.note(MUTE, RELATIONS, muter, key, at=expires_at)
         row: dict[str, Any] = {
             "PartitionKey": muter,
@@ -149,10 +166,29 @@ class RelationsRepository:
         }
         if expires_at is not None:
             row["expires_at"] = float(expires_at)
+        ending = {name: row[name] for name in ("expires_at",) if name in row}
+        await self._upsert({"PartitionKey": reverse, "RowKey": muter, **ending})
         await self._upsert(row)
 
     async def unmute(self, muter: str, other: str) -> None:
+        """Remove the mute row, then its reverse row (idempotent)."""
         await self._delete(muter, MUTED + other)
+        await self._delete(muted_by(other), muter)
+
+    async def muters_page(
+        self, user: str, limit: int, continuation: dict[str, str] | None
+    ) -> Page[str]:
+        """One query's worth of the users who mute ``user`` (their reverse rows)."""
+        async with self._storage.guard(kind="query"):
+            page = await query_page(
+                self._storage.reader(RELATIONS, muted_by(user)),
+                PARTITION,
+                {"pk": muted_by(user)},
+                select=["RowKey"],
+                limit=min(limit, 1000),
+                continuation=continuation,
+            )
+        return Page([str(row["RowKey"]) for row in page.items], page.continuation)
 
     async def mute_of(self, muter: str, other: str) -> Mute | None:
         row = await get_entity(self._storage, RELATIONS, muter, MUTED + other)
@@ -174,6 +210,26 @@ class RelationsRepository:
     ) -> Page[tuple[str, datetime]]:
         page = await self._range(blocker, BLOCK, ["RowKey", "since"], limit, continuation)
         items = [(str(row["RowKey"])[2:], row["since"]) for row in page.items]
+        return Page(items, page.continuation)
+
+    async def ends_page(
+        self, user: str, limit: int, continuation: dict[str, str] | None
+    ) -> Page[tuple[str, str]]:
+        """One query's worth of the user's blocks both ways, as ``(blocker, blocked)``: its
+        "blocked by" rows, then its own blocks."""
+        async with self._storage.guard(kind="query"):
+            page = await query_page(
+                self._storage.reader(RELATIONS, user),
+                _BOTH_WAYS,
+                {"pk": user, "by": BLOCKED_BY, "by_end": "B.", "own": BLOCK, "own_end": "b."},
+                select=["RowKey"],
+                limit=min(limit, 1000),
+                continuation=continuation,
+            )
+        items = [
+            (key[2:], user) if key.startswith(BLOCKED_BY) else (user, key[2:])
+            for key in (str(row["RowKey"]) for row in page.items)
+        ]
         return Page(items, page.continuation)
 
     async def mutes_page(

@@ -166,6 +166,18 @@ class RepostsRepository:
             if continuation is None:
                 return found
 
+    async def own_page(
+        self, reposter: str, limit: int, continuation: dict[str, str] | None
+    ) -> Page[tuple[str, str, str]]:
+        """One query's worth of the reposter's ``(author, post_id, repost_id)``, void ones
+        too (an account's deletion undoes each)."""
+        rows = await self._range(reposter, REPOST, limit, continuation)
+        found = [
+            (str(row["author"]), row["RowKey"][len(REPOST) :], str(row["repost_id"]))
+            for row in rows.items
+        ]
+        return Page(found, rows.continuation)
+
     async def reposts_page(
         self,
         author: str,

@@ -167,11 +167,13 @@ async def edge_page(
     return Page(edges, page.continuation)
 
 
-async def drop_partition(storage: Storage, table: str, partition_key: str) -> int:
-    """Delete every row of one partition, metadata included (a list's timeline or member
-    index once the list is gone): a query per 1,000 rows (following storage's continuation:
-    a page may come back short, even empty, before the end), an EGT per 100. The rows
-    deleted."""
+async def drop_partition(
+    storage: Storage, table: str, partition_key: str, *, keep: str | None = None
+) -> int:
+    """Delete every row of one partition (but the row ``keep``), metadata included (a list's
+    timeline or member index once the list is gone): a query per 1,000 rows (following
+    storage's continuation: a page may come back short, even empty, before the end), an EGT
+    per 100. The rows deleted."""
     dropped = 0
     continuation: dict[str, str] | None = None
     while True:
@@ -184,7 +186,7 @@ async def drop_partition(storage: Storage, table: str, partition_key: str) -> in
                 limit=1000,
                 continuation=continuation,
             )
-        keys = [str(row["RowKey"]) for row in page.items]
+        keys = [str(row["RowKey"]) for row in page.items if row["RowKey"] != keep]
         for chunk in calls.chunked(keys):
             deletes = [("delete", {"PartitionKey": partition_key, "RowKey": key}) for key in chunk]
             await calls.submit_batch(storage, table, partition_key, deletes)

@@ -4,6 +4,7 @@ identity row per case-folded id, naming the one spelling that owns it."""
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 from azure.core.exceptions import ResourceNotFoundError
@@ -15,14 +16,40 @@ from timeline.model.idempotency import IdempotencyRecord
 from timeline.model.keys import fold_user_id
 from timeline.storage import calls
 from timeline.storage.accounts import Storage
-from timeline.storage.names import POSTS, SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING, USERS
+from timeline.storage.calls import query_page, submit_batch
+from timeline.storage.names import (
+    POSTS,
+    RELATIONS,
+    SUBJECT_FOLLOWERS,
+    SUBJECT_FOLLOWING,
+    TIMELINES,
+    USERS,
+)
 from timeline.tables.counters import count_of
-from timeline.tables.credentials import TOKEN_EPOCH
-from timeline.tables.rows import create_entity, get_entity
+from timeline.tables.credentials import DELETED_AT, IDENTITY_ROW_KEY, TOKEN_EPOCH
+from timeline.tables.relations import muted_by
+from timeline.tables.rows import (
+    LISTING,
+    META,
+    PARTITION,
+    create_entity,
+    delete_entity,
+    drop_partition,
+    get_entity,
+)
 
-IDENTITY_ROW_KEY = "identity"
-"""The row, in the partition of an id's case fold (``carol`` for ``Carol``), whose
-``user_id`` is the spelling that owns every id of that fold."""
+DELETIONS = f"{META}deletions"
+"""The ``users`` partition of the accounts whose deletion is in progress (a row each)."""
+REPOST_ROWS, REPOST_ROWS_END = f"{META}rp", f"{META}rq"
+"""The range of a ``posts`` partition's repost and repost index rows (``~rp-``, ``~rpof-``)."""
+_POSTS_OR_REPOSTS = (
+    "PartitionKey eq @pk and ( RowKey lt @meta or ( RowKey ge @rp and RowKey lt @rq ) )"
+)
+
+# The identity row (``IDENTITY_ROW_KEY``), in the partition of an id's case fold (``carol``
+# for ``Carol``), has the spelling that owns every id of that fold as ``user_id``. A deleted
+# account's stays, with ``deleted_at``: its tombstone, which keeps the id (every spelling
+# of it) taken and refuses its tokens.
 
 
 class UsersRepository:
@@ -39,6 +66,9 @@ class UsersRepository:
         if idempotency is not None:
             entity.update(idempotency.fields())
         if await create_entity(self._storage, USERS, entity):
+            if await self.deleted(user.user_id):  # a deletion took the id meanwhile
+                await self.delete_profile(user.user_id)
+                raise ConflictError(f"user id {user.user_id!r} is taken", code="user_exists")
             return True
         existing = await get_entity(self._storage, USERS, user.user_id, PROFILE_ROW_KEY)
         replay = existing is not None and idempotency is not None and idempotency.replays(existing)
@@ -82,6 +112,87 @@ class UsersRepository:
                 return False
         return True
 
+    async def tombstone(self, user_id: str) -> None:
+        """File the deletion as in progress, then mark the id's identity row deleted
+        (idempotent): from now on the id cannot be registered again and its tokens are
+        refused (``CredentialsRepository.state``)."""
+        entry = {"PartitionKey": DELETIONS, "RowKey": user_id, DELETED_AT: time.time()}
+        await submit_batch(self._storage, USERS, DELETIONS, [("upsert", entry)])
+        row: dict[str, Any] = {"PartitionKey": fold_user_id(user_id), "RowKey": IDENTITY_ROW_KEY}
+        row |= {"user_id": user_id, DELETED_AT: time.time()}
+        async with self._storage.guard(kind="write-1"):
+            await calls.update_entity(self._storage.table(USERS, row["PartitionKey"]), row)
+
+    async def deletions(self, most: int = 1000) -> list[str]:
+        """The accounts whose deletion is in progress (at most ``most``): one query."""
+        async with self._storage.guard(kind="query"):
+            page = await query_page(
+                self._storage.reader(USERS, DELETIONS),
+                PARTITION,
+                {"pk": DELETIONS},
+                select=["RowKey"],
+                limit=most,
+                continuation=None,
+            )
+        return [str(row["RowKey"]) for row in page.items]
+
+    async def undone(self, user_id: str) -> bool:
+        """Whether nothing of the account is left to undo: no post, repost or repost index
+        row of it, no follower or list membership, no follow (three one-row queries)."""
+        checks: tuple[tuple[str, str, dict[str, str]], ...] = (
+            (POSTS, _POSTS_OR_REPOSTS, {"rp": REPOST_ROWS, "rq": REPOST_ROWS_END}),
+            (SUBJECT_FOLLOWERS, LISTING, {}),
+            (SUBJECT_FOLLOWING, LISTING, {}),
+        )
+        found = await asyncio.gather(
+            *(self._any(table, user_id, query, extra) for table, query, extra in checks)
+        )
+        return not any(found)
+
+    async def _any(self, table: str, user_id: str, query: str, extra: dict[str, str]) -> bool:
+        async with self._storage.guard(kind="query-1"):
+            page = await query_page(
+                self._storage.reader(table, user_id),
+                query,
+                {"pk": user_id, "meta": META, **extra},
+                select=["RowKey"],
+                limit=1,
+                continuation=None,
+            )
+        return bool(page.items) or page.continuation is not None
+
+    async def drop_account(self, user_id: str) -> None:
+        """Drop every partition of the account but its tombstone, and its entry among the
+        deletions in progress (last)."""
+        for table in (TIMELINES, POSTS, SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING, RELATIONS):
+            await drop_partition(self._storage, table, user_id)
+        await drop_partition(self._storage, RELATIONS, muted_by(user_id))
+        await drop_partition(self._storage, USERS, user_id, keep=IDENTITY_ROW_KEY)
+        await delete_entity(self._storage, USERS, DELETIONS, user_id)
+
+    async def tidy_after(self, user_id: str) -> None:
+        """After the account's deletion has ended, drop what a late follow or unfollow of it
+        left in its follow partitions (counter rows); nothing while it is in progress (its
+        own last step drops them)."""
+        if await get_entity(self._storage, USERS, DELETIONS, user_id) is None:
+            for table in (SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING):
+                await drop_partition(self._storage, table, user_id)
+
+    async def forget_deletion(self, user_id: str) -> None:
+        """Remove an entry among the deletions in progress that has no tombstone (its
+        request died before it)."""
+        await delete_entity(self._storage, USERS, DELETIONS, user_id)
+
+    async def deleted(self, user_id: str) -> bool:
+        """Whether the account was deleted (its tombstone is there): one point read."""
+        folded = fold_user_id(user_id)
+        row = await get_entity(self._storage, USERS, folded, IDENTITY_ROW_KEY)
+        return row is not None and row.get(DELETED_AT) is not None
+
+    async def delete_profile(self, user_id: str) -> None:
+        """Remove the profile row (idempotent): the user is a 404 from now on."""
+        await delete_entity(self._storage, USERS, user_id, PROFILE_ROW_KEY)
+
     async def claim_identity(self, user_id: str) -> None:
         """Make ``user_id`` the spelling that owns its case fold, before its profile exists;
         409 when another spelling owns it. The claim is never taken back: a registration that
@@ -96,6 +207,8 @@ class UsersRepository:
         if existing is None:  # claims are never deleted; only a storage rollback gets here
             raise ConflictError(f"user id {user_id!r} is being claimed", code="user_exists")
         owner = str(existing["user_id"])
+        if existing.get(DELETED_AT) is not None:
+            raise ConflictError(f"user id {user_id!r} is taken", code="user_exists")
         if owner != user_id:
             raise ConflictError(
                 f"user id {user_id!r} is taken: ids are unique ignoring case and {owner!r} exists",

@@ -19,6 +19,7 @@ from timeline.storage.names import (
 )
 from timeline.storage.queue import FanoutQueues, Lane, PoisonedMessage
 from timeline.tables.follows import is_follow_row
+from timeline.tables.users import UsersRepository
 
 _POST_ROW = re.compile(r"\d{19}_[0-9a-f]{26}\Z")
 _PEEK = 32
@@ -33,7 +34,8 @@ NOUNS = {
 """What a table's rows are to its readers; tables not named here hold internal rows only."""
 LEGEND = (
     "internal rows: counters, idempotency keys, undone reposts, activity stamps, "
-    "ended follows in their cool-down, rate-limit windows and the expiries index"
+    "ended follows and their ~unfollowed- rows, the reverse rows of mutes, "
+    "rate-limit windows and the expiries index"
 )
 
 
@@ -119,6 +121,9 @@ async def stats_lines(storage: Storage) -> list[str]:
         lines.append(
             f"table {table}: {people}{count.internal} internal row(s) ({split} rows by account)"
         )
+    deleting = await UsersRepository(storage).deletions()
+    shown = ", ".join(deleting[:10]) + (", ..." if len(deleting) > 10 else "")
+    lines.append(f"account deletions in progress: {len(deleting)}" + (f" ({shown})" * bool(shown)))
     return lines
 
 
