@@ -19,16 +19,14 @@ from fanout_worker.sweeper import Sweeper
 from timeline.config import Settings
 from timeline.delivery.batching.writer import PartitionWriter
 from timeline.delivery.dormancy import Dormancy
-from timeline.delivery.processor import FanoutProcessor
+from timeline.delivery.processor import FanoutProcessor, worker_writer
 from timeline.errors import ConfigurationError, MalformedMessageError, StorageUnavailableError
 from timeline.model import priority
 from timeline.model.messages import decode, urgency
 from timeline.model.priority import Priority
 from timeline.retry import backoff_delay
 from timeline.storage.accounts import Storage, split_connection_strings
-from timeline.storage.names import TIMELINES
 from timeline.storage.queue import FanoutQueue, Lane
-from timeline.tables.traces import trace
 
 log = logging.getLogger(__name__)
 
@@ -86,14 +84,7 @@ class Worker:
         watch_limiter(self._limiter)
         options = settings.storage_options(limiter=self._limiter)
         async with Storage(self._connection_string, options) as storage:
-            writer = PartitionWriter(
-                storage,
-                TIMELINES,
-                linger_s=settings.worker_linger_s,
-                max_in_flight=settings.worker_write_concurrency,
-                max_buffered=settings.worker_max_buffered,
-                trace=trace,
-            )
+            writer = worker_writer(storage, settings)
             shards = await self._shards(storage)
             processor = FanoutProcessor.configured(storage, writer, settings)
             await writer.start()

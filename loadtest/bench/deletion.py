@@ -23,16 +23,14 @@ from loadtest.bench.api import REQUESTS
 from loadtest.bench.harness import TEXT, fresh_storage, write_rows
 from loadtest.bench.sizes import Sizes
 from timeline.config import Settings
-from timeline.delivery.batching.writer import PartitionWriter
 from timeline.delivery.outcomes import Continue
-from timeline.delivery.processor import FanoutProcessor
+from timeline.delivery.processor import FanoutProcessor, worker_writer
 from timeline.model.entities import Post, User
 from timeline.model.keys import new_post_id, now_ticks
 from timeline.model.messages import AccountDeleted, FanoutMessage
 from timeline.storage.accounts import Storage
 from timeline.storage.names import SUBJECT_FOLLOWERS, SUBJECT_FOLLOWING, TIMELINES
 from timeline.tables.repositories import Repositories
-from timeline.tables.traces import trace
 
 USER = "leaving"
 
@@ -55,24 +53,8 @@ async def deletion(sizes: Sizes) -> dict[str, Any]:
         await repos.users.delete_profile(USER)
         settings = Settings()
         collected = _Collected()
-        async with PartitionWriter(
-            storage,
-            TIMELINES,
-            linger_s=settings.worker_linger_s,
-            max_in_flight=settings.worker_write_concurrency,
-            max_buffered=settings.worker_max_buffered,
-            trace=trace,
-        ) as writer:
-            processor = FanoutProcessor.on(
-                storage,
-                writer,
-                follower_page_size=settings.worker_follower_page_size,
-                timing=settings.fanout_timing(),
-                timeline_cap=settings.max_timeline_items,
-                hybrid=settings.hybrid(collected),
-                inactivity=settings.inactivity(),
-                queue=collected,
-            )
+        async with worker_writer(storage, settings) as writer:
+            processor = FanoutProcessor.configured(storage, writer, settings, queue=collected)
             before, started = _requests(), time.perf_counter()
             messages = await _run(processor, collected, AccountDeleted(user=USER))
             seconds = time.perf_counter() - started

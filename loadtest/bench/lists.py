@@ -26,9 +26,8 @@ from loadtest.bench.harness import TEXT, follower_rows, fresh_storage, write_row
 from loadtest.bench.measure import quantile
 from loadtest.bench.sizes import Sizes
 from timeline.config import Settings
-from timeline.delivery.batching.writer import PartitionWriter
 from timeline.delivery.outcomes import Continue
-from timeline.delivery.processor import FanoutProcessor
+from timeline.delivery.processor import FanoutProcessor, worker_writer
 from timeline.model.entities import Post
 from timeline.model.keys import list_reader, new_post_id, now_ticks
 from timeline.model.messages import FanoutMessage, PostCreated
@@ -38,7 +37,6 @@ from timeline.storage.names import POSTS, SUBJECT_FOLLOWERS, TIMELINES
 from timeline.tables.follows import FollowsRepository
 from timeline.tables.lists import ListsRepository
 from timeline.tables.timelines import TimelinesRepository
-from timeline.tables.traces import trace
 
 
 async def lists(sizes: Sizes) -> dict[str, Any]:
@@ -86,14 +84,7 @@ async def _delivery(storage: Storage, sizes: Sizes) -> dict[str, float]:
         Post(new_post_id(base + i * 10_000_000), author, TEXT) for i in range(sizes.list_posts)
     ]
     await write_rows(storage, POSTS, [p.to_entity(author) for p in posts], "lists: posts")
-    async with PartitionWriter(
-        storage,
-        TIMELINES,
-        linger_s=settings.worker_linger_s,
-        max_in_flight=settings.worker_write_concurrency,
-        max_buffered=settings.worker_max_buffered,
-        trace=trace,
-    ) as writer:
+    async with worker_writer(storage, settings) as writer:
         processor = FanoutProcessor.configured(storage, writer, settings)
         without = await _deliver(processor, posts)
         follows, repository = FollowsRepository(storage), ListsRepository(storage)

@@ -25,6 +25,7 @@ account (the counter rows it leaves in a finished deletion's partitions it drops
 from __future__ import annotations
 
 import asyncio
+from typing import get_args
 
 from timeline.delivery.context import Context
 from timeline.delivery.feed import Feed
@@ -47,17 +48,7 @@ from timeline.storage.queue import MessageSender
 
 ITEMS_PER_LEASE = 100
 """Things one lease undoes (a send each, or two deletes for a block)."""
-ORDER: tuple[Phase, ...] = (
-    "lists",
-    "following",
-    "followers",
-    "unfollowed",
-    "reposts",
-    "posts",
-    "blocks",
-    "mutes",
-    "muters",
-)
+ORDER: tuple[Phase, ...] = tuple(phase for phase in get_args(Phase) if phase != "drop")
 """The sweep's phases; ``drop`` follows the last."""
 
 

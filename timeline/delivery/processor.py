@@ -43,12 +43,26 @@ from timeline.model.messages import (
     Wake,
 )
 from timeline.storage.accounts import Storage
+from timeline.storage.names import TIMELINES
 from timeline.storage.queue import FanoutQueues, MessageSender
 from timeline.tables.activity import Inactivity
 from timeline.tables.repositories import Repositories
+from timeline.tables.traces import trace
 
 if TYPE_CHECKING:
     from timeline.config import Settings
+
+
+def worker_writer(storage: Storage, settings: Settings) -> PartitionWriter:
+    """The timelines' writer a worker runs, on these settings (the bench builds the same)."""
+    return PartitionWriter(
+        storage,
+        TIMELINES,
+        linger_s=settings.worker_linger_s,
+        max_in_flight=settings.worker_write_concurrency,
+        max_buffered=settings.worker_max_buffered,
+        trace=trace,
+    )
 
 
 class FanoutProcessor:
@@ -119,19 +133,24 @@ class FanoutProcessor:
 
     @classmethod
     def configured(
-        cls, storage: Storage, writer: PartitionWriter, settings: Settings
+        cls,
+        storage: Storage,
+        writer: PartitionWriter,
+        settings: Settings,
+        queue: MessageSender | None = None,
     ) -> FanoutProcessor:
-        """The processor a worker runs, on these settings (the bench builds the same)."""
-        queues = FanoutQueues(storage)
+        """The processor a worker runs, on these settings (the bench builds the same); what
+        it sends goes to ``queue`` (default: the fan-out queues)."""
+        queue = queue or FanoutQueues(storage)
         return cls.on(
             storage,
             writer,
             follower_page_size=settings.worker_follower_page_size,
             timing=settings.fanout_timing(),
             timeline_cap=settings.max_timeline_items,
-            hybrid=settings.hybrid(queues),
+            hybrid=settings.hybrid(queue),
             inactivity=settings.inactivity(),
-            queue=queues,
+            queue=queue,
         )
 
     async def handle(self, message: FanoutMessage) -> Outcome:
