@@ -9,6 +9,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
+
 from fanout_worker.sweeper import Sweeper
 from tests.conftest import make_settings
 from tests.delivery.helpers import Recorder, unlimited_service
@@ -29,10 +31,15 @@ from timeline.model.messages import (
 )
 from timeline.storage.accounts import Storage
 from timeline.storage.names import TIMELINES
+from timeline.tables import follows as follows_module
 from timeline.tables.audience import MERGED
 from timeline.tables.credentials import IDENTITY_ROW_KEY
 from timeline.tables.repositories import Repositories
 from timeline.tools.azurite import Azurite
+
+
+class Died(Exception):
+    """The process died here."""
 
 
 async def run_all(processor: FanoutProcessor, recorder: Recorder) -> None:
@@ -303,3 +310,26 @@ async def test_a_mute_made_again_without_an_end_still_finds_its_muter(own: Stora
         await w.service.accounts.delete(other, other)
         await w.drain()
         assert await rows_holding(own, other) == only_tombstone(other)
+
+
+async def test_a_follow_request_that_died_after_its_unfollowed_row_leaves_nothing(
+    own: Storage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """G asks to follow locked L; the request's first write (``~unfollowed-G`` in L's
+    partition) lands and the process dies before G's index row. The request's message,
+    shown once its hidden time ends, makes the index row, so G's deletion finds the pair."""
+    async with world(own) as w:
+        gone, locked = await new_users(w.repos, "gone", "locked")
+        await w.service.accounts.edit(locked, locked, display_name=None, locked=True)
+
+        async def dies(*args: object, **kwargs: object) -> None:
+            raise Died
+
+        with monkeypatch.context() as patch:
+            patch.setattr(follows_module, "transact_counted", dies)
+            with pytest.raises(Died):
+                await w.service.follows.follow(gone, gone, locked)
+        await w.drain()
+        await w.service.accounts.delete(gone, gone)
+        await w.drain()
+        assert await rows_holding(own, gone) == [("users", gone, IDENTITY_ROW_KEY)]

@@ -64,8 +64,9 @@ class Follows:
                 await follows.set_reposts(follower, subject, reposts)
             await follows.repair_index(follower, subject)
             return True
-        if locked:
-            await follows.request(follower, subject, reposts=reposts is not False)
+        if locked:  # its message syncs the index row the request makes first, if it died
+            async with self._outbox.written(Followed(follower=follower, subject=subject)):
+                await follows.request(follower, subject, reposts=reposts is not False)
             if await self._relations.blocked_either(follower, subject):  # a block raced it
                 await follows.drop_request(follower, subject)
                 await self._refuse_if_blocked(follower, subject)
