@@ -291,7 +291,7 @@ class Settings(BaseSettings):
         return Timing(
             write_deadline_s=self.worker_write_deadline_s,
             sweep_delay_s=sweep,
-            account_sweep_s=self.credentials_cache_s + self.hidden_message_s() + 1,
+            account_sweep_s=self.credentials_cache_s + self._hidden_s() + 1,
             follow_cooldown_s=self.follow_cooldown_s,
         )
 
@@ -310,10 +310,8 @@ class Settings(BaseSettings):
         itself works on a request its client has given up on); a queue hides a message for
         at most 7 days."""
         earliest = self.api_write_deadline_s() + self.storage_timeout_s
-        hidden = self.api_hidden_message_s
-        if hidden is None:
-            hidden = math.ceil(earliest + 30)
-        elif hidden <= earliest:
+        hidden = self._hidden_s()
+        if self.api_hidden_message_s is not None and hidden <= earliest:
             raise ConfigurationError(
                 f"TIMELINE_API_HIDDEN_MESSAGE_S must exceed the API write deadline plus the "
                 f"storage timeout ({earliest:g} s: {WRITE_BUDGET_TIMEOUTS + 3} storage timeouts)"
@@ -324,6 +322,12 @@ class Settings(BaseSettings):
                 f"lower TIMELINE_STORAGE_TIMEOUT_S or TIMELINE_API_HIDDEN_MESSAGE_S"
             )
         return hidden
+
+    def _hidden_s(self) -> int:
+        """The hidden time as set, or its default (unchecked: ``hidden_message_s`` checks)."""
+        if self.api_hidden_message_s is not None:
+            return self.api_hidden_message_s
+        return math.ceil(self.api_write_deadline_s() + self.storage_timeout_s + 30)
 
     def connection_string(self) -> str:
         """Every configured account, one per line (``Storage`` splits them), else the
