@@ -333,3 +333,23 @@ async def test_a_follow_request_that_died_after_its_unfollowed_row_leaves_nothin
         await w.service.accounts.delete(gone, gone)
         await w.drain()
         assert await rows_holding(own, gone) == [("users", gone, IDENTITY_ROW_KEY)]
+
+
+async def test_a_merged_authors_merge_rows_leave_no_trace_naming_it(own: Storage) -> None:
+    """U is merged at read time and its followers hold merge rows for it: removing each
+    leaves a removal trace keyed by the row (``~gone-!m-{U}``), which names U; the pair's
+    end drops it (a stream needs none: U has no posts left to merge)."""
+    recorder = Recorder(own, forward=False)
+    async with PartitionWriter(own, TIMELINES, linger_s=0) as writer:
+        processor = FanoutProcessor.on(own, writer, hybrid=HYBRID, timing=TIMING, queue=recorder)
+        service = unlimited_service(own, recorder)
+        repos = Repositories.on(own)
+        gone, *fans = await new_users(repos, "gone", *(f"f{i}" for i in range(HYBRID.threshold)))
+        for fan in fans:
+            await service.follows.follow(fan, fan, gone)
+        await run_all(processor, recorder)
+        await regrade(processor, gone, merge=True)
+        assert all([gone in await repos.audience.merged_authors(fan) for fan in fans])
+        await service.accounts.delete(gone, gone)
+        await run_all(processor, recorder)
+        assert await rows_holding(own, gone) == only_tombstone(gone)

@@ -45,6 +45,7 @@ from timeline.model.messages import (
     Unreposted,
 )
 from timeline.storage.queue import MessageSender
+from timeline.tables.audience import MERGE_PREFIX
 
 ITEMS_PER_LEASE = 100
 """Things one lease undoes (a send each, or two deletes for a block)."""
@@ -195,8 +196,9 @@ class AccountRemoval:
         or delivery in flight may still write). The follow goes (uncounted), and the index
         row after it is synced (the follower's count), then the reader's copies: its whole
         timeline if the reader is gone (and its request to follow the subject, if any), else
-        the subject's copies in it. A deleted account
-        whose deletion has ended loses the counter rows this left. Only this pair: a backlog
+        the subject's copies in it, and the trace of its merge row's removal (a stream needs
+        none: the subject has no posts left to merge). A deleted account whose deletion has
+        ended loses the counter rows this left. Only this pair: a backlog
         of such messages costs one end each."""
         reader, subject = message.follower, message.subject
         follows, users = self._repos.follows, self._repos.users
@@ -212,6 +214,8 @@ class AccountRemoval:
         else:
             await self._feed.purge(reader, subject)
         if await users.deleted(subject):
+            if not reader_gone:  # the merge row's removal trace names the deleted subject
+                await self._repos.timelines.drop_trace(reader, MERGE_PREFIX + subject)
             await users.tidy_after(subject)
         else:
             await queue_regrade_if_due(self._repos, self._ctx.hybrid, subject)

@@ -18,12 +18,21 @@ from timeline.storage.calls import (
     transact,
 )
 from timeline.storage.names import TIMELINES
-from timeline.tables.rows import META, PARTITION, drop_partition, etag, get_entity, partition_page
+from timeline.tables.rows import (
+    META,
+    PARTITION,
+    delete_entity,
+    drop_partition,
+    etag,
+    get_entity,
+    partition_page,
+)
 from timeline.tables.traces import (
     TRACES_END,
     delete_unchanged,
     expired_traces,
     sweep_traces,
+    trace_key,
     traced_deletes,
     unchanged_deletes,
 )
@@ -46,6 +55,10 @@ class TimelinesRepository:
     async def drop(self, owner: str) -> None:
         """Delete the whole timeline (a deleted list's)."""
         await drop_partition(self._storage, TIMELINES, owner)
+
+    async def drop_trace(self, owner: str, row_key: str) -> None:
+        """Delete the removal trace of ``row_key`` now (gone already is fine)."""
+        await delete_entity(self._storage, TIMELINES, owner, trace_key(row_key))
 
     async def rows_by_author(
         self, owner: str, author: str, *, reposts: bool = False
