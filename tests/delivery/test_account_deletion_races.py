@@ -353,3 +353,21 @@ async def test_a_merged_authors_merge_rows_leave_no_trace_naming_it(own: Storage
         await service.accounts.delete(gone, gone)
         await run_all(processor, recorder)
         assert await rows_holding(own, gone) == only_tombstone(gone)
+
+
+async def test_an_undone_repost_whose_undo_is_still_running_is_left_to_it(
+    own: Storage,
+) -> None:
+    """U undid a repost whose ``Unreposted`` has not run yet when U is deleted: the void
+    repost row (no ``author`` on it) is left to that undo, which drops it (a chaos run
+    poisoned the deletion on it)."""
+    async with world(own) as w:
+        gone, author = await new_users(w.repos, "gone", "author")
+        post = await w.service.posts.create(author, author, "original")
+        await w.service.reposts.repost(gone, gone, author, post.post_id)
+        await w.drain()
+        await w.service.reposts.unrepost(gone, gone, post.post_id)  # its undo not run yet
+        assert (await w.repos.reposts.own_page(gone, 100, None)).items == []
+        await w.service.accounts.delete(gone, gone)
+        await w.drain()
+        assert await rows_holding(own, gone) == only_tombstone(gone)

@@ -169,12 +169,14 @@ class RepostsRepository:
     async def own_page(
         self, reposter: str, limit: int, continuation: dict[str, str] | None
     ) -> Page[tuple[str, str, str]]:
-        """One query's worth of the reposter's ``(author, post_id, repost_id)``, void ones
-        too (an account's deletion undoes each)."""
+        """One query's worth of the reposter's live ``(author, post_id, repost_id)`` (an
+        account's deletion undoes each; a void one's own undo is under way, and its last
+        pass drops the row)."""
         rows = await self._range(reposter, REPOST, limit, continuation)
         found = [
             (str(row["author"]), row["RowKey"][len(REPOST) :], str(row["repost_id"]))
             for row in rows.items
+            if not row.get("void")
         ]
         return Page(found, rows.continuation)
 
