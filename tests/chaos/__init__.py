@@ -69,6 +69,7 @@ from tests.chaos.invariants import (
     check_deleted_lists,
     check_end_state,
     check_placement,
+    check_relation_pairs,
     deleted_accounts,
     settle,
 )
@@ -141,6 +142,7 @@ async def run(
                     await check_end_state(storage, truth, report)
                     await check_deleted_lists(storage, truth)
                     await check_deleted_accounts(storage, deleted)
+                    await check_relation_pairs(storage)
                 await check_placement(storage)
         report.regrades = cluster.regrades()
         report.repost_entries = truth.seen.repost_entries

@@ -1,7 +1,7 @@
 """The invariant checks: once the load stops and the queues drain, the end state is
 checked exactly, from the tables themselves: every home timeline's and live list's
-partition, the merges, counters and indexes, and that a deleted list or account left no
-row."""
+partition, the merges, counters and indexes, that every block and mute has both its rows,
+and that a deleted list or account left no row."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from timeline.storage.names import (
     EXPIRIES,
     POSTS,
     RATE_LIMITS,
+    RELATIONS,
     SUBJECT_FOLLOWERS,
     SUBJECT_FOLLOWING,
     TABLES,
@@ -32,6 +33,7 @@ from timeline.storage.queue import FanoutQueues
 from timeline.tables.audience import COPIED, COPY_PREFIX, MERGED, AuthorMode
 from timeline.tables.counters import count_of
 from timeline.tables.credentials import IDENTITY_ROW_KEY
+from timeline.tables.relations import BLOCK, BLOCKED_BY, META_SUFFIX, MUTED
 from timeline.tables.repositories import Repositories
 
 SETTLE_TIMEOUT_S = 120.0
@@ -157,6 +159,32 @@ async def check_deleted_accounts(storage: Storage, deleted: list[str]) -> None:
                     if any(named.search(text) for text in texts):
                         strays.append((table, *keys))
         assert not strays, f"rows of deleted account {user} remain: {strays[:20]}"
+
+
+async def check_relation_pairs(storage: Storage) -> None:
+    """Every block has its "blocked by" row and every mute its reverse row, and no such row
+    stands without its relation; a mute with an end is left out (its two rows are swept
+    one by one when due)."""
+    rows: dict[tuple[str, str, str, bool], bool] = {}
+    for account in range(len(storage.account_ids)):
+        client = storage.account_table(account, RELATIONS)
+        async with storage.guard():
+            async for row in client.list_entities():
+                pk, rk = str(row["PartitionKey"]), str(row["RowKey"])
+                ends = row.get("expires_at") is not None
+                if pk.endswith(META_SUFFIX):
+                    rows[("mute", rk, pk.removesuffix(META_SUFFIX), False)] = ends
+                elif rk.startswith((BLOCK, MUTED)):
+                    kind = "block" if rk.startswith(BLOCK) else "mute"
+                    rows[(kind, pk, rk[2:], True)] = ends
+                elif rk.startswith(BLOCKED_BY):
+                    rows[("block", rk[2:], pk, False)] = ends
+    unpaired = [
+        (kind, actor, other, "relation" if forward else "reverse row")
+        for (kind, actor, other, forward), ends in rows.items()
+        if not ends and (kind, actor, other, not forward) not in rows
+    ]
+    assert not unpaired, f"block or mute rows without their pair: {sorted(unpaired)[:20]}"
 
 
 async def check_deleted_lists(storage: Storage, truth: Truth) -> None:

@@ -27,6 +27,7 @@ from timeline.delivery.lists import ListRemoval
 from timeline.delivery.outcomes import Outcome
 from timeline.delivery.post import PostDelivery
 from timeline.delivery.regrade import Regrading
+from timeline.delivery.relations import RelationRepair
 from timeline.delivery.repost import RepostDelivery, RepostRetraction
 from timeline.delivery.settings import Hybrid, Timing
 from timeline.model.messages import (
@@ -37,6 +38,7 @@ from timeline.model.messages import (
     PostCreated,
     PostDeleted,
     Regrade,
+    RelationChanged,
     Reposted,
     Unfollowed,
     Unreposted,
@@ -71,7 +73,7 @@ class FanoutProcessor:
     ``dormancy`` (``Wake``), ``repost`` (``Reposted``, ``Unreposted``), ``lists``
     (``ListDeleted``; a follow or unfollow of a list's members is a ``Followed`` or
     ``Unfollowed`` of the list's reader), ``accounts`` (``AccountDeleted``, and a follow or
-    unfollow with a side gone).
+    unfollow with a side gone), ``relations`` (``RelationChanged``).
     They share one ``Context`` (repositories, writer, settings, admission) and one ``Feed``
     (every write to a reader's timeline)."""
 
@@ -106,6 +108,7 @@ class FanoutProcessor:
         self._wakes = Waking(context, feed, inactivity or Inactivity())
         self._lists = ListRemoval(context, feed)
         self._accounts = AccountRemoval(context, feed)
+        self._relations = RelationRepair(context)
 
     @classmethod
     def on(
@@ -177,3 +180,5 @@ class FanoutProcessor:
                 return await self._lists.remove(message)
             case AccountDeleted():
                 return await self._accounts.remove(message)
+            case RelationChanged():
+                return await self._relations.settle(message)

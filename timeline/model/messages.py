@@ -206,6 +206,19 @@ class ListDeleted(_Message):
     confirm: bool = False
 
 
+class RelationChanged(_Message):
+    """A block or mute, or its end, was written (``kind``, by ``actor`` of ``other``): make
+    its reverse row agree with it, since the request may have died between its two rows or
+    interleaved with another on the pair; again ``sweep_delay_s`` later (``confirm``) for a
+    write of this pass that landed late."""
+
+    type: Literal["relation"] = "relation"
+    kind: Literal["block", "mute"]
+    actor: UserId
+    other: UserId
+    confirm: bool = False
+
+
 Phase = Literal[
     "lists",
     "following",
@@ -243,7 +256,8 @@ FanoutMessage = Annotated[
     | Reposted
     | Unreposted
     | ListDeleted
-    | AccountDeleted,
+    | AccountDeleted
+    | RelationChanged,
     Field(discriminator="type"),
 ]
 _ADAPTER: TypeAdapter[FanoutMessage] = TypeAdapter(FanoutMessage)

@@ -93,7 +93,7 @@ class TimelineService:
             writes=limits.writes,
         )
         self.relations = Relations(
-            users, repositories.relations, self.follows, pager, writes=limits.writes
+            users, repositories.relations, self.follows, outbox, pager, writes=limits.writes
         )
         self.timelines = Timelines(
             users,

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import re
 import time
+from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime
 from functools import partial
-from typing import Any
+from typing import Any, Literal
 
 from timeline.errors import (
     ConflictError,
@@ -21,9 +22,11 @@ from timeline.model.keys import (
     format_time,
     validate_user_id,
 )
+from timeline.model.messages import RelationChanged
 from timeline.model.phrases import MAX_PHRASE_TOKENS, tokens
 from timeline.service.accounts import require_self, require_user
 from timeline.service.follows import Follows
+from timeline.service.outbox import Outbox
 from timeline.service.paging import PageOut, Pager
 from timeline.tables.ratelimits import RateLimiter
 from timeline.tables.relations import (
@@ -53,6 +56,7 @@ class Relations:
         users: UsersRepository,
         relations: RelationsRepository,
         follows: Follows,
+        outbox: Outbox,
         pager: Pager,
         *,
         writes: RateLimiter,
@@ -60,6 +64,7 @@ class Relations:
         self._users = users
         self._relations = relations
         self._follows = follows
+        self._outbox = outbox
         self._pager = pager
         self._writes = writes
 
@@ -67,10 +72,10 @@ class Relations:
         """Idempotent: a repeated block (say after a lost answer) ends the follows again."""
         await self._check(actor, blocker, other, "block")
         await require_user(self._users, other)
-        relations = self._relations
-        if not await relations.blocks(blocker, other):
+        if not await self._relations.blocks(blocker, other):
             await self._refuse_past_cap(blocker, BLOCK, MAX_BLOCKS, "blocks")
-            await relations.block(blocker, other)
+        async with self._changing("block", blocker, other):
+            await self._relations.block(blocker, other)
         await self._follows.end(blocker, other)  # after the rows: see docs/guarantees.md
         await self._follows.end(other, blocker)
         await self._follows.drop_requests(blocker, other)
@@ -79,7 +84,8 @@ class Relations:
         await self._check(actor, blocker, other, "block")
         if not await self._relations.blocks(blocker, other):
             await require_user(self._users, other)
-        await self._relations.unblock(blocker, other)
+        async with self._changing("block", blocker, other):
+            await self._relations.unblock(blocker, other)
 
     async def mute(
         self, actor: str, muter: str, other: str, expires_at: datetime | None, reposts: bool
@@ -90,13 +96,15 @@ class Relations:
         await require_user(self._users, other)
         if await self._relations.mute_of(muter, other) is None:
             await self._refuse_past_cap(muter, MUTED, MAX_MUTES, "mutes")
-        await self._relations.mute(muter, other, until, reposts)
+        async with self._changing("mute", muter, other):
+            await self._relations.mute(muter, other, until, reposts)
 
     async def unmute(self, actor: str, muter: str, other: str) -> None:
         await self._check(actor, muter, other, "mute")
         if await self._relations.mute_of(muter, other) is None:
             await require_user(self._users, other)
-        await self._relations.unmute(muter, other)
+        async with self._changing("mute", muter, other):
+            await self._relations.unmute(muter, other)
 
     async def add_filter(
         self, actor: str, owner: str, phrase: str, expires_at: datetime | None
@@ -168,6 +176,13 @@ class Relations:
             limit,
             continuation,
         )
+
+    def _changing(
+        self, kind: Literal["block", "mute"], actor: str, other: str
+    ) -> AbstractAsyncContextManager[None]:
+        """Write a block's or mute's two rows, then release the pass that makes them agree
+        if the request dies between them (``timeline.delivery.relations``)."""
+        return self._outbox.written(RelationChanged(kind=kind, actor=actor, other=other))
 
     async def _check(self, actor: str, user_id: str, other: str, verb: str) -> None:
         require_self(actor, user_id)

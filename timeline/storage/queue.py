@@ -21,6 +21,7 @@ from timeline.model.messages import (
     FanoutMessage,
     Followed,
     ListDeleted,
+    RelationChanged,
     Reposted,
     Unfollowed,
     Unreposted,
@@ -69,15 +70,21 @@ class Reserving(MessageSender, Protocol):
 
 
 def shard_key(message: FanoutMessage) -> str:
-    if isinstance(message, Wake):
-        return message.reader
-    if isinstance(message, Reposted | Unreposted):
-        return message.reposter
-    if isinstance(message, ListDeleted):
-        return message.owner
-    if isinstance(message, AccountDeleted):
-        return message.user
-    return message.follower if isinstance(message, Followed | Unfollowed) else message.author
+    match message:
+        case Wake():
+            return message.reader
+        case Reposted() | Unreposted():
+            return message.reposter
+        case ListDeleted():
+            return message.owner
+        case AccountDeleted():
+            return message.user
+        case RelationChanged():
+            return message.actor
+        case Followed() | Unfollowed():
+            return message.follower
+        case _:
+            return message.author
 
 
 _STALE_RECEIPT = frozenset({"PopReceiptMismatch", "MessageNotFound"})

@@ -26,7 +26,7 @@ import asyncio
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 from azure.data.tables import TableEntity
 
@@ -174,6 +174,25 @@ class RelationsRepository:
         """Remove the mute row, then its reverse row (idempotent)."""
         await self._delete(muter, MUTED + other)
         await self._delete(muted_by(other), muter)
+
+    async def reverse_agrees(self, kind: Literal["block", "mute"], actor: str, other: str) -> bool:
+        """Make the reverse row of ``actor``'s block or mute of ``other`` agree with the
+        relation row: there (with the mute's end) while it is, gone while it is not. False
+        when the relation row changed meanwhile (another request on the pair): settle again.
+        """
+        key = (BLOCK if kind == "block" else MUTED) + other
+        reverse_pk, reverse_rk = (
+            (other, BLOCKED_BY + actor) if kind == "block" else (muted_by(other), actor)
+        )
+        found = await get_entity(self._storage, RELATIONS, actor, key)
+        if found is None:
+            await self._delete(reverse_pk, reverse_rk)
+        else:
+            copied = ("since",) if kind == "block" else ("expires_at",)
+            fields = {name: found[name] for name in copied if name in found}
+            await self._upsert({"PartitionKey": reverse_pk, "RowKey": reverse_rk, **fields})
+        again = await get_entity(self._storage, RELATIONS, actor, key, select=["RowKey"])
+        return _etag(again) == _etag(found)
 
     async def muters_page(
         self, user: str, limit: int, continuation: dict[str, str] | None
@@ -345,6 +364,10 @@ class RelationsRepository:
 
     async def _delete(self, user: str, key: str) -> None:
         await delete_entity(self._storage, RELATIONS, user, key)
+
+
+def _etag(row: TableEntity | None) -> str | None:
+    return None if row is None else str(row.metadata.get("etag"))
 
 
 @dataclass(frozen=True, slots=True)
