@@ -6,8 +6,10 @@ and that a deleted list or account left no row."""
 from __future__ import annotations
 
 import re
+import time
 from typing import Any
 
+from fanout_worker.sweeper import GRACE_S
 from tests.chaos.cluster import MAX_MERGED
 from tests.chaos.report import Report
 from tests.chaos.truth import LIST_READER, Expect, Hidden, Truth
@@ -162,29 +164,39 @@ async def check_deleted_accounts(storage: Storage, deleted: list[str]) -> None:
 
 
 async def check_relation_pairs(storage: Storage) -> None:
-    """Every block has its "blocked by" row and every mute its reverse row, and no such row
-    stands without its relation; a mute with an end is left out (its two rows are swept
-    one by one when due)."""
-    rows: dict[tuple[str, str, str, bool], bool] = {}
+    """Every block has its "blocked by" row, every mute its reverse row with the same end,
+    and no such row stands without its relation. Only the sweep may have parted an ended
+    mute's rows: a relation whose end has passed may lack its reverse row (the pass leaves
+    it to the sweep), and a reverse row may outlive its relation once its end is
+    ``GRACE_S`` past (the sweep takes the two one by one)."""
+    now = time.time()
+    relations: dict[tuple[str, str, str], float | None] = {}
+    reverses: dict[tuple[str, str, str], float | None] = {}
     for account in range(len(storage.account_ids)):
         client = storage.account_table(account, RELATIONS)
         async with storage.guard():
             async for row in client.list_entities():
                 pk, rk = str(row["PartitionKey"]), str(row["RowKey"])
-                ends = row.get("expires_at") is not None
+                ends = row.get("expires_at")
+                ends = None if ends is None else float(ends)
                 if pk.endswith(META_SUFFIX):
-                    rows[("mute", rk, pk.removesuffix(META_SUFFIX), False)] = ends
+                    reverses[("mute", rk, pk.removesuffix(META_SUFFIX))] = ends
+                elif rk.startswith(BLOCKED_BY):
+                    reverses[("block", rk[2:], pk)] = None
                 elif rk.startswith((BLOCK, MUTED)):
                     kind = "block" if rk.startswith(BLOCK) else "mute"
-                    rows[(kind, pk, rk[2:], True)] = ends
-                elif rk.startswith(BLOCKED_BY):
-                    rows[("block", rk[2:], pk, False)] = ends
-    unpaired = [
-        (kind, actor, other, "relation" if forward else "reverse row")
-        for (kind, actor, other, forward), ends in rows.items()
-        if not ends and (kind, actor, other, not forward) not in rows
+                    relations[(kind, pk, rk[2:])] = ends
+    wrong = [
+        (*pair, "relation", ends, reverses.get(pair, "missing"))
+        for pair, ends in relations.items()
+        if (ends is None or ends > now) and reverses.get(pair, "missing") != ends
     ]
-    assert not unpaired, f"block or mute rows without their pair: {sorted(unpaired)[:20]}"
+    wrong += [
+        (*pair, "reverse row", ends, "missing")
+        for pair, ends in reverses.items()
+        if pair not in relations and (ends is None or ends + GRACE_S > now)
+    ]
+    assert not wrong, f"block or mute rows without their pair: {sorted(wrong, key=str)[:20]}"
 
 
 async def check_deleted_lists(storage: Storage, truth: Truth) -> None:

@@ -1,4 +1,4 @@
-"""A block's or mute's pass (``RelationChanged``): its reverse row agrees with it in the end.
+"""A block's or mute's pass (``RelationChanged``): its two rows agree in the end.
 
 A block or mute is two rows in two partitions: the relation in the actor's, and the reverse
 row in the other user's side (``timeline.tables.relations``), which is how that user's reads
@@ -8,39 +8,68 @@ one pair can interleave. So each request reserves this message before its writes
 releases it after them (``timeline.service.outbox``): its pass runs once the request's
 writes have landed or never will.
 
-Why the rows agree in the end. The pass reads the relation, writes the reverse row to match,
-and reads the relation again; if it changed meanwhile, it goes round again. After the last
-request on the pair, the relation no longer changes (the account deletion and the expiry
-sweep only delete both rows), so a pass that reads it then sets the reverse row right, and
-one did: the last request's own. A write of an earlier pass that read an older relation
-either landed before that pass's second read (which saw the change and went round) or was
-overtaken by the storage timeout; the second pass, ``sweep_delay_s`` later, after any such
-write has landed, settles the pair once more.
+A pass reads both rows and makes the reverse row agree with the relation: deleted when the
+relation is missing, written (with a mute's end) when it stands and the reverse row is
+missing or differs. A mute whose end has passed is left to the expiry sweep, which takes
+its two rows one by one. When either user is deleted, the pass deletes both rows. It ends
+only on a second pass (``confirm``, ``sweep_delay_s`` after the one before) that finds
+nothing to change and follows a lease that ended well (``attempt`` 0); any other pass comes
+back ``sweep_delay_s`` later.
+
+Why the rows agree in the end (docs/guarantees.md, "Blocks and mutes"). After the last
+request on the pair, the relation changes no more but to go (its expiry, an account's
+deletion). Each pass's write lands within the storage timeout and the 30 s Azure may still
+work on it, well inside ``sweep_delay_s``, and a lease that died leaves its message hidden
+for the worker's visibility timeout. So the pass that ends a message read both rows after
+every write of that message's earlier passes had landed, and found them in agreement; and
+every message still to end will do the same. A pass never writes a row that names a deleted
+user: it reads the tombstones first, and if a deletion begins after that read, the pass
+comes back after it and deletes both rows.
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
+
 from timeline.delivery.context import Context
 from timeline.delivery.outcomes import DONE, Continue, Outcome
 from timeline.model.messages import RelationChanged
-
-ROUNDS = 3
-"""Passes round a relation that keeps changing before the lease ends (the message comes
-back and goes on)."""
+from timeline.tables.relations import reverse_fields
 
 
 class RelationRepair:
     def __init__(self, context: Context) -> None:
         self._ctx = context
         self._relations = context.repos.relations
+        self._users = context.repos.users
 
     async def settle(self, message: RelationChanged) -> Outcome:
-        for _ in range(ROUNDS):
-            if await self._relations.reverse_agrees(message.kind, message.actor, message.other):
-                break
-        else:
-            return Continue(message)
-        if message.confirm:
+        changed = await self._agree(message)
+        if message.confirm and not changed and message.attempt == 0:
             return DONE
         again = message.model_copy(update={"confirm": True})
         return Continue(again, delay_s=self._ctx.timing.sweep_delay_s)
+
+    async def _agree(self, message: RelationChanged) -> bool:
+        """Make the pair's rows agree; whether anything was written."""
+        kind, actor, other = message.kind, message.actor, message.other
+        gone = await asyncio.gather(self._users.deleted(actor), self._users.deleted(other))
+        relation, reverse = await self._relations.pair(kind, actor, other)
+        if any(gone):
+            for row, is_reverse in ((relation, False), (reverse, True)):
+                if row is not None:
+                    await self._relations.delete_pair_row(kind, actor, other, reverse=is_reverse)
+            return relation is not None or reverse is not None
+        if relation is None:
+            if reverse is not None:
+                await self._relations.delete_pair_row(kind, actor, other, reverse=True)
+            return reverse is not None
+        ends = relation.get("expires_at")
+        if ends is not None and float(ends) <= time.time():
+            return False  # an ended mute: the sweep takes its rows
+        wanted = reverse_fields(kind, relation)
+        if reverse is not None and reverse_fields(kind, reverse) == wanted:
+            return False
+        await self._relations.write_reverse(kind, actor, other, relation)
+        return True

@@ -8,7 +8,7 @@ import time
 from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime
 from functools import partial
-from typing import Any, Literal
+from typing import Any
 
 from timeline.errors import (
     ConflictError,
@@ -37,6 +37,7 @@ from timeline.tables.relations import (
     MUTED,
     Filter,
     Mute,
+    RelationKind,
     RelationsRepository,
 )
 from timeline.tables.users import UsersRepository
@@ -178,7 +179,7 @@ class Relations:
         )
 
     def _changing(
-        self, kind: Literal["block", "mute"], actor: str, other: str
+        self, kind: RelationKind, actor: str, other: str
     ) -> AbstractAsyncContextManager[None]:
         """Write a block's or mute's two rows, then release the pass that makes them agree
         if the request dies between them (``timeline.delivery.relations``)."""

@@ -47,6 +47,26 @@ from timeline.tables.slots import Slots
 BLOCK, BLOCKED_BY, FILTERED, MUTED = "b-", "B-", "f-", "m-"
 
 
+RelationKind = Literal["block", "mute"]
+
+
+def pair_keys(
+    kind: RelationKind, actor: str, other: str
+) -> tuple[tuple[str, str], tuple[str, str]]:
+    """The keys of ``actor``'s block or mute of ``other``, and of its reverse row."""
+    if kind == "block":
+        return (actor, BLOCK + other), (other, BLOCKED_BY + actor)
+    return (actor, MUTED + other), (muted_by(other), actor)
+
+
+def reverse_fields(kind: RelationKind, relation: TableEntity) -> dict[str, Any]:
+    """What a reverse row carries of its relation: a mute's end (a block's carries its
+    ``since``, which nothing reads)."""
+    if kind == "block" or relation.get("expires_at") is None:
+        return {}
+    return {"expires_at": float(relation["expires_at"])}
+
+
 def muted_by(user: str) -> str:
     """The partition of the reverse rows of the mutes of ``user``, a row per muter (written
     before the mute, deleted after it): what finds them when its account is deleted. Not the
@@ -175,24 +195,30 @@ class RelationsRepository:
         await self._delete(muter, MUTED + other)
         await self._delete(muted_by(other), muter)
 
-    async def reverse_agrees(self, kind: Literal["block", "mute"], actor: str, other: str) -> bool:
-        """Make the reverse row of ``actor``'s block or mute of ``other`` agree with the
-        relation row: there (with the mute's end) while it is, gone while it is not. False
-        when the relation row changed meanwhile (another request on the pair): settle again.
-        """
-        key = (BLOCK if kind == "block" else MUTED) + other
-        reverse_pk, reverse_rk = (
-            (other, BLOCKED_BY + actor) if kind == "block" else (muted_by(other), actor)
+    async def pair(
+        self, kind: RelationKind, actor: str, other: str
+    ) -> tuple[TableEntity | None, TableEntity | None]:
+        """The relation row of ``actor``'s block or mute of ``other``, and its reverse row
+        (None where missing): two point reads."""
+        relation, reverse = pair_keys(kind, actor, other)
+        found = await asyncio.gather(
+            get_entity(self._storage, RELATIONS, *relation),
+            get_entity(self._storage, RELATIONS, *reverse),
         )
-        found = await get_entity(self._storage, RELATIONS, actor, key)
-        if found is None:
-            await self._delete(reverse_pk, reverse_rk)
-        else:
-            copied = ("since",) if kind == "block" else ("expires_at",)
-            fields = {name: found[name] for name in copied if name in found}
-            await self._upsert({"PartitionKey": reverse_pk, "RowKey": reverse_rk, **fields})
-        again = await get_entity(self._storage, RELATIONS, actor, key, select=["RowKey"])
-        return _etag(again) == _etag(found)
+        return found[0], found[1]
+
+    async def write_reverse(
+        self, kind: RelationKind, actor: str, other: str, relation: TableEntity
+    ) -> None:
+        """Write the reverse row as the relation asks (a mute's with its end)."""
+        _, (pk, rk) = pair_keys(kind, actor, other)
+        await self._upsert({"PartitionKey": pk, "RowKey": rk, **reverse_fields(kind, relation)})
+
+    async def delete_pair_row(
+        self, kind: RelationKind, actor: str, other: str, *, reverse: bool
+    ) -> None:
+        relation, reverse_row = pair_keys(kind, actor, other)
+        await self._delete(*(reverse_row if reverse else relation))
 
     async def muters_page(
         self, user: str, limit: int, continuation: dict[str, str] | None
@@ -364,10 +390,6 @@ class RelationsRepository:
 
     async def _delete(self, user: str, key: str) -> None:
         await delete_entity(self._storage, RELATIONS, user, key)
-
-
-def _etag(row: TableEntity | None) -> str | None:
-    return None if row is None else str(row.metadata.get("etag"))
 
 
 @dataclass(frozen=True, slots=True)
