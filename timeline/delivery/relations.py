@@ -8,34 +8,42 @@ one pair can interleave. So each request reserves this message before its writes
 releases it after them (``timeline.service.outbox``): its pass runs once the request's
 writes have landed or never will.
 
-A pass reads both rows and makes the reverse row agree with the relation: deleted when the
-relation is missing, written (with a mute's end) when it stands and the reverse row is
-missing or differs. A mute whose end has passed is left to the expiry sweep, which takes
-its two rows one by one. When either user is deleted, the pass deletes both rows. It ends
-only on a second pass (``confirm``, ``sweep_delay_s`` after the one before) that finds
-nothing to change and follows a lease that ended well (``attempt`` 0); any other pass comes
-back ``sweep_delay_s`` later.
+The message alternates two passes. A *fix* reads both rows and the two users' tombstones and
+makes the rows agree, every write sent within ``write_deadline_s`` of its start: both rows
+go when either user is deleted; the reverse row goes when the relation is missing, or has
+ended (a mute past its end) and the reverse row does not carry that end; it is written (with
+a mute's end) when the relation stands and the reverse row is missing or differs. An ended
+mute whose rows agree is left to the expiry sweep, which takes them one by one. A *check*
+(``confirm``), ``sweep_delay_s`` after a fix, makes the same reads and writes nothing: it
+ends the message if there is nothing to change, and otherwise hands it to a fix at once.
 
 Why the rows agree in the end (docs/guarantees.md, "Blocks and mutes"). After the last
-request on the pair, the relation changes no more but to go (its expiry, an account's
-deletion). Each pass's write lands within the storage timeout and the 30 s Azure may still
-work on it, well inside ``sweep_delay_s``, and a lease that died leaves its message hidden
-for the worker's visibility timeout. So the pass that ends a message read both rows after
-every write of that message's earlier passes had landed, and found them in agreement; and
-every message still to end will do the same. A pass never writes a row that names a deleted
-user: it reads the tombstones first, and if a deletion begins after that read, the pass
-comes back after it and deletes both rows.
+request on the pair, the relation changes no more but to go (its expiry, or an account's
+deletion, which take both rows). Only a fix writes, and every write of a fix is sent within
+the write deadline of its start and lands within the storage timeout after that, so within
+``sweep_delay_s``; a fix's lease that dies is given again (a fix) after it. So a check reads
+both rows after every write of its message's earlier passes has landed, and ends the message
+only when they agree; every other message on the pair does the same. A deletion that starts
+after a fix read the tombstones meets the check, which hands the pair to a fix that deletes
+both rows.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
+from functools import partial
+
+from azure.data.tables import TableEntity
 
 from timeline.delivery.context import Context
 from timeline.delivery.outcomes import DONE, Continue, Outcome
 from timeline.model.messages import RelationChanged
+from timeline.storage.flow.guard import deadline
 from timeline.tables.relations import reverse_fields
+
+Change = Callable[[], Awaitable[None]]
 
 
 class RelationRepair:
@@ -45,31 +53,35 @@ class RelationRepair:
         self._users = context.repos.users
 
     async def settle(self, message: RelationChanged) -> Outcome:
-        changed = await self._agree(message)
-        if message.confirm and not changed and message.attempt == 0:
-            return DONE
-        again = message.model_copy(update={"confirm": True})
-        return Continue(again, delay_s=self._ctx.timing.sweep_delay_s)
+        if message.confirm:
+            if not await self._changes(message):
+                return DONE
+            return Continue(message.model_copy(update={"confirm": False}))
+        with deadline(time.monotonic() + self._ctx.timing.write_deadline_s):
+            for change in await self._changes(message):
+                await change()
+        check = message.model_copy(update={"confirm": True})
+        return Continue(check, delay_s=self._ctx.timing.sweep_delay_s)
 
-    async def _agree(self, message: RelationChanged) -> bool:
-        """Make the pair's rows agree; whether anything was written."""
+    async def _changes(self, message: RelationChanged) -> list[Change]:
+        """What would make the pair's two rows agree, from what storage shows now."""
         kind, actor, other = message.kind, message.actor, message.other
+        delete = partial(self._relations.delete_pair_row, kind, actor, other)
         gone = await asyncio.gather(self._users.deleted(actor), self._users.deleted(other))
         relation, reverse = await self._relations.pair(kind, actor, other)
         if any(gone):
-            for row, is_reverse in ((relation, False), (reverse, True)):
-                if row is not None:
-                    await self._relations.delete_pair_row(kind, actor, other, reverse=is_reverse)
-            return relation is not None or reverse is not None
+            rows = ((relation, False), (reverse, True))
+            return [partial(delete, reverse=side) for row, side in rows if row is not None]
         if relation is None:
-            if reverse is not None:
-                await self._relations.delete_pair_row(kind, actor, other, reverse=True)
-            return reverse is not None
-        ends = relation.get("expires_at")
-        if ends is not None and float(ends) <= time.time():
-            return False  # an ended mute: the sweep takes its rows
+            return [] if reverse is None else [partial(delete, reverse=True)]
         wanted = reverse_fields(kind, relation)
         if reverse is not None and reverse_fields(kind, reverse) == wanted:
-            return False
-        await self._relations.write_reverse(kind, actor, other, relation)
-        return True
+            return []  # an ended mute's too: the sweep takes its rows
+        if _ended(relation):
+            return [] if reverse is None else [partial(delete, reverse=True)]
+        return [partial(self._relations.write_reverse, kind, actor, other, relation)]
+
+
+def _ended(relation: TableEntity) -> bool:
+    ends = relation.get("expires_at")
+    return ends is not None and float(ends) <= time.time()

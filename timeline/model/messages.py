@@ -208,9 +208,9 @@ class ListDeleted(_Message):
 
 class RelationChanged(_Message):
     """A block or mute, or its end, was written (``kind``, by ``actor`` of ``other``): make
-    its reverse row agree with it, since the request may have died between its two rows or
-    interleaved with another on the pair; again ``sweep_delay_s`` later (``confirm``) for a
-    write of this pass that landed late."""
+    its two rows agree, since the request may have died between them or interleaved with
+    another on the pair; then, ``sweep_delay_s`` later, check them (``confirm``: reads only),
+    and fix them again until a check finds them agreeing."""
 
     type: Literal["relation"] = "relation"
     kind: Literal["block", "mute"]
