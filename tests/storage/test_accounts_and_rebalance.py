@@ -227,8 +227,11 @@ async def test_rebalance_resumes_after_dying_and_moves_everything(
         for user in users[:5]:
             await api.post(user, tokens[user], f"from {user}")
 
-        async def delivered() -> bool:
-            return len(await api.timeline_ids(users[-1], tokens[users[-1]])) == 1
+        async def delivered() -> bool:  # every follower's, as each gets a read marker
+            for user in users[1:]:
+                if len(await api.timeline_ids(user, tokens[user])) != 1:
+                    return False
+            return True
 
         await eventually(delivered, what="fan-out before the rebalance")
         markers = {user: await _mark_newest(client, user, tokens[user]) for user in users[1:]}

@@ -6,8 +6,9 @@ The deletion sends, page by page and as background work, what the API would send
 each of the account's things one by one: a ``ListDeleted`` per list it owns, an
 ``Unfollowed`` per follow either way (list memberships included, and every pair whose index
 row may still name it: its ``~unfollowed-`` rows), an ``Unreposted`` per repost and a
-``PostDeleted`` per post; it ends its blocks and mutes both ways itself. Those messages' own
-passes make each undo exact, as they do for the API. Each is sent *before* anything it
+``PostDeleted`` per post, and a ``RelationChanged`` per block and mute either way (whose pass
+deletes both rows of a pair with a deleted side). Those messages' own passes make each undo
+exact, as they do for the API. Each is sent *before* anything it
 undoes changes (they change it themselves), so a lease that dies midway is redone from what
 storage still shows.
 
@@ -41,6 +42,7 @@ from timeline.model.messages import (
     ListDeleted,
     Phase,
     PostDeleted,
+    RelationChanged,
     Unfollowed,
     Unreposted,
 )
@@ -48,7 +50,7 @@ from timeline.storage.queue import MessageSender
 from timeline.tables.audience import MERGE_PREFIX
 
 ITEMS_PER_LEASE = 100
-"""Things one lease undoes (a send each, or two deletes for a block)."""
+"""Things one lease undoes (a message sent for each)."""
 ORDER: tuple[Phase, ...] = tuple(phase for phase in get_args(Phase) if phase != "drop")
 """The sweep's phases; ``drop`` follows the last."""
 
@@ -88,7 +90,7 @@ class AccountRemoval:
     async def _undo_page(
         self, user: str, phase: Phase, cursor: dict[str, str] | None
     ) -> Page[object]:
-        """Send the undo of one page of the phase's things (or, for blocks, end them)."""
+        """Send the undo of one page of the phase's things."""
         repos, limit = self._repos, ITEMS_PER_LEASE
         messages: list[FanoutMessage] = []
         page: Page[object]
@@ -140,20 +142,24 @@ class AccountRemoval:
             )
             return Page(list(posts.items), posts.continuation)
         relations = repos.relations
-        if phase == "blocks":
-            ends = await relations.ends_page(user, limit, cursor)
-            for blocker, blocked in ends.items:  # both ways: its "b-" and "B-" rows
-                await relations.unblock(blocker, blocked)
-            return Page(list(ends.items), ends.continuation)
-        if phase == "mutes":
+        messages: list[FanoutMessage]
+        page: Page[object]
+        if phase == "blocks":  # both ways: its "b-" and "B-" rows
+            blocks = await relations.ends_page(user, limit, cursor)
+            messages = [RelationChanged(kind="block", actor=a, other=o) for a, o in blocks.items]
+            page = Page(list(blocks.items), blocks.continuation)
+        elif phase == "mutes":
             mutes = await relations.mutes_page(user, limit, cursor)
-            for mute in mutes.items:
-                await relations.unmute(user, mute.user_id)
-            return Page(list(mutes.items), mutes.continuation)
-        muters = await relations.muters_page(user, limit, cursor)
-        for muter in muters.items:
-            await relations.unmute(muter, user)
-        return Page(list(muters.items), muters.continuation)
+            messages = [
+                RelationChanged(kind="mute", actor=user, other=mute.user_id) for mute in mutes.items
+            ]
+            page = Page(list(mutes.items), mutes.continuation)
+        else:
+            muters = await relations.muters_page(user, limit, cursor)
+            messages = [RelationChanged(kind="mute", actor=m, other=user) for m in muters.items]
+            page = Page(list(muters.items), muters.continuation)
+        await self._send(messages)
+        return page
 
     async def _send(self, messages: list[FanoutMessage]) -> None:
         """Send them as background work (user-facing work goes first)."""

@@ -9,7 +9,8 @@ releases it after them (``timeline.service.outbox``): its pass runs once the req
 writes have landed or never will.
 
 The message alternates two passes. A *fix* reads both rows and the two users' tombstones and
-makes the rows agree, every write sent within ``write_deadline_s`` of its start: both rows
+makes the rows agree, every write sent within ``FIX_WITHIN_S`` of its start (and ended a
+storage timeout later): both rows
 go when either user is deleted; the reverse row goes when the relation is missing, or has
 ended (a mute past its end) and the reverse row does not carry that end; it is written (with
 a mute's end) when the relation stands and the reverse row is missing or differs. An ended
@@ -19,13 +20,12 @@ ends the message if there is nothing to change, and otherwise hands it to a fix 
 
 Why the rows agree in the end (docs/guarantees.md, "Blocks and mutes"). After the last
 request on the pair, the relation changes no more but to go (its expiry, or an account's
-deletion, which take both rows). Only a fix writes, and every write of a fix is sent within
-the write deadline of its start and lands within the storage timeout after that, so within
-``sweep_delay_s``; a fix's lease that dies is given again (a fix) after it. So a check reads
-both rows after every write of its message's earlier passes has landed, and ends the message
-only when they agree; every other message on the pair does the same. A deletion that starts
-after a fix read the tombstones meets the check, which hands the pair to a fix that deletes
-both rows.
+deletion, which take both rows). Only a fix writes, and every write of a fix ends within
+``FIX_WITHIN_S`` and a storage timeout of its start, so within ``sweep_delay_s``; a fix's
+lease that dies is given again (a fix) after it. So a check reads both rows after every
+write of its message's earlier passes has landed, and ends the message only when they
+agree; every other message on the pair does the same. A deletion that starts after a fix
+read the tombstones meets the check, which hands the pair to a fix that deletes both rows.
 """
 
 from __future__ import annotations
@@ -44,6 +44,11 @@ from timeline.storage.flow.guard import deadline
 from timeline.tables.relations import reverse_fields
 
 Change = Callable[[], Awaitable[None]]
+FIX_WITHIN_S = 25.0
+"""How long after its start a fix may still send a write (the API's write deadline): with a
+storage call's timeout, well inside the expiry sweep's grace (``fanout_worker.sweeper``,
+120 s), so a reverse row a fix writes for a mute it read as live has landed before the sweep
+looks for it, ``GRACE_S`` after the mute's end."""
 
 
 class RelationRepair:
@@ -57,7 +62,8 @@ class RelationRepair:
             if not await self._changes(message):
                 return DONE
             return Continue(message.model_copy(update={"confirm": False}))
-        with deadline(time.monotonic() + self._ctx.timing.write_deadline_s):
+        within = min(FIX_WITHIN_S, self._ctx.timing.write_deadline_s)
+        with deadline(time.monotonic() + within):
             for change in await self._changes(message):
                 await change()
         check = message.model_copy(update={"confirm": True})

@@ -210,9 +210,13 @@ class RelationsRepository:
     async def write_reverse(
         self, kind: RelationKind, actor: str, other: str, relation: TableEntity
     ) -> None:
-        """Write the reverse row as the relation asks (a mute's with its end)."""
+        """Write the reverse row as the relation asks: a mute's with its end, filed first to
+        be swept after it (as a mute request files it)."""
         _, (pk, rk) = pair_keys(kind, actor, other)
-        await self._upsert({"PartitionKey": pk, "RowKey": rk, **reverse_fields(kind, relation)})
+        fields = reverse_fields(kind, relation)
+        if "expires_at" in fields:
+            await self._expiries.note(MUTE, RELATIONS, pk, rk, at=fields["expires_at"])
+        await self._upsert({"PartitionKey": pk, "RowKey": rk, **fields})
 
     async def delete_pair_row(
         self, kind: RelationKind, actor: str, other: str, *, reverse: bool

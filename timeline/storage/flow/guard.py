@@ -42,8 +42,9 @@ Renew = Callable[[], Awaitable[None]]
 @contextmanager
 def deadline(not_after: float) -> Iterator[None]:
     """Every storage call made inside (retries, ETag loops and counter-shard conflicts
-    included) is sent by ``not_after`` (``time.monotonic``) or refused with a retryable
-    ``StorageUnavailableError``; a call sent ends within its timeout."""
+    included) that has not started by ``not_after`` (``time.monotonic``; its place in the
+    limiter comes first) is refused with a retryable ``StorageUnavailableError``; one that
+    has ends within its timeout, the placement's renewal before it included."""
     token = _DEADLINE.set(not_after)
     try:
         yield
