@@ -14,7 +14,13 @@ from fanout_worker.sweeper import GRACE_S, Sweeper, SweepReport
 from tests.conftest import eventually
 from tests.delivery.hybrid_helpers import new_users
 from tests.delivery.test_account_deletion import World, rows_holding, world
-from tests.delivery.test_relation_pairs import Died, dies_writing, row
+from tests.delivery.test_relation_pairs import (
+    Died,
+    deleted_leaving_its_tombstone,
+    dies_writing,
+    row,
+    without_reverse_row,
+)
 from tests.tables.test_mute_and_filter_lifetime import LATER
 from timeline.delivery import relations as relations_pass
 from timeline.delivery.batching.writer import PartitionWriter
@@ -81,9 +87,7 @@ async def test_a_pass_after_the_sweep_took_the_reverse_row_leaves_it_gone(
         await w.drain()  # the mute's passes, both, after its end (as the sweep is)
         await sweeper.sweep(now=later)  # the partition thawed: the mute goes
         assert not await row(own, muter, MUTED + other)
-        await w.service.accounts.delete(muter, muter)
-        await w.drain()
-        assert await rows_holding(own, muter) == [("users", muter, IDENTITY_ROW_KEY)]
+        assert await deleted_leaving_its_tombstone(w, muter)
 
 
 async def test_a_pass_between_the_sweeps_read_and_delete_leaves_it_to_the_sweep(
@@ -169,13 +173,7 @@ async def test_a_relation_without_its_reverse_row_goes_with_the_others_deletion(
     for follows)."""
     async with world(own) as w:
         actor, other = await new_users(w.repos, "actor", "other")
-        relations = w.repos.relations
-        if kind == "mute":
-            await relations.mute(actor, other, None, False)
-            await relations._delete(muted_by(other), actor)
-        else:
-            await relations.block(actor, other)
-            await relations._delete(other, BLOCKED_BY + actor)
+        await without_reverse_row(w, kind, actor, other)
         await w.service.accounts.delete(other, other)
         await w.drain()  # the deletion, both sweeps and the drop
         w.recorder.sent.append(RelationChanged(kind=kind, actor=actor, other=other))
