@@ -8,17 +8,17 @@ each of the account's things one by one: a ``ListDeleted`` per list it owns, an
 row may still name it: its ``~unfollowed-`` rows), an ``Unreposted`` per repost and a
 ``PostDeleted`` per post, and a ``RelationChanged`` per block and mute either way (whose pass
 deletes both rows of a pair with a deleted side). Those messages' own passes make each undo
-exact, as they do for the API. Each is sent *before* anything it
-undoes changes (they change it themselves), so a lease that dies midway is redone from what
-storage still shows.
+exact, as they do for the API. Each is sent *before* anything it undoes changes (they
+change it themselves), so a lease that dies midway is redone from what storage still shows.
 
 Why nothing stays. The tombstone is written before the message is released, so every
 request that could add a row of the account was accepted before it (or, in another API
 process, within the credentials cache period after it) and lands within the API's hidden
 time. The sweep runs again every ``account_every_s`` (longer than both together) until one
 finds nothing left: no post, repost or repost index row in its ``posts`` partition, no
-follower or list membership in ``subjectFollowers``, no follow in ``subjectFollowing``.
-Only then are the account's partitions dropped. A follow or unfollow message that runs
+follower or list membership in ``subjectFollowers``, no follow in ``subjectFollowing``, no
+block or mute either way in ``relations`` (a pair's pass deletes the deleted user's row
+last). Only then are the account's partitions dropped. A follow or unfollow message that runs
 later finds a side gone and ends the pair (``end``): it never recreates a row of the
 account (the counter rows it leaves in a finished deletion's partitions it drops).
 """

@@ -9,7 +9,7 @@ releases it after them (``timeline.service.outbox``): its pass runs once the req
 writes have landed or never will.
 
 The message alternates two passes. A *fix* reads both rows and the two users' tombstones and
-makes the rows agree, every write sent within ``FIX_WITHIN_S`` of its start (and ended a
+makes the rows agree, every write sent within ``FIX_WITHIN_S`` of its reads (and ended a
 storage timeout later): both rows
 go when either user is deleted; the reverse row goes when the relation is missing, or has
 ended (a mute past its end) and the reverse row does not carry that end; it is written (with
@@ -21,7 +21,7 @@ ends the message if there is nothing to change, and otherwise hands it to a fix 
 Why the rows agree in the end (docs/guarantees.md, "Blocks and mutes"). After the last
 request on the pair, the relation changes no more but to go (its expiry, or an account's
 deletion, which take both rows). Only a fix writes, and every write of a fix ends within
-``FIX_WITHIN_S`` and a storage timeout of its start, so within ``sweep_delay_s``; a fix's
+``FIX_WITHIN_S`` and a storage timeout of its reads, so within ``sweep_delay_s``; a fix's
 lease that dies is given again (a fix) after it. So a check reads both rows after every
 write of its message's earlier passes has landed, and ends the message only when they
 agree; every other message on the pair does the same. A deletion that starts after a fix
@@ -45,10 +45,10 @@ from timeline.tables.relations import reverse_fields
 
 Change = Callable[[], Awaitable[None]]
 FIX_WITHIN_S = 25.0
-"""How long after its start a fix may still send a write (the API's write deadline): with a
-storage call's timeout, well inside the expiry sweep's grace (``fanout_worker.sweeper``,
-120 s), so a reverse row a fix writes for a mute it read as live has landed before the sweep
-looks for it, ``GRACE_S`` after the mute's end."""
+"""How long after its reads a fix may still send a write: with a storage call's timeout,
+well inside the expiry sweep's grace (``fanout_worker.sweeper``, 120 s), so a reverse row a
+fix writes for a mute it read as live has landed before the sweep looks for it, ``GRACE_S``
+after the mute's end."""
 
 
 class RelationRepair:
@@ -62,9 +62,10 @@ class RelationRepair:
             if not await self._changes(message):
                 return DONE
             return Continue(message.model_copy(update={"confirm": False}))
+        changes = await self._changes(message)
         within = min(FIX_WITHIN_S, self._ctx.timing.write_deadline_s)
-        with deadline(time.monotonic() + within):
-            for change in await self._changes(message):
+        with deadline(time.monotonic() + within):  # from the reads the writes rest on
+            for change in changes:
                 await change()
         check = message.model_copy(update={"confirm": True})
         return Continue(check, delay_s=self._ctx.timing.sweep_delay_s)
@@ -75,8 +76,12 @@ class RelationRepair:
         delete = partial(self._relations.delete_pair_row, kind, actor, other)
         gone = await asyncio.gather(self._users.deleted(actor), self._users.deleted(other))
         relation, reverse = await self._relations.pair(kind, actor, other)
-        if any(gone):
-            rows = ((relation, False), (reverse, True))
+        if any(gone):  # the live user's row first: the deleted one's finds the pair until then
+            rows = (
+                ((reverse, True), (relation, False))
+                if gone[0]
+                else ((relation, False), (reverse, True))
+            )
             return [partial(delete, reverse=side) for row, side in rows if row is not None]
         if relation is None:
             return [] if reverse is None else [partial(delete, reverse=True)]

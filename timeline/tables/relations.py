@@ -90,6 +90,14 @@ _BOTH_WAYS = (
     "( RowKey ge @own and RowKey lt @own_end ) )"
 )
 _AFTER = "PartitionKey eq @pk and RowKey gt @after and RowKey lt @high"
+BLOCKS_OR_MUTES = (
+    "PartitionKey eq @pk and ( ( RowKey ge @by and RowKey lt @by_end ) or "
+    "( RowKey ge @own and RowKey lt @own_end ) or ( RowKey ge @mute and RowKey lt @mute_end ) )"
+)
+"""A user's blocks either way and its own mutes (with ``BLOCK_AND_MUTE_RANGES``)."""
+BLOCK_AND_MUTE_RANGES = {
+    "by": BLOCKED_BY, "by_end": "B.", "own": BLOCK, "own_end": "b.", "mute": MUTED, "mute_end": "m."
+}  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,7 +27,7 @@ from timeline.storage.names import (
 )
 from timeline.tables.counters import count_of
 from timeline.tables.credentials import DELETED_AT, IDENTITY_ROW_KEY, TOKEN_EPOCH
-from timeline.tables.relations import muted_by
+from timeline.tables.relations import BLOCK_AND_MUTE_RANGES, BLOCKS_OR_MUTES, muted_by
 from timeline.tables.rows import (
     LISTING,
     META,
@@ -138,23 +138,26 @@ class UsersRepository:
 
     async def undone(self, user_id: str) -> bool:
         """Whether nothing of the account is left to undo: no post, repost or repost index
-        row of it, no follower or list membership, no follow (three one-row queries)."""
-        checks: tuple[tuple[str, str, dict[str, str]], ...] = (
-            (POSTS, _POSTS_OR_REPOSTS, {"rp": REPOST_ROWS, "rq": REPOST_ROWS_END}),
-            (SUBJECT_FOLLOWERS, LISTING, {}),
-            (SUBJECT_FOLLOWING, LISTING, {}),
+        row of it, no follower or list membership, no follow, no block or mute either way
+        (five one-row queries)."""
+        checks: tuple[tuple[str, str, str, dict[str, str]], ...] = (
+            (POSTS, user_id, _POSTS_OR_REPOSTS, {"rp": REPOST_ROWS, "rq": REPOST_ROWS_END}),
+            (SUBJECT_FOLLOWERS, user_id, LISTING, {}),
+            (SUBJECT_FOLLOWING, user_id, LISTING, {}),
+            (RELATIONS, user_id, BLOCKS_OR_MUTES, BLOCK_AND_MUTE_RANGES),
+            (RELATIONS, muted_by(user_id), PARTITION, {}),
         )
         found = await asyncio.gather(
-            *(self._any(table, user_id, query, extra) for table, query, extra in checks)
+            *(self._any(table, pk, query, extra) for table, pk, query, extra in checks)
         )
         return not any(found)
 
-    async def _any(self, table: str, user_id: str, query: str, extra: dict[str, str]) -> bool:
+    async def _any(self, table: str, partition: str, query: str, extra: dict[str, str]) -> bool:
         async with self._storage.guard(kind="query-1"):
             page = await query_page(
-                self._storage.reader(table, user_id),
+                self._storage.reader(table, partition),
                 query,
-                {"pk": user_id, "meta": META, **extra},
+                {"pk": partition, "meta": META, **extra},
                 select=["RowKey"],
                 limit=1,
                 continuation=None,
