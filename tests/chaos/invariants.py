@@ -139,9 +139,8 @@ async def deleted_accounts(storage: Storage, users: list[str]) -> list[str]:
 
 
 async def check_deleted_accounts(storage: Storage, deleted: list[str]) -> None:
-    """No row anywhere names a deleted account but its tombstone, beside what the docs say
-    is left for now (docs/guarantees.md, "Account deletion"): others' replies'
-    ``reply_author``, and the rows that end by themselves (``expiries``, ``rateLimits``)."""
+    """No row anywhere names a deleted account but its tombstone, beside the rows that end
+    by themselves (``expiries``, ``rateLimits``; docs/guarantees.md, "Account deletion")."""
     for user in deleted:
         named = re.compile(rf"(?<![A-Za-z0-9_]){re.escape(user)}(?![A-Za-z0-9_])")
         strays: list[tuple[str, str, str]] = []
@@ -156,8 +155,7 @@ async def check_deleted_accounts(storage: Storage, deleted: list[str]) -> None:
                     keys = (str(row["PartitionKey"]), str(row["RowKey"]))
                     if (table, *keys) == (USERS, user, IDENTITY_ROW_KEY):
                         continue
-                    fields = {k: v for k, v in row.items() if k != "reply_author"}
-                    texts = [*keys, *(v for v in fields.values() if isinstance(v, str))]
+                    texts = [*keys, *(v for v in row.values() if isinstance(v, str))]
                     if any(named.search(text) for text in texts):
                         strays.append((table, *keys))
         assert not strays, f"rows of deleted account {user} remain: {strays[:20]}"

@@ -44,7 +44,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from timeline.model.entities import Post
+from timeline.model.entities import DETACHED, Post
 from timeline.model.keys import list_reader, post_row_key
 from timeline.storage.accounts import Storage
 from timeline.storage.names import POSTS, RELATIONS, SUBJECT_FOLLOWERS
@@ -135,6 +135,10 @@ class Truth:
         self._users = users
         self._cap = cap
         self._asked = asked_to_follow or set()
+        live = set(users)
+        self._asked_gone = {reader for reader, target in self._asked if target not in live}
+        """The readers (users, lists' readers) that asked to follow, or to hold, an account
+        deleted since: a reply to it may have reached them."""
         self.live: dict[str, dict[str, Post]] = {}
         self.followers: dict[str, dict[str, float]] = {}
         """Author to follower (users only) to the follow row's ``since`` (epoch seconds)."""
@@ -246,6 +250,8 @@ class Truth:
         target = post.reply_author
         if target is None or reader in (author, target) or target == author:
             return MUST
+        if target == DETACHED:  # answers a deleted account: kept where a delivery put it
+            return MAY if reader in self._asked_gone else NO
         if (reader, target) not in self._asked:
             return NO
         since_target = sources.get(target)

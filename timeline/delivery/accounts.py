@@ -6,8 +6,10 @@ The deletion sends, page by page and as background work, what the API would send
 each of the account's things one by one: a ``ListDeleted`` per list it owns, an
 ``Unfollowed`` per follow either way (list memberships included, and every pair whose index
 row may still name it: its ``~unfollowed-`` rows), an ``Unreposted`` per repost and a
-``PostDeleted`` per post, and a ``RelationChanged`` per block and mute either way (whose pass
-deletes both rows of a pair with a deleted side). Those messages' own passes make each undo
+``PostDeleted`` per post, a ``ReplyDetached`` per reply of another user to its posts (its
+``~re-`` rows: they stay until the drop, so every sweep sends them), and a
+``RelationChanged`` per block and mute either way (whose pass deletes both rows of a pair
+with a deleted side). Those messages' own passes make each undo
 exact, as they do for the API. Each is sent *before* anything it undoes changes (they
 change it themselves), so a lease that dies midway is redone from what storage still shows.
 
@@ -43,6 +45,7 @@ from timeline.model.messages import (
     Phase,
     PostDeleted,
     RelationChanged,
+    ReplyDetached,
     Unfollowed,
     Unreposted,
 )
@@ -134,13 +137,17 @@ class AccountRemoval:
                     PostDeleted(
                         author=user,
                         post_id=post.post_id,
-                        reply_author=post.reply_author,
+                        reply_author=post.replied_user,
                         reply_post=post.reply_post,
                     )
                     for post in posts.items
                 ]
             )
             return Page(list(posts.items), posts.continuation)
+        if phase == "replies":
+            replies = await repos.reposts.replies_to_page(user, limit, cursor)
+            await self._send([ReplyDetached(author=a, post_id=p) for a, p in replies.items])
+            return Page(list(replies.items), replies.continuation)
         relations = repos.relations
         messages: list[FanoutMessage]
         page: Page[object]

@@ -11,7 +11,9 @@ from timeline.delivery.batching.writer import PartitionWriter
 from timeline.delivery.settings import Hybrid, Timing
 from timeline.metrics import INACTIVE_SKIPPED
 from timeline.model.entities import Page
+from timeline.model.keys import TICKS_PER_SECOND, post_id_ticks
 from timeline.storage.queue import MessageSender
+from timeline.tables.audience import MERGED
 from timeline.tables.repositories import Repositories
 
 ADMISSION_SHARE = 0.5
@@ -79,3 +81,11 @@ class Context:
             INACTIVE_SKIPPED.inc(skipped)
             return page
         return await self.repos.follows.follower_ids_page(author, self.page_size, cursor)
+
+    async def never_copied(self, author: str, post_id: str) -> bool:
+        """No follower but the author's overflow readers can hold a copy of the post: the
+        author has been merged since before it was made (by more than any delivery's write
+        deadline and clock skew: every delivery of it read the author merged)."""
+        mode = await self.repos.audience.mode(author)
+        margin = round(self.timing.sweep_delay_s * TICKS_PER_SECOND)
+        return mode.state == MERGED and post_id_ticks(post_id) > mode.since + margin

@@ -10,9 +10,7 @@ from timeline.delivery.context import Context
 from timeline.delivery.feed import Feed
 from timeline.delivery.outcomes import DONE, Continue, Outcome
 from timeline.delivery.repost_purge import RepostPurge
-from timeline.model.keys import TICKS_PER_SECOND, post_id_ticks
 from timeline.model.messages import PostDeleted, RepostsPosition
-from timeline.tables.audience import MERGED, AuthorMode
 
 
 class PostRetraction:
@@ -39,7 +37,7 @@ class PostRetraction:
                 )
         merged = message.merged
         if message.cursor is None:
-            merged = self._never_copied(await self._repos.audience.mode(author), post_id)
+            merged = await self._ctx.never_copied(author, post_id)
         page = await self._ctx.readers_page(author, merged, message.cursor)
         owners = page.items if message.cursor else [author, *page.items]
         await self._feed.unpush(owners, post_id)
@@ -63,10 +61,3 @@ class PostRetraction:
             sweep = message.model_copy(update=update)
             return Continue(sweep, delay_s=self._ctx.timing.sweep_delay_s)
         return DONE
-
-    def _never_copied(self, mode: AuthorMode, post_id: str) -> bool:
-        """No follower but overflow readers can hold a copy: the author has been merged since
-        before the post was made (by more than any delivery's write deadline and clock skew:
-        every delivery of it read the author merged)."""
-        margin = round(self._ctx.timing.sweep_delay_s * TICKS_PER_SECOND)
-        return mode.state == MERGED and post_id_ticks(post_id) > mode.since + margin

@@ -15,8 +15,10 @@ from dataclasses import replace
 
 from timeline.delivery.batching.tracker import Tracker
 from timeline.delivery.context import Context
+from timeline.errors import contention
 from timeline.model.entities import Post
 from timeline.model.keys import TICKS_PER_SECOND, now_ticks, post_id_ticks, post_row_key
+from timeline.retry import ETAG_ATTEMPTS
 from timeline.storage.placement import hash64
 from timeline.tables.audience import MERGED
 from timeline.tables.follows import REPOSTS
@@ -63,6 +65,19 @@ class Feed:
         for owner in owners:
             await self._writer.delete(owner, row_key, tracker)
         await tracker.wait()
+
+    async def unpush_if_unfollowed(self, owner: str, followee: str, row_key: str) -> None:
+        """Race-sensitive: read the copy, then the follow; delete the copy only if unchanged
+        since that read, so a re-follow's backfill that rewrote it in between is kept. A copy
+        changed otherwise (marked: ``timeline.delivery.replies``) is read and decided again."""
+        timelines = self._repos.timelines
+        for _ in range(ETAG_ATTEMPTS):
+            etag = await timelines.etag_of(owner, row_key)
+            if etag is None or await self._repos.follows.is_following(owner, followee):
+                return
+            if await timelines.remove_unchanged(owner, [(row_key, etag)]):
+                return
+        raise contention(f"the timeline of {owner}")
 
     async def sweep_traces(self, owners: Iterable[str]) -> None:
         """Remove the expired removal traces of each timeline (one query each, bounded)."""
@@ -191,13 +206,21 @@ class Feed:
         Race-sensitive: each page is read (with etags) before the follow is checked, and
         deleted only where unchanged: a re-follow before the read is seen by the check; a
         backfill after the read changed the etag. Either way the re-follow's copies stay (then
-        only copies of deleted posts go)."""
+        only copies of deleted posts go). A row changed or gone since its read is read and
+        decided again: the whole walk is made again until one removes every row it finds (a
+        copy may also change by being marked, ``timeline.delivery.replies``)."""
         timelines, follows = self._repos.timelines, self._repos.follows
-        async for rows in timelines.rows_by_author(follower, subject, reposts=True):
-            if await follows.is_following(follower, subject):
-                await self.reconcile(follower, subject)
+        for _ in range(ETAG_ATTEMPTS):
+            settled = True
+            async for rows in timelines.rows_by_author(follower, subject, reposts=True):
+                if await follows.is_following(follower, subject):
+                    await self.reconcile(follower, subject)
+                    return
+                pairs = [(row.key, row.etag) for row in rows]
+                settled &= await timelines.remove_unchanged(follower, pairs) == len(pairs)
+            if settled:
                 return
-            await timelines.remove_unchanged(follower, [(row.key, row.etag) for row in rows])
+        raise contention(f"the timeline of {follower}")
 
     async def reconcile(self, follower: str, subject: str) -> None:
         """Remove the follower's copies of the subject's posts that no longer exist, and of

@@ -14,7 +14,7 @@ from timeline.delivery.context import Context
 from timeline.delivery.feed import Feed
 from timeline.delivery.outcomes import DONE, Continue, Outcome
 from timeline.metrics import REPLY_FOLLOW_CHECKS
-from timeline.model.entities import Post
+from timeline.model.entities import DETACHED, Post
 from timeline.model.messages import PostCreated
 
 
@@ -63,6 +63,8 @@ class PostDelivery:
         target = post.reply_author
         if target is None or target == post.author or not readers:
             return readers
+        if target == DETACHED:  # answers a deleted account: its author's own copy only
+            return []
         also = await self._repos.follows.followers_between(target, readers[0], readers[-1])
         REPLY_FOLLOW_CHECKS.inc()
         return [reader for reader in readers if reader in also or reader == target]
@@ -75,13 +77,6 @@ class PostDelivery:
             )
             for follower in followers:
                 if follower not in still:
-                    await self._unpush_if_unfollowed(follower, post)
+                    await self._feed.unpush_if_unfollowed(follower, post.author, post.row_key)
         if await self._repos.posts.get(post.author, post.post_id) is None:
             await self._feed.unpush(owners, post.post_id)
-
-    async def _unpush_if_unfollowed(self, owner: str, post: Post) -> None:
-        """Race-sensitive: read the copy, then the follow; delete the copy only if unchanged
-        since that read, so a re-follow's backfill that rewrote it in between is kept."""
-        etag = await self._repos.timelines.etag_of(owner, post.row_key)
-        if etag is not None and not await self._repos.follows.is_following(owner, post.author):
-            await self._repos.timelines.remove_unchanged(owner, [(post.row_key, etag)])

@@ -28,6 +28,7 @@ from timeline.delivery.outcomes import Outcome
 from timeline.delivery.post import PostDelivery
 from timeline.delivery.regrade import Regrading
 from timeline.delivery.relations import RelationRepair
+from timeline.delivery.replies import ReplyDetachment
 from timeline.delivery.repost import RepostDelivery, RepostRetraction
 from timeline.delivery.settings import Hybrid, Timing
 from timeline.model.messages import (
@@ -39,6 +40,7 @@ from timeline.model.messages import (
     PostDeleted,
     Regrade,
     RelationChanged,
+    ReplyDetached,
     Reposted,
     Unfollowed,
     Unreposted,
@@ -73,7 +75,8 @@ class FanoutProcessor:
     ``dormancy`` (``Wake``), ``repost`` (``Reposted``, ``Unreposted``), ``lists``
     (``ListDeleted``; a follow or unfollow of a list's members is a ``Followed`` or
     ``Unfollowed`` of the list's reader), ``accounts`` (``AccountDeleted``, and a follow or
-    unfollow with a side gone), ``relations`` (``RelationChanged``).
+    unfollow with a side gone), ``relations`` (``RelationChanged``), ``replies``
+    (``ReplyDetached``).
     They share one ``Context`` (repositories, writer, settings, admission) and one ``Feed``
     (every write to a reader's timeline)."""
 
@@ -109,6 +112,7 @@ class FanoutProcessor:
         self._lists = ListRemoval(context, feed)
         self._accounts = AccountRemoval(context, feed)
         self._relations = RelationRepair(context)
+        self._replies = ReplyDetachment(context)
 
     @classmethod
     def on(
@@ -182,3 +186,5 @@ class FanoutProcessor:
                 return await self._accounts.remove(message)
             case RelationChanged():
                 return await self._relations.settle(message)
+            case ReplyDetached():
+                return await self._replies.detach(message)

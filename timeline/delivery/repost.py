@@ -107,20 +107,13 @@ class RepostDelivery:
             )
             for reader in readers:
                 if reader not in still:
-                    await self._unpush_if_unfollowed(reader, message.reposter, copy)
+                    await self._feed.unpush_if_unfollowed(reader, message.reposter, copy.row_key)
         live, original = await asyncio.gather(
             self._repos.reposts.live_id(message.reposter, message.post_id),
             self._repos.posts.get(message.author, message.post_id),
         )
         if live != message.repost_id or original is None:
             await self._feed.unpush(readers, copy.post_id)
-
-    async def _unpush_if_unfollowed(self, reader: str, reposter: str, copy: Post) -> None:
-        """Read the copy, then the follow; delete the copy only if unchanged since."""
-        timelines = self._repos.timelines
-        etag = await timelines.etag_of(reader, copy.row_key)
-        if etag is not None and not await self._repos.follows.is_following(reader, reposter):
-            await timelines.remove_unchanged(reader, [(copy.row_key, etag)])
 
 
 class RepostRetraction:

@@ -29,6 +29,10 @@ its copies; a plain public post has none of them."""
 OPTIONAL = ("reposted_by", "original", "reply_author", "reply_post", "visibility")
 PUBLIC, FOLLOWERS = "public", "followers"
 """A post's visibility: anyone, or only its author's followers (and the author)."""
+DETACHED = "~"
+"""A reply's ``reply_author`` once that account is deleted (no user id holds ``~``): the
+reply stays, answering nobody (``reply_to.author`` null), and reaches no one new but its
+author (``timeline.delivery.replies``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,13 +46,18 @@ class Post:
     """A repost's copy: the original post's id (its author is ``author``)."""
     reply_author: str | None = None
     reply_post: str | None = None
-    """A reply: the post it answers."""
+    """A reply: the post it answers, and that post's author (``DETACHED`` once deleted)."""
     visibility: str | None = None
     """``FOLLOWERS`` for a followers-only post; None (stored as nothing) for a public one."""
 
     @property
     def followers_only(self) -> bool:
         return self.visibility == FOLLOWERS
+
+    @property
+    def replied_user(self) -> str | None:
+        """The user a reply answers, while that account exists."""
+        return None if self.reply_author == DETACHED else self.reply_author
 
     @property
     def row_key(self) -> str:
@@ -109,7 +118,9 @@ def row_json(row: PostRow) -> dict[str, Any]:
     if original:
         item["reposted_by"] = row["reposted_by"]
     if row.get("reply_post"):
-        item["reply_to"] = {"author": row["reply_author"], "post_id": row["reply_post"]}
+        answered = row.get("reply_author")
+        answered = None if answered == DETACHED else answered
+        item["reply_to"] = {"author": answered, "post_id": row["reply_post"]}
     item["visibility"] = row.get("visibility") or PUBLIC
     return item
 

@@ -219,6 +219,22 @@ class RelationChanged(_Message):
     confirm: bool = False
 
 
+class ReplyDetached(_Message):
+    """The account a reply answers is deleted: mark the reply and its copies as answering
+    nobody (``timeline.delivery.replies``): its readers a page per lease from ``cursor``, then
+    its reposts' readers, one repost and one page per lease, from ``reposts``; then all of it
+    once more, ``confirm``ed, ``sweep_delay_s`` later, for copies written from older reads."""
+
+    type: Literal["detach"] = "detach"
+    author: UserId
+    post_id: PostId
+    cursor: Cursor | None = None
+    merged: bool = False
+    """As a delete's: only the author's overflow readers can hold a copy."""
+    reposts: RepostsPosition | None = None
+    confirm: bool = False
+
+
 Phase = Literal[
     "lists",
     "following",
@@ -226,6 +242,7 @@ Phase = Literal[
     "unfollowed",
     "reposts",
     "posts",
+    "replies",
     "blocks",
     "mutes",
     "muters",
@@ -257,7 +274,8 @@ FanoutMessage = Annotated[
     | Unreposted
     | ListDeleted
     | AccountDeleted
-    | RelationChanged,
+    | RelationChanged
+    | ReplyDetached,
     Field(discriminator="type"),
 ]
 _ADAPTER: TypeAdapter[FanoutMessage] = TypeAdapter(FanoutMessage)

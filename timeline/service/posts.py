@@ -132,7 +132,7 @@ class Posts:
             PostDeleted(
                 author=author,
                 post_id=post_id,
-                reply_author=post.reply_author,
+                reply_author=post.replied_user,
                 reply_post=post.reply_post,
             )
         )

@@ -10,7 +10,7 @@ from typing import Any
 from azure.data.tables import TableEntity, TableTransactionError
 
 from timeline.errors import ConflictError, StorageUnavailableError, contention
-from timeline.model.entities import POST_SELECT, Page, Post
+from timeline.model.entities import DETACHED, POST_SELECT, Page, Post
 from timeline.model.idempotency import IdempotencyRecord
 from timeline.model.keys import post_row_key
 from timeline.retry import ETAG_ATTEMPTS
@@ -30,6 +30,7 @@ from timeline.tables.rows import (
     etag,
     get_entity,
     if_unchanged,
+    merge_existing,
     partition_page,
 )
 from timeline.tables.traces import sweep_traces, trace_of
@@ -110,6 +111,12 @@ class PostsRepository:
         return await get_entity(
             self._storage, POSTS, author, post_row_key(post_id), select=POST_SELECT
         )
+
+    async def detach_reply(self, author: str, post_id: str) -> bool:
+        """Mark the reply as answering a deleted account (``DETACHED``); False when the post
+        is not there (never stored, or deleted)."""
+        row = {"PartitionKey": author, "RowKey": post_row_key(post_id), "reply_author": DETACHED}
+        return await merge_existing(self._storage, POSTS, row)
 
     async def delete(self, author: str, post_id: str) -> bool:
         """Delete the post and uncount it, atomically, leaving its removal trace (for merged

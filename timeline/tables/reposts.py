@@ -231,6 +231,14 @@ class RepostsRepository:
         rows = await self._range(author, f"{REPLIES_OF}{post_id}-", limit, continuation)
         return Page([(str(r["author"]), str(r["post"])) for r in rows.items], rows.continuation)
 
+    async def replies_to_page(
+        self, author: str, limit: int, continuation: dict[str, str] | None
+    ) -> Page[tuple[str, str]]:
+        """One query's worth of ``(reply author, reply id)`` filed under any of the author's
+        posts (a deleted account's: ``timeline.delivery.replies``)."""
+        rows = await self._range(author, REPLIES_OF, limit, continuation)
+        return Page([(str(r["author"]), str(r["post"])) for r in rows.items], rows.continuation)
+
     async def _range(
         self,
         partition: str,

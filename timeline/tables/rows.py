@@ -12,13 +12,14 @@ from typing import Any
 
 from azure.core import MatchConditions
 from azure.core.exceptions import ResourceExistsError, ResourceModifiedError, ResourceNotFoundError
-from azure.data.tables import TableEntity
+from azure.data.tables import TableEntity, UpdateMode
 
 from timeline.model.entities import Edge, Page
 from timeline.storage import calls
 from timeline.storage.accounts import Storage
 from timeline.storage.calls import query_page, size_kind
 
+MERGE = UpdateMode.MERGE
 META = "~"
 """Row keys from here on are metadata: counters and idempotency keys."""
 PARTITION = "PartitionKey eq @pk"
@@ -49,6 +50,17 @@ async def create_entity(storage: Storage, table: str, entity: dict[str, Any]) ->
             return True
         except ResourceExistsError:
             return False
+
+
+async def merge_existing(storage: Storage, table: str, row: dict[str, Any]) -> bool:
+    """Merge ``row``'s properties into its row if there is one (never creates it): False when
+    there is none."""
+    async with storage.guard(kind="write-1"):
+        try:
+            await calls.update_entity(storage.table(table, row["PartitionKey"]), row, MERGE)
+        except ResourceNotFoundError:
+            return False
+    return True
 
 
 async def delete_entity(

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import NamedTuple
 
 from azure.data.tables import TableTransactionError
 
 from timeline.metrics import TRIM_REQUESTS
-from timeline.model.entities import POST_SELECT, Page, Post, shown_post_id
+from timeline.model.entities import DETACHED, POST_SELECT, Page, Post, shown_post_id
 from timeline.storage.accounts import Storage
 from timeline.storage.calls import (
     MAX_BATCH_OPERATIONS,
@@ -25,6 +26,7 @@ from timeline.tables.rows import (
     drop_partition,
     etag,
     get_entity,
+    merge_existing,
     partition_page,
 )
 from timeline.tables.traces import (
@@ -51,6 +53,20 @@ class TimelinesRepository:
 
     def __init__(self, storage: Storage) -> None:
         self._storage = storage
+
+    async def detach_reply(self, owners: list[str], row_key: str) -> None:
+        """Mark each owner's copy (where there is one) as answering a deleted account: a
+        merge that never creates the row, one request per owner."""
+        await asyncio.gather(
+            *(
+                merge_existing(
+                    self._storage,
+                    TIMELINES,
+                    {"PartitionKey": owner, "RowKey": row_key, "reply_author": DETACHED},
+                )
+                for owner in owners
+            )
+        )
 
     async def drop(self, owner: str) -> None:
         """Delete the whole timeline (a deleted list's)."""
