@@ -85,19 +85,23 @@ three: 1,000 + 100 + 1,000 + 1,000 rows at every cap, read before more "blocked 
 which sort first), then "blocked by" rows."""
 _RANGE = "PartitionKey eq @pk and RowKey ge @low and RowKey lt @high"
 _FROM = _RANGE
-_BOTH_WAYS = (
-    "PartitionKey eq @pk and ( ( RowKey ge @by and RowKey lt @by_end ) or "
-    "( RowKey ge @own and RowKey lt @own_end ) )"
-)
 _AFTER = "PartitionKey eq @pk and RowKey gt @after and RowKey lt @high"
-BLOCKS_OR_MUTES = (
-    "PartitionKey eq @pk and ( ( RowKey ge @by and RowKey lt @by_end ) or "
-    "( RowKey ge @own and RowKey lt @own_end ) or ( RowKey ge @mute and RowKey lt @mute_end ) )"
-)
-"""A user's blocks either way and its own mutes (with ``BLOCK_AND_MUTE_RANGES``)."""
+
+
+def _any_of(*ranges: str) -> str:
+    """A filter for the rows of one partition in any of the named key ranges (each named
+    ``@x`` to ``@x_end`` in ``BLOCK_AND_MUTE_RANGES``)."""
+    either = " or ".join(f"( RowKey ge @{name} and RowKey lt @{name}_end )" for name in ranges)
+    return f"PartitionKey eq @pk and ( {either} )"
+
+
 BLOCK_AND_MUTE_RANGES = {
     "by": BLOCKED_BY, "by_end": "B.", "own": BLOCK, "own_end": "b.", "mute": MUTED, "mute_end": "m."
 }  # fmt: skip
+BLOCKS_EITHER_WAY = _any_of("by", "own")
+"""A user's blocks either way: its "blocked by" rows, then its own blocks."""
+BLOCKS_OR_MUTES = _any_of("by", "own", "mute")
+"""A user's blocks either way and its own mutes."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,18 +162,18 @@ class RelationsRepository:
         self._filters = Slots(storage, RELATIONS, FILTERED, 2, "filter_id", 24)
 
     async def block(self, blocker: str, other: str) -> bool:
-        """Record the block (both rows); False when it already existed."""
+        """Record the block (its reverse row, then the block); False when it already
+        existed."""
         if await self.blocks(blocker, other):
             return False
         since = datetime.now(UTC)
-        await self._upsert({"PartitionKey": other, "RowKey": BLOCKED_BY + blocker, "since": since})
-        await self._upsert({"PartitionKey": blocker, "RowKey": BLOCK + other, "since": since})
+        relation, reverse = pair_keys("block", blocker, other)
+        await self._upsert(_keyed(reverse, since=since))
+        await self._upsert(_keyed(relation, since=since))
         return True
 
     async def unblock(self, blocker: str, other: str) -> None:
-        """Remove the block row, then the "blocked by" row (idempotent)."""
-        await self._delete(blocker, BLOCK + other)
-        await self._delete(other, BLOCKED_BY + blocker)
+        await self._end("block", blocker, other)
 
     async def blocks(self, blocker: str, other: str) -> bool:
         row = await get_entity(self._storage, RELATIONS, blocker, BLOCK + other, select=["RowKey"])
@@ -181,27 +185,24 @@ class RelationsRepository:
         return first or second
 
     async def mute(self, muter: str, other: str, expires_at: float | None, reposts: bool) -> None:
-        """Record (or replace) the mute; one with an expiry is filed to be swept after it."""
-        key, reverse = MUTED + other, muted_by(other)
+        """Record (or replace) the mute, its reverse row first; one with an expiry is filed
+        first to be swept after it."""
+        relation, reverse = pair_keys("mute", muter, other)
+        ending = {} if expires_at is None else {"expires_at": float(expires_at)}
         if expires_at is not None:
-            await self._expiries.note(MUTE, RELATIONS, reverse, muter, at=expires_at)
-            await self._expiries.note(MUTE, RELATIONS, muter, key, at=expires_at)
-        row: dict[str, Any] = {
-            "PartitionKey": muter,
-            "RowKey": key,
-            "since": datetime.now(UTC),
-            "reposts": reposts,
-        }
-        if expires_at is not None:
-            row["expires_at"] = float(expires_at)
-        ending = {name: row[name] for name in ("expires_at",) if name in row}
-        await self._upsert({"PartitionKey": reverse, "RowKey": muter, **ending})
-        await self._upsert(row)
+            await self._expiries.note(MUTE, RELATIONS, *reverse, at=expires_at)
+            await self._expiries.note(MUTE, RELATIONS, *relation, at=expires_at)
+        await self._upsert(_keyed(reverse, **ending))
+        await self._upsert(_keyed(relation, since=datetime.now(UTC), reposts=reposts, **ending))
 
     async def unmute(self, muter: str, other: str) -> None:
-        """Remove the mute row, then its reverse row (idempotent)."""
-        await self._delete(muter, MUTED + other)
-        await self._delete(muted_by(other), muter)
+        await self._end("mute", muter, other)
+
+    async def _end(self, kind: RelationKind, actor: str, other: str) -> None:
+        """Remove the relation row, then its reverse row (idempotent)."""
+        relation, reverse = pair_keys(kind, actor, other)
+        await self._delete(*relation)
+        await self._delete(*reverse)
 
     async def pair(
         self, kind: RelationKind, actor: str, other: str
@@ -220,11 +221,11 @@ class RelationsRepository:
     ) -> None:
         """Write the reverse row as the relation asks: a mute's with its end, filed first to
         be swept after it (as a mute request files it)."""
-        _, (pk, rk) = pair_keys(kind, actor, other)
+        _, reverse = pair_keys(kind, actor, other)
         fields = reverse_fields(kind, relation)
         if "expires_at" in fields:
-            await self._expiries.note(MUTE, RELATIONS, pk, rk, at=fields["expires_at"])
-        await self._upsert({"PartitionKey": pk, "RowKey": rk, **fields})
+            await self._expiries.note(MUTE, RELATIONS, *reverse, at=fields["expires_at"])
+        await self._upsert(_keyed(reverse, **fields))
 
     async def delete_pair_row(
         self, kind: RelationKind, actor: str, other: str, *, reverse: bool
@@ -277,8 +278,8 @@ class RelationsRepository:
         async with self._storage.guard(kind="query"):
             page = await query_page(
                 self._storage.reader(RELATIONS, user),
-                _BOTH_WAYS,
-                {"pk": user, "by": BLOCKED_BY, "by_end": "B.", "own": BLOCK, "own_end": "b."},
+                BLOCKS_EITHER_WAY,
+                {"pk": user, **BLOCK_AND_MUTE_RANGES},
                 select=["RowKey"],
                 limit=min(limit, 1000),
                 continuation=continuation,
@@ -456,3 +457,8 @@ def _mute(row: TableEntity) -> Mute:
         expires_at=_expiry(row),
         reposts=bool(row.get("reposts", True)),
     )
+
+
+def _keyed(keys: tuple[str, str], **fields: Any) -> dict[str, Any]:
+    """A row of ``keys`` (partition, row) with ``fields``."""
+    return {"PartitionKey": keys[0], "RowKey": keys[1], **fields}
