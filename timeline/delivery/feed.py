@@ -16,7 +16,7 @@ from dataclasses import replace
 from timeline.delivery.batching.tracker import Tracker
 from timeline.delivery.context import Context
 from timeline.errors import contention
-from timeline.model.entities import Post
+from timeline.model.entities import DETACHED, Post
 from timeline.model.keys import TICKS_PER_SECOND, now_ticks, post_id_ticks, post_row_key
 from timeline.retry import ETAG_ATTEMPTS
 from timeline.storage.placement import hash64
@@ -153,7 +153,9 @@ class Feed:
 
     async def _shown_replies(self, follower: str, subject: str, posts: list[Post]) -> list[Post]:
         """Without the replies to authors the follower does not follow (Mastodon's rule, as
-        a post's delivery applies it): one query per 14 replied-to authors."""
+        a post's delivery applies it; nor those to a deleted account): one query per 14
+        replied-to authors."""
+        posts = [p for p in posts if p.reply_author != DETACHED]
         targets = {p.reply_author for p in posts if p.reply_author not in (None, subject, follower)}
         if not targets:
             return posts

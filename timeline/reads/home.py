@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 
 from azure.data.tables import TableEntity
 
-from timeline.model.entities import POST_SELECT, Post, PostRow, shown_post_id
+from timeline.model.entities import DETACHED, POST_SELECT, Post, PostRow, shown_post_id
 from timeline.reads.activity import Attendance
 from timeline.storage.accounts import Storage
 from timeline.storage.calls import query_page, query_rows, to_entity
@@ -304,7 +304,8 @@ class HomeTimeline:
         }
         if not targets:
             return merged
-        followed = await self._follows.following_among(owner, targets)
+        asked = targets - {DETACHED}  # answers a deleted account: nobody follows it
+        followed = await self._follows.following_among(owner, asked) if asked else set()
         shown = {
             author: [row for row in source.rows if _shown(row, author, owner, followed)]
             for author, source in merged.items()
