@@ -132,6 +132,7 @@ async def run(
                 asked = clients.asked_to_follow | clients.asked_to_add
                 truth = Truth(storage, users, TIMELINE_CAP, asked)
                 await truth.load()
+                report.detached_replies = truth.detached_replies()
                 states = [await truth.state(reader) for reader in truth.homes]
                 report.dormant_at_end = states.count("dormant")
                 await check_reads(clients, truth)

@@ -43,6 +43,8 @@ class Report:
     read is)."""
     deleted_accounts: int = 0
     """Accounts deleted in the run (by their tombstones): each is checked to leave no row."""
+    detached_replies: int = 0
+    """Live replies to an account deleted since (``reply_author`` ``~``) at the end."""
     live_lists: int = 0
     exclusive_lists: int = 0
     list_members: int = 0
@@ -82,6 +84,7 @@ class Report:
             "list_reads": self.list_reads,
             "live_lists": self.live_lists,
             "deleted_accounts": self.deleted_accounts,
+            "detached_replies": self.detached_replies,
             "exclusive_lists": self.exclusive_lists,
             "list_members": self.list_members,
             "list_rows": self.list_rows,

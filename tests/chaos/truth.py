@@ -241,6 +241,12 @@ class Truth:
                     expect.may[post_id] = expect.must.pop(post_id)
         return expect
 
+    def detached_replies(self) -> int:
+        """Live replies to an account deleted since."""
+        return sum(
+            post.reply_author == DETACHED for posts in self.live.values() for post in posts.values()
+        )
+
     def _reply_rule(
         self, reader: str, author: str, post: Post, since_author: float, sources: dict[str, float]
     ) -> str:
