@@ -130,7 +130,7 @@ async def run(
                 report.deleted_accounts = len(deleted)
                 users = sorted(set(clients.tokens) - set(deleted))
                 asked = clients.asked_to_follow | clients.asked_to_add
-                truth = Truth(storage, users, TIMELINE_CAP, asked)
+                truth = Truth(storage, users, TIMELINE_CAP, asked, clients.reply_targets)
                 await truth.load()
                 report.detached_replies = truth.detached_replies()
                 states = [await truth.state(reader) for reader in truth.homes]

@@ -129,16 +129,16 @@ class Truth:
         users: list[str],
         cap: int,
         asked_to_follow: set[tuple[str, str]] | None = None,
+        reply_targets: dict[str, str] | None = None,
     ) -> None:
         self._repos = Repositories.on(storage)
         self._storage = storage
         self._users = users
         self._cap = cap
         self._asked = asked_to_follow or set()
-        live = set(users)
-        self._asked_gone = {reader for reader, target in self._asked if target not in live}
-        """The readers (users, lists' readers) that asked to follow, or to hold, an account
-        deleted since: a reply to it may have reached them."""
+        self._reply_targets = reply_targets or {}
+        """A reply's text to the user it answers (a reply to a deleted account no longer
+        says whom it answered)."""
         self.live: dict[str, dict[str, Post]] = {}
         self.followers: dict[str, dict[str, float]] = {}
         """Author to follower (users only) to the follow row's ``since`` (epoch seconds)."""
@@ -257,7 +257,8 @@ class Truth:
         if target is None or reader in (author, target) or target == author:
             return MUST
         if target == DETACHED:  # answers a deleted account: kept where a delivery put it
-            return MAY if reader in self._asked_gone else NO
+            gone = self._reply_targets.get(post.text)
+            return MAY if (reader, gone) in self._asked else NO
         if (reader, target) not in self._asked:
             return NO
         since_target = sources.get(target)

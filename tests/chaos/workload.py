@@ -75,6 +75,9 @@ class Clients:
         self.tokens: dict[str, str] = {}
         self.schedules: dict[str, str] = {}
         self.asked_to_follow: set[tuple[str, str]] = set()
+        self.reply_targets: dict[str, str] = {}
+        """Each reply's text (unique) to the user it answers: the truth's, once a deletion
+        has made a reply answer nobody."""
         """Every (follower, target) pair a follow was ever sent for."""
         self.asked_to_add: set[tuple[str, str]] = set()
         """Every (list reader, member) pair an add was ever sent for."""
@@ -354,10 +357,9 @@ class Clients:
         target = other if self._rng.random() < 0.85 else user
         post = await self._pick_post(target)
         if post is not None:
-            body = {
-                "text": f"r{self._rng.random()}",
-                "reply_to": {"author": target, "post_id": post["post_id"]},
-            }
+            text = f"r{self._rng.random()}"
+            self.reply_targets[text] = target
+            body = {"text": text, "reply_to": {"author": target, "post_id": post["post_id"]}}
             await self._act("reply", "POST", f"/users/{user}/posts", user, body)
 
     async def _delete_one(self, user: str) -> None:

@@ -86,7 +86,12 @@ async def test_a_copy_written_from_an_older_read_is_marked_by_the_second_pass(
         stale = await w.repos.posts.get(replier, reply)  # read before the mark
         assert stale is not None
         await w.service.accounts.delete(gone, gone)
-        detach = ReplyDetached(author=replier, post_id=reply)
+        source = await w.repos.posts.get(replier, reply)
+        assert source is not None
+        assert source.reply_post is not None
+        detach = ReplyDetached(
+            author=replier, post_id=reply, target=gone, target_post=source.reply_post
+        )
         outcome = await w.processor.handle(detach)  # the first pass, to the end
         while isinstance(outcome, Continue) and not outcome.message.confirm:  # type: ignore[union-attr]
             outcome = await w.processor.handle(outcome.message)
@@ -159,10 +164,33 @@ async def test_a_detached_reply_reaches_no_new_reader_but_its_author(own: Storag
         assert reply in await timeline_ids(w.repos, replier)
 
 
-async def test_a_pass_for_a_reply_never_stored_writes_nothing(own: Storage) -> None:
+async def test_a_reply_never_stored_leaves_its_index_row_until_a_final_pass(
+    own: Storage,
+) -> None:
+    """A reply request that died after filing its index row: a pass writes nothing, and
+    drops the row only when sent by a sweep after every such request has landed."""
     async with world(own) as w:
-        (replier,) = await new_users(w.repos, "replier")
-        w.recorder.sent.append(ReplyDetached(author=replier, post_id=new_post_id(now_ticks())))
-        await w.drain()
+        replier, gone = await new_users(w.repos, "replier", "gone")
+        original = await w.service.posts.create(gone, gone, "the original")
+        never = Post(
+            new_post_id(now_ticks()),
+            replier,
+            "never",
+            reply_author=gone,
+            reply_post=original.post_id,
+        )
+        await w.repos.reposts.note_reply(gone, original.post_id, never)
+        for final in (False, True):
+            message = ReplyDetached(
+                author=replier,
+                post_id=never.post_id,
+                target=gone,
+                target_post=original.post_id,
+                final=final,
+            )
+            w.recorder.sent.append(message)
+            await w.drain()
+            filed = await w.repos.reposts.replies_page(gone, original.post_id, 10, None)
+            assert filed.items == ([] if final else [(replier, never.post_id)])
         assert (await w.repos.posts.page(replier, 10, None)).items == []
         assert await timeline_ids(w.repos, replier) == []

@@ -6,8 +6,8 @@ The deletion sends, page by page and as background work, what the API would send
 each of the account's things one by one: a ``ListDeleted`` per list it owns, an
 ``Unfollowed`` per follow either way (list memberships included, and every pair whose index
 row may still name it: its ``~unfollowed-`` rows), an ``Unreposted`` per repost and a
-``PostDeleted`` per post, a ``ReplyDetached`` per reply of another user to its posts (its
-``~re-`` rows: they stay until the drop, so every sweep sends them), and a
+``PostDeleted`` per post, a ``ReplyDetached`` per reply to its posts (its ``~re-`` rows,
+which each reply's last pass drops), and a
 ``RelationChanged`` per block and mute either way (whose pass deletes both rows of a pair
 with a deleted side). Those messages' own passes make each undo
 exact, as they do for the API. Each is sent *before* anything it undoes changes (they
@@ -16,13 +16,14 @@ change it themselves), so a lease that dies midway is redone from what storage s
 Why nothing stays. The tombstone is written before the message is released, so every
 request that could add a row of the account was accepted before it (or, in another API
 process, within the credentials cache period after it) and lands within the API's hidden
-time. The sweep runs again every ``account_every_s`` (longer than both together) until one
-finds nothing left: no post, repost or repost index row in its ``posts`` partition, no
-follower or list membership in ``subjectFollowers``, no follow in ``subjectFollowing``, no
-block or mute either way in ``relations`` (a pair's pass deletes the deleted user's row
-last). Only then are the account's partitions dropped. A follow or unfollow message that runs
-later finds a side gone and ends the pair (``end``): it never recreates a row of the
-account (the counter rows it leaves in a finished deletion's partitions it drops).
+time; so does a reply to its posts (the API checks the tombstone). The sweep runs again
+every ``account_every_s`` (longer than both together) until one finds nothing left: no
+post, repost, repost index or reply index row in its ``posts`` partition, no follower or
+list membership in ``subjectFollowers``, no follow in ``subjectFollowing``, no block or mute
+either way in ``relations`` (a pair's pass deletes the deleted user's row last). Only then
+are the account's partitions dropped. A follow or unfollow message that runs later finds a
+side gone and ends the pair (``end``): it never recreates a row of the account (the counter
+rows it leaves in a finished deletion's partitions it drops).
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ class AccountRemoval:
             return DONE
         if message.phase == "drop":
             return await self._drop(message)
-        page = await self._undo_page(user, message.phase, message.cursor)
+        page = await self._undo_page(user, message.phase, message.cursor, final=message.confirm)
         if page.continuation is not None:
             return Continue(message.model_copy(update={"cursor": page.continuation}))
         following = ORDER.index(message.phase) + 1
@@ -91,9 +92,10 @@ class AccountRemoval:
         return self._ctx.timing.account_every_s
 
     async def _undo_page(
-        self, user: str, phase: Phase, cursor: dict[str, str] | None
+        self, user: str, phase: Phase, cursor: dict[str, str] | None, *, final: bool
     ) -> Page[object]:
-        """Send the undo of one page of the phase's things."""
+        """Send the undo of one page of the phase's things (``final``: in a sweep after the
+        first, which runs once every request accepted before the tombstone has landed)."""
         repos, limit = self._repos, ITEMS_PER_LEASE
         messages: list[FanoutMessage] = []
         page: Page[object]
@@ -122,12 +124,12 @@ class AccountRemoval:
                 ]
                 page = Page(list(reposts.items), reposts.continuation)
             case _:
-                return await self._undo_rest(user, phase, cursor)
+                return await self._undo_rest(user, phase, cursor, final=final)
         await self._send(messages)
         return page
 
     async def _undo_rest(
-        self, user: str, phase: Phase, cursor: dict[str, str] | None
+        self, user: str, phase: Phase, cursor: dict[str, str] | None, *, final: bool
     ) -> Page[object]:
         repos, limit = self._repos, ITEMS_PER_LEASE
         if phase == "posts":
@@ -146,7 +148,12 @@ class AccountRemoval:
             return Page(list(posts.items), posts.continuation)
         if phase == "replies":
             replies = await repos.reposts.replies_to_page(user, limit, cursor)
-            await self._send([ReplyDetached(author=a, post_id=p) for a, p in replies.items])
+            await self._send(
+                [
+                    ReplyDetached(author=a, post_id=p, target=user, target_post=q, final=final)
+                    for a, p, q in replies.items
+                ]
+            )
             return Page(list(replies.items), replies.continuation)
         relations = repos.relations
         messages: list[FanoutMessage]

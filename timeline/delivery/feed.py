@@ -17,11 +17,18 @@ from timeline.delivery.batching.tracker import Tracker
 from timeline.delivery.context import Context
 from timeline.errors import contention
 from timeline.model.entities import DETACHED, Post
-from timeline.model.keys import TICKS_PER_SECOND, now_ticks, post_id_ticks, post_row_key
+from timeline.model.keys import (
+    TICKS_PER_SECOND,
+    now_ticks,
+    post_id_from_row_key,
+    post_id_ticks,
+    post_row_key,
+)
 from timeline.retry import ETAG_ATTEMPTS
 from timeline.storage.placement import hash64
 from timeline.tables.audience import MERGED
 from timeline.tables.follows import REPOSTS
+from timeline.tables.timelines import CopyRow
 
 log = logging.getLogger(__name__)
 
@@ -227,7 +234,9 @@ class Feed:
     async def reconcile(self, follower: str, subject: str) -> None:
         """Remove the follower's copies of the subject's posts that no longer exist, and of
         its reposts no longer live (the repost rows of the copies' originals, read after the
-        page: a copy in it was written after its repost was stored)."""
+        page: a copy in it was written after its repost was stored); and mark the copies of
+        replies whose reply now answers a deleted account, as a reply's own passes do
+        (``timeline.delivery.replies``: they walk only the readers following then)."""
         async for rows in self._repos.timelines.rows_by_author(follower, subject, reposts=True):
             keys = [row.key for row in rows]
             alive = await self._repos.posts.live_row_keys(subject, keys)
@@ -238,6 +247,21 @@ class Feed:
                 )
                 alive.update(post_row_key(repost_id) for repost_id, _, _ in reposts)
             await self.unpush_rows(follower, [key for key in keys if key not in alive])
+            await self._mark_detached(follower, [row for row in rows if row.key in alive])
+
+    async def _mark_detached(self, follower: str, rows: list[CopyRow]) -> None:
+        """Mark the copies among ``rows`` of replies whose own row answers nobody: a point
+        read per copy of a reply still naming the user it answers."""
+        replies = [row for row in rows if row.answers not in ("", DETACHED)]
+        sources = await asyncio.gather(
+            *(
+                self._repos.posts.get(row.author, row.original or post_id_from_row_key(row.key))
+                for row in replies
+            )
+        )
+        for row, source in zip(replies, sources, strict=True):
+            if source is not None and source.reply_author == DETACHED:
+                await self._repos.timelines.detach_reply([follower], row.key)
 
     async def merge(self, follower: str, subject: str) -> bool:
         """Give the follower a merge row for the subject, or, when its merge rows are full,

@@ -3,25 +3,27 @@ to answer nobody (``reply_author`` ``DETACHED``; the API shows ``reply_to.author
 no row of another user keeps the deleted id.
 
 The account's deletion sends one message per reply filed under its posts (their ``~re-``
-rows, which stay until its partition is dropped), in every sweep. A pass marks the reply's
-own row first, then its copies: its author's and its readers', a page per lease, then those
-of each of its reposts, one repost and one page of the reposter's readers per lease. Each
-mark is a merge that never creates a row, so a pass can neither revive a removed copy nor
-hold one in place: it only changes what a copy says.
+index rows), in every sweep, and is not over while any such row is left. A pass marks the
+reply's own row first, then its copies: its author's and its readers', a page per lease,
+then those of each of its reposts, one repost and one page of the reposter's readers per
+lease; a second pass, ``sweep_delay_s`` later, does it all again, then drops the index row.
+Each mark is a merge that never creates a row, so a pass can neither revive a removed copy
+nor hold one in place: it only changes what a copy says.
 
-Why none keeps the old id. Every copy is written from a read of the reply's row (a
-delivery's, a repost's, a backfill's) and within the write deadline of that read. Once a
-pass has marked the row, a copy written from an older read lands, or is dropped, within
-that deadline; the second pass, ``sweep_delay_s`` later, marks it. A copy written from a
-newer read is marked already. A pass that finds the reply gone ends: the delete's own passes
-remove its copies. A reply whose request had not landed yet is found by a later sweep of the
-deletion (the first runs at once; the second only after every request accepted before the
-tombstone has landed). Readers are walked as a delete walks them, so the copies a delete
-would find are the copies a pass marks.
-
-A mark changes a copy's etag, so a removal that reads a copy's etag, then a follow, then
-deletes only if unchanged, reads and decides again when it finds the copy changed
-(``Feed.purge``, ``unpush_if_unfollowed``).
+Why none keeps the old id:
+- A copy written from a read of the reply's row (a delivery's, a repost's, a backfill's)
+  lands, or is dropped, within the write deadline of that read: one read before the mark
+  lands before the second pass, which marks it; one read after copies the mark.
+- A reader the passes did not walk (no follower then) holds a copy only until its unfollow's
+  purge, which deletes it, or, finding it following again, marks it (``Feed.reconcile``).
+- A reply not stored when a pass runs: the API refuses a reply to a deleted account, so its
+  request started before the tombstone and lands before the deletion's second sweep, whose
+  message (``final``) finds it; a ``final`` pass that finds no reply drops the index row
+  (it never will be stored, or is deleted: its delete removes its copies).
+- The deleted account's own replies go with its posts (their deletes drop their index rows).
+- A removal that read a copy's etag, then a follow, then deletes only if unchanged, reads
+  and decides again when a mark changed the copy (``Feed.purge``,
+  ``Feed.unpush_if_unfollowed``).
 """
 
 from __future__ import annotations
@@ -50,8 +52,16 @@ class ReplyDetachment:
         author, post_id = message.author, message.post_id
         merged = message.merged
         if message.cursor is None:
-            if not await self._repos.posts.detach_reply(author, post_id):
-                return DONE  # never stored, or deleted (its delete's passes remove copies)
+            own = author == message.target  # the account's own reply goes with its posts
+            posts = self._repos.posts
+            if own:
+                stored = await posts.get(author, post_id) is not None
+            else:
+                stored = await posts.detach_reply(author, post_id)
+            if not stored and message.final:  # it never will be (or is deleted)
+                await self._drop_index(message)
+            if own or not stored:
+                return DONE
             merged = await self._ctx.never_copied(author, post_id)
         page = await self._ctx.readers_page(author, merged, message.cursor)
         owners = page.items if message.cursor else [author, *page.items]
@@ -59,7 +69,7 @@ class ReplyDetachment:
         if page.continuation is not None:
             update = {"cursor": page.continuation, "merged": merged}
             return Continue(message.model_copy(update=update))
-        return self._next(message, RepostsPosition())
+        return await self._next(message, RepostsPosition())
 
     async def _repost_step(self, message: ReplyDetached, start: RepostsPosition) -> Outcome:
         """One page of one repost's readers: the repost ``start`` is inside, or the next."""
@@ -68,14 +78,14 @@ class ReplyDetachment:
             after = None if reposter is None or repost_id is None else (reposter, repost_id)
             index = await self._index_page(message, after)
             if not index.items:  # none left, or storage answered empty: from here next lease
-                return self._next(message, None if index.continuation is None else start)
+                return await self._next(message, None if index.continuation is None else start)
             (reposter, repost_id), cursor = index.items[0], None
         page = await self._repos.follows.follower_ids_page(reposter, self._ctx.page_size, cursor)
         await self._repos.timelines.detach_reply(page.items, post_row_key(repost_id))
         position = RepostsPosition(  # without followers: this repost is done, on to the next
             reposter=reposter, repost_id=repost_id, followers=page.continuation
         )
-        return self._next(message, position)
+        return await self._next(message, position)
 
     async def _index_page(
         self, message: ReplyDetached, after: tuple[str, str] | None
@@ -92,12 +102,16 @@ class ReplyDetachment:
             )
         return page
 
-    def _next(self, message: ReplyDetached, position: RepostsPosition | None) -> Outcome:
+    async def _next(self, message: ReplyDetached, position: RepostsPosition | None) -> Outcome:
         """Go on from ``position`` in the reposts; after the last, the second pass, or the
-        end."""
+        end: then the reply's index row goes, so the deletion's sweeps stop sending it."""
         if position is not None:
             return Continue(message.model_copy(update={"cursor": None, "reposts": position}))
         if message.confirm:
+            await self._drop_index(message)
             return DONE
         update = {"cursor": None, "merged": False, "reposts": None, "confirm": True}
         return Continue(message.model_copy(update=update), delay_s=self._ctx.timing.sweep_delay_s)
+
+    async def _drop_index(self, message: ReplyDetached) -> None:
+        await self._repos.reposts.drop_reply(message.target, message.target_post, message.post_id)

@@ -220,14 +220,20 @@ class RelationChanged(_Message):
 
 
 class ReplyDetached(_Message):
-    """The account a reply answers is deleted: mark the reply and its copies as answering
-    nobody (``timeline.delivery.replies``): its readers a page per lease from ``cursor``, then
-    its reposts' readers, one repost and one page per lease, from ``reposts``; then all of it
-    once more, ``confirm``ed, ``sweep_delay_s`` later, for copies written from older reads."""
+    """The account a reply answers (``target``, whose post ``target_post`` it answers) is
+    deleted: mark the reply and its copies as answering nobody (``timeline.delivery.replies``):
+    its readers a page per lease from ``cursor``, then its reposts' readers, one repost and
+    one page per lease, from ``reposts``; then all of it once more, ``confirm``ed,
+    ``sweep_delay_s`` later, for copies written from older reads; then drop its index row.
+    ``final``: sent by a sweep after every reply request accepted before the deletion has
+    landed (a reply not stored by then never will be)."""
 
     type: Literal["detach"] = "detach"
     author: UserId
     post_id: PostId
+    target: UserId
+    target_post: PostId
+    final: bool = False
     cursor: Cursor | None = None
     merged: bool = False
     """As a delete's: only the author's overflow readers can hold a copy."""

@@ -74,6 +74,7 @@ class TimelineService:
             replies=repositories.reposts,
             relations=repositories.relations,
             follows=repositories.follows,
+            users=repositories.users,
         )
         self.reposts = Reposts(
             repositories.posts,

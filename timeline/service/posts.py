@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from timeline.errors import NotFoundError
 from timeline.model.entities import FOLLOWERS, Post
 from timeline.model.idempotency import IdempotencyKeys
@@ -24,6 +26,7 @@ from timeline.tables.posts import PostsRepository
 from timeline.tables.ratelimits import RateLimiter
 from timeline.tables.relations import RelationsRepository
 from timeline.tables.reposts import RepostsRepository
+from timeline.tables.users import UsersRepository
 
 
 class Posts:
@@ -42,8 +45,10 @@ class Posts:
         replies: RepostsRepository,
         relations: RelationsRepository,
         follows: FollowsRepository,
+        users: UsersRepository,
     ) -> None:
         self._posts = posts
+        self._users = users
         self._follows = follows
         self._relations = relations
         self._replies = replies
@@ -105,8 +110,14 @@ class Posts:
     async def _reply_target(self, replier: str, author: str, post_id: str) -> Post:
         validate_user_id(author)
         validate_post_id(post_id)
-        target = await self._posts.get(author, post_id)
-        if target is None or not await may_see(self._follows, replier, author, target.visibility):
+        target, deleted = await asyncio.gather(
+            self._posts.get(author, post_id), self._users.deleted(author)
+        )  # a reply to a deleted account would land after its deletion had looked for replies
+        if (
+            target is None
+            or deleted
+            or not await may_see(self._follows, replier, author, target.visibility)
+        ):
             raise NotFoundError(
                 f"the post replied to ({author!r}, {post_id!r}) does not exist",
                 code="reply_target_not_found",

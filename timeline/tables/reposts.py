@@ -49,6 +49,11 @@ def index_row_key(post_id: str, reposter: str, repost_id: str) -> str:
     return f"{REPOSTS_OF}{post_id}-{reposter}-{repost_id}"
 
 
+def _replied_post(reply_row_key: str) -> str:
+    """The post a reply's index row files it under (``~re-{post_id}-{reply row key}``)."""
+    return reply_row_key.removeprefix(REPLIES_OF).split("-", 1)[0]
+
+
 def live_repost_id(row: TableEntity | None) -> str | None:
     """The repost id a reposter's row names while it is live (None: no row, or void)."""
     return None if row is None or row.get("void") else str(row["repost_id"])
@@ -233,11 +238,14 @@ class RepostsRepository:
 
     async def replies_to_page(
         self, author: str, limit: int, continuation: dict[str, str] | None
-    ) -> Page[tuple[str, str]]:
-        """One query's worth of ``(reply author, reply id)`` filed under any of the author's
-        posts (a deleted account's: ``timeline.delivery.replies``)."""
+    ) -> Page[tuple[str, str, str]]:
+        """One query's worth of ``(reply author, reply id, post id)`` filed under any of the
+        author's posts (a deleted account's: ``timeline.delivery.replies``)."""
         rows = await self._range(author, REPLIES_OF, limit, continuation)
-        return Page([(str(r["author"]), str(r["post"])) for r in rows.items], rows.continuation)
+        found = [
+            (str(r["author"]), str(r["post"]), _replied_post(str(r["RowKey"]))) for r in rows.items
+        ]
+        return Page(found, rows.continuation)
 
     async def _range(
         self,

@@ -41,11 +41,14 @@ from timeline.tables.traces import (
 
 
 class CopyRow(NamedTuple):
-    """A copy's key and etag, and for a repost's copy its original's id (else "")."""
+    """A copy's key and etag, its post's author, for a repost's copy its original's id
+    (else ""), and for a reply's the user it answers (else "")."""
 
     key: str
     etag: str
+    author: str
     original: str
+    answers: str
 
 
 class TimelinesRepository:
@@ -90,12 +93,18 @@ class TimelinesRepository:
                     self._storage.reader(TIMELINES, owner),
                     f"{PARTITION} and ( {condition} )",
                     {"pk": owner, "author": author},
-                    select=["RowKey", "reposted_by", "original"],
+                    select=["RowKey", "author", "reposted_by", "original", "reply_author"],
                     limit=1000,
                     continuation=continuation,
                 )
             yield [
-                CopyRow(entity["RowKey"], etag(entity), entity.get("original") or "")
+                CopyRow(
+                    entity["RowKey"],
+                    etag(entity),
+                    entity["author"],
+                    entity.get("original") or "",
+                    entity.get("reply_author") or "",
+                )
                 for entity in page.items
                 if not entity.get("reposted_by") or (reposts and entity["reposted_by"] == author)
             ]

@@ -40,10 +40,12 @@ from timeline.tables.rows import (
 
 DELETIONS = f"{META}deletions"
 """The ``users`` partition of the accounts whose deletion is in progress (a row each)."""
-REPOST_ROWS, REPOST_ROWS_END = f"{META}rp", f"{META}rq"
-"""The range of a ``posts`` partition's repost and repost index rows (``~rp-``, ``~rpof-``)."""
-_POSTS_OR_REPOSTS = (
-    "PartitionKey eq @pk and ( RowKey lt @meta or ( RowKey ge @rp and RowKey lt @rq ) )"
+_OWN_ROWS = {"rp": f"{META}rp", "rq": f"{META}rq", "re": f"{META}re-", "rf": f"{META}re."}
+"""The ranges of a ``posts`` partition's repost and repost index rows (``~rp-``,
+``~rpof-``), and of its reply index rows (``~re-``)."""
+_POSTS_REPOSTS_OR_REPLIES = (
+    "PartitionKey eq @pk and ( RowKey lt @meta or ( RowKey ge @rp and RowKey lt @rq ) or "
+    "( RowKey ge @re and RowKey lt @rf ) )"
 )
 
 # The identity row (``IDENTITY_ROW_KEY``), in the partition of an id's case fold (``carol``
@@ -137,11 +139,11 @@ class UsersRepository:
         return [str(row["RowKey"]) for row in page.items]
 
     async def undone(self, user_id: str) -> bool:
-        """Whether nothing of the account is left to undo: no post, repost or repost index
-        row of it, no follower or list membership, no follow, no block or mute either way
-        (five one-row queries)."""
+        """Whether nothing of the account is left to undo: no post, repost, repost index or
+        reply index row of it, no follower or list membership, no follow, no block or mute
+        either way (five one-row queries)."""
         checks: tuple[tuple[str, str, str, dict[str, str]], ...] = (
-            (POSTS, user_id, _POSTS_OR_REPOSTS, {"rp": REPOST_ROWS, "rq": REPOST_ROWS_END}),
+            (POSTS, user_id, _POSTS_REPOSTS_OR_REPLIES, _OWN_ROWS),
             (SUBJECT_FOLLOWERS, user_id, LISTING, {}),
             (SUBJECT_FOLLOWING, user_id, LISTING, {}),
             (RELATIONS, user_id, BLOCKS_OR_MUTES, BLOCK_AND_MUTE_RANGES),
