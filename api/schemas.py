@@ -31,6 +31,13 @@ class PostRef(_Body):
     post_id: str = Field(json_schema_extra={"pattern": POST_ID_PATTERN})
 
 
+class ReplyTo(_Body):
+    author: str | None = Field(
+        description="who wrote the post replied to; null once that account is deleted"
+    )
+    post_id: str = Field(json_schema_extra={"pattern": POST_ID_PATTERN})
+
+
 class PostRequest(_Body):
     text: str = Field(description="1 to TIMELINE_MAX_POST_CHARS (280) characters after trimming")
     reply_to: PostRef | None = Field(
@@ -98,7 +105,7 @@ class PostOut(_Body):
         description="on a home timeline entry that a repost brought: who reposted the post "
         "(the item is the original: its id, author, text and time); absent on a plain entry",
     )
-    reply_to: PostRef | None = Field(
+    reply_to: ReplyTo | None = Field(
         default=None, description="the post this one replies to; absent on other posts"
     )
     visibility: Literal["public", "followers"] = Field(

@@ -9,7 +9,8 @@ from typing import Any
 from aiohttp.test_utils import TestClient
 
 from api import schemas
-from tests.conftest import unique
+from fanout_worker.worker import Worker
+from tests.conftest import eventually, unique
 from tests.helpers import Api, bearer, body_of, error_of
 
 Client = TestClient[Any, Any]
@@ -99,3 +100,35 @@ async def test_reads_touching_a_deleted_account_before_the_worker_ran(client: Cl
         response = await client.get(path, headers=bearer(token))
         assert response.status < 500, (path, response.status, await response.text())
     assert reply.status in (202, 404), await reply.text()
+
+
+async def test_a_reply_to_a_deleted_account_answers_nobody(
+    api: Api, client: Client, worker: Worker
+) -> None:
+    """Others' replies stay, answering nobody (``reply_to.author`` null, as the schema says);
+    a new reply to the account's post is refused at once."""
+    gone, other = unique("gone"), unique("other")
+    gone_token, token = await api.register(gone), await api.register(other)
+    post = await api.post(gone, gone_token, "hello")
+    to_post = {"author": gone, "post_id": post["post_id"]}
+    answered = await client.post(
+        f"/users/{other}/posts", json={"text": "hi", "reply_to": to_post}, headers=bearer(token)
+    )
+    reply = await body_of(answered, schemas.PostOut)
+    assert reply["reply_to"] == to_post
+    await _deleted(client, gone, gone_token)
+    late = await client.post(
+        f"/users/{other}/posts", json={"text": "late", "reply_to": to_post}, headers=bearer(token)
+    )
+    assert await error_of(late, 404) == "reply_target_not_found"
+    path = f"/users/{other}/posts/{reply['post_id']}"
+
+    async def detached() -> bool:
+        shown = await body_of(await client.get(path, headers=bearer(token)), schemas.PostOut)
+        return bool(shown["reply_to"] == {"author": None, "post_id": post["post_id"]})
+
+    await eventually(detached, what="the reply to answer nobody")
+    page = await body_of(await client.get(f"/users/{other}/posts", headers=bearer(token)))
+    assert [item["reply_to"] for item in page["items"]] == [
+        {"author": None, "post_id": post["post_id"]}
+    ]

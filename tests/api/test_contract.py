@@ -18,11 +18,6 @@ from timeline.tables.repositories import Repositories
 Client = TestClient[Any, Any]
 
 
-@pytest.fixture
-def api(client: Client) -> Api:
-    return Api(client)
-
-
 # --- POST /users -------------------------------------------------------------------------
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-import pytest
 from aiohttp.test_utils import TestClient
 
 from api import schemas
@@ -19,11 +18,6 @@ from timeline.model.keys import post_row_key
 from timeline.tables.repositories import Repositories
 
 Client = TestClient[Any, Any]
-
-
-@pytest.fixture
-def api(client: Client) -> Api:
-    return Api(client)
 
 
 async def _post(client: Client, user: str, token: str, text: str, **body: Any) -> dict[str, Any]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
 from aiohttp.test_utils import TestClient
 
 from api import schemas
@@ -19,11 +18,6 @@ from timeline.model.keys import list_reader
 from timeline.tables.repositories import Repositories
 
 Client = TestClient[Any, Any]
-
-
-@pytest.fixture
-def api(client: Client) -> Api:
-    return Api(client)
 
 
 async def _users(api: Api, *prefixes: str) -> list[tuple[str, str]]:

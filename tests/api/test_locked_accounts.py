@@ -20,11 +20,6 @@ from timeline.tables.repositories import Repositories
 Client = TestClient[Any, Any]
 
 
-@pytest.fixture
-def api(client: Client) -> Api:
-    return Api(client)
-
-
 async def _users(api: Api, *prefixes: str) -> list[tuple[str, str]]:
     users = [unique(prefix) for prefix in prefixes]
     return [(user, await api.register(user)) for user in users]

@@ -30,11 +30,6 @@ def path(user: str) -> str:
     return f"/users/{user}/markers/home"
 
 
-@pytest.fixture
-def api(client: Client) -> Api:
-    return Api(client)
-
-
 async def put(client: Client, user: str, token: str, body: Any) -> Any:
     return await client.put(path(user), json=body, headers=bearer(token))
 
