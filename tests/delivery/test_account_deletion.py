@@ -5,7 +5,7 @@ tombstone. A follow that lands after the sweep ends by itself."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -34,16 +34,26 @@ class World:
     processor: FanoutProcessor
     recorder: Recorder
 
-    async def drain(self) -> None:
-        """Run every message sent so far, and every one they lead to, to the end."""
+    async def drain(
+        self, hold: Callable[[FanoutMessage], bool] = lambda _: False
+    ) -> list[FanoutMessage]:
+        """Run every message sent so far, and every one they lead to, to the end; those
+        ``hold`` picks are put aside instead (they come later: a delay, a backlog, a loss)
+        and returned."""
         work: list[FanoutMessage] = list(self.recorder.sent)
         self.recorder.sent.clear()
+        held: list[FanoutMessage] = []
         while work:
-            outcome = await self.processor.handle(work.pop(0))
+            message = work.pop(0)
+            if hold(message):
+                held.append(message)
+                continue
+            outcome = await self.processor.handle(message)
             if isinstance(outcome, Continue):
                 work.append(outcome.message)
             work.extend(self.recorder.sent)
             self.recorder.sent.clear()
+        return held
 
 
 @asynccontextmanager

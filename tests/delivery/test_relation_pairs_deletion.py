@@ -210,25 +210,18 @@ async def drain_holding_relations(w: World, sweeps: int) -> list[FanoutMessage]:
     """``World.drain``, but the deletion's ``RelationChanged`` messages (background work)
     wait (a backlog in the background lane, deferrals, or the poison queue), and the
     deletion stops after ``sweeps`` sweeps. What is held is returned."""
-    work: list[FanoutMessage] = list(w.recorder.sent)
-    w.recorder.sent.clear()
-    held: list[FanoutMessage] = []
-    while work:
-        message = work.pop(0)
-        if isinstance(message, RelationChanged) and message.background:
-            held.append(message)
-            continue
+    left = sweeps
+
+    def hold(message: FanoutMessage) -> bool:
+        nonlocal left
+        if isinstance(message, RelationChanged):
+            return message.background
         if isinstance(message, AccountDeleted) and message.phase == "drop":
-            sweeps -= 1
-            if sweeps < 0:
-                held.append(message)
-                continue
-        outcome = await w.processor.handle(message)
-        if isinstance(outcome, Continue):
-            work.append(outcome.message)
-        work.extend(w.recorder.sent)
-        w.recorder.sent.clear()
-    return held
+            left -= 1
+            return left < 0
+        return False
+
+    return await w.drain(hold)
 
 
 async def test_a_deletion_stays_in_progress_until_its_blocks_and_mutes_are_gone(

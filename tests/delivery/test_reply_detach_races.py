@@ -17,7 +17,6 @@ from tests.delivery.hybrid_helpers import TIMING, new_users
 from tests.delivery.test_account_deletion import World, rows_holding
 from tests.delivery.test_account_deletion_races import only_tombstone
 from timeline.delivery.batching.writer import PartitionWriter
-from timeline.delivery.outcomes import Continue
 from timeline.delivery.processor import FanoutProcessor
 from timeline.delivery.settings import Timing
 from timeline.errors import NotFoundError
@@ -47,21 +46,19 @@ async def world_with(storage: Storage, timing: Timing) -> AsyncIterator[World]:
         yield World(storage, Repositories.on(storage), service, processor, recorder)
 
 
-async def run(w: World, held: list[FanoutMessage], hold: Callable[[FanoutMessage], bool]) -> None:
-    """Run what was sent and what it leads to; a message ``hold`` picks is put aside in
-    ``held`` (it comes later: a delay, a backlog)."""
-    work = list(w.recorder.sent)
-    w.recorder.sent.clear()
-    while work:
-        message = work.pop(0)
-        if hold(message):
-            held.append(message)
-            continue
-        outcome = await w.processor.handle(message)
-        if isinstance(outcome, Continue):
-            work.append(outcome.message)
-        work.extend(w.recorder.sent)
-        w.recorder.sent.clear()
+async def a_reply_to_gone(w: World) -> tuple[str, str, str, str]:
+    """``replier`` answers a post of ``gone``; ``reader`` follows both and gets the reply.
+    Returns the three users and the reply's id."""
+    gone, replier, reader = await new_users(w.repos, "gone", "replier", "reader")
+    s = w.service
+    for followee in (gone, replier):
+        await s.follows.follow(reader, reader, followee)
+    original = await s.posts.create(gone, gone, "the original")
+    await w.drain()
+    reply = await s.posts.create(replier, replier, "an answer", reply_to=(gone, original.post_id))
+    await w.drain()
+    assert reply.post_id in await timeline_ids(w.repos, reader)
+    return gone, replier, reader, reply.post_id
 
 
 def of_pair(follower: str, subject: str) -> Callable[[FanoutMessage], bool]:
@@ -81,37 +78,27 @@ async def test_a_toggling_followers_copy_is_marked_by_its_purge(own: Storage) ->
     detached reply out), and the unfollows' second passes find it following: their
     ``reconcile`` marks the copy it keeps."""
     async with world_with(own, SLOW_COOLDOWN) as w:
-        gone, replier, reader = await new_users(w.repos, "gone", "replier", "reader")
+        gone, replier, reader, reply = await a_reply_to_gone(w)
         s = w.service
         held: list[FanoutMessage] = []
         pair = of_pair(reader, replier)
-        for followee in (gone, replier):
-            await s.follows.follow(reader, reader, followee)
-        original = await s.posts.create(gone, gone, "the original")
-        await w.drain()
-        reply = await s.posts.create(
-            replier, replier, "an answer", reply_to=(gone, original.post_id)
-        )
-        await w.drain()
-        assert reply.post_id in await timeline_ids(w.repos, reader)
 
         for step in (s.follows.unfollow, s.follows.follow, s.follows.unfollow):
             await step(reader, reader, replier)
-            delayed: list[FanoutMessage] = []
-            await run(w, delayed, lambda m: pair(m) and bool(getattr(m, "confirm", False)))
-            held += delayed  # each pair message's second pass, after the cool-down
-        assert reply.post_id in await timeline_ids(w.repos, reader)  # a toggle: kept
+            # each pair message's second pass waits out the cool-down
+            held += await w.drain(lambda m: pair(m) and bool(getattr(m, "confirm", False)))
+        assert reply in await timeline_ids(w.repos, reader)  # a toggle: kept
 
         await s.accounts.delete(gone, gone)
-        await run(w, held, pair)
+        held += await w.drain(pair)
         assert await w.repos.users.deletions() == []  # the deletion has ended: dropped
 
         await s.follows.follow(reader, reader, replier)  # within the cool-down
-        await run(w, held, lambda m: False)
+        await w.drain()
         w.recorder.sent.extend(held)
-        await run(w, [], lambda m: False)
+        await w.drain()
 
-        assert reply.post_id in await timeline_ids(w.repos, reader)
+        assert reply in await timeline_ids(w.repos, reader)
         assert await rows_holding(own, gone) == only_tombstone(gone)
 
 
@@ -121,28 +108,18 @@ async def test_a_late_unfollows_copy_is_marked_by_its_purge(own: Storage) -> Non
     in between (the reader was no follower). The late purge finds the pair followed, and
     ``reconcile`` marks the copy it keeps."""
     async with world_with(own, TIMING) as w:
-        gone, replier, reader = await new_users(w.repos, "gone", "replier", "reader")
+        gone, replier, reader, reply = await a_reply_to_gone(w)
         s = w.service
-        held: list[FanoutMessage] = []
-        for followee in (gone, replier):
-            await s.follows.follow(reader, reader, followee)
-        original = await s.posts.create(gone, gone, "the original")
-        await w.drain()
-        reply = await s.posts.create(
-            replier, replier, "an answer", reply_to=(gone, original.post_id)
-        )
-        await w.drain()
-
         await s.follows.unfollow(reader, reader, replier)
-        await run(w, held, of_pair(reader, replier))  # its Unfollowed waits in a backlog
+        held = await w.drain(of_pair(reader, replier))  # its Unfollowed waits in a backlog
         await s.accounts.delete(gone, gone)
-        await run(w, held, of_pair(reader, replier))
+        held += await w.drain(of_pair(reader, replier))
         assert await w.repos.users.deletions() == []  # the deletion has ended: dropped
         await s.follows.follow(reader, reader, replier)
         w.recorder.sent.extend(held)  # the late Unfollowed after the Followed
-        await run(w, [], lambda m: False)
+        await w.drain()
 
-        assert reply.post_id in await timeline_ids(w.repos, reader)
+        assert reply in await timeline_ids(w.repos, reader)
         assert await rows_holding(own, gone) == only_tombstone(gone)
 
 
@@ -158,7 +135,6 @@ async def test_a_deletion_whose_reply_messages_are_lost_keeps_sweeping(own: Stor
         await s.posts.create(replier, replier, "an answer", reply_to=(gone, original.post_id))
         await w.drain()
         await s.accounts.delete(gone, gone)
-        lost: list[FanoutMessage] = []
         sweeps = 0
 
         def hold(message: FanoutMessage) -> bool:
@@ -167,7 +143,7 @@ async def test_a_deletion_whose_reply_messages_are_lost_keeps_sweeping(own: Stor
                 sweeps += 1
             return isinstance(message, ReplyDetached) or sweeps > 3
 
-        await run(w, lost, hold)
+        lost = await w.drain(hold)
         assert [m for m in lost if isinstance(m, ReplyDetached)]
         assert await w.repos.users.deletions() == [gone]  # still sweeping
         w.recorder.sent.extend(m for m in lost if isinstance(m, AccountDeleted))
@@ -239,20 +215,21 @@ async def test_a_detached_reply_reaches_new_readers_only_through_reposts(own: St
         s = w.service
         original = await s.posts.create(gone, gone, "the original")
         await w.drain()
-        reply = await s.posts.create(
+        answer = await s.posts.create(
             replier, replier, "an answer", reply_to=(gone, original.post_id)
         )
+        reply = answer.post_id
         await w.drain()
         await s.accounts.delete(gone, gone)
         await w.drain()
         await s.follows.follow(newcomer, newcomer, replier)
         await w.drain()
-        assert reply.post_id not in await timeline_ids(w.repos, newcomer)
-        await s.reposts.repost(reposter, reposter, replier, reply.post_id)
+        assert reply not in await timeline_ids(w.repos, newcomer)
+        await s.reposts.repost(reposter, reposter, replier, reply)
         await s.follows.follow(newcomer, newcomer, reposter)
         await w.drain()
         shown = [
             (post.original, post.reply_author)
             for post in (await w.repos.timelines.page(newcomer, 1000, None)).items
         ]
-        assert shown == [(reply.post_id, DETACHED)]
+        assert shown == [(reply, DETACHED)]
