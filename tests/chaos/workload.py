@@ -75,10 +75,10 @@ class Clients:
         self.tokens: dict[str, str] = {}
         self.schedules: dict[str, str] = {}
         self.asked_to_follow: set[tuple[str, str]] = set()
+        """Every (follower, target) pair a follow was ever sent for."""
         self.reply_targets: dict[str, str] = {}
         """Each reply's text (unique) to the user it answers: the truth's, once a deletion
         has made a reply answer nobody."""
-        """Every (follower, target) pair a follow was ever sent for."""
         self.asked_to_add: set[tuple[str, str]] = set()
         """Every (list reader, member) pair an add was ever sent for."""
         self.lists: dict[str, dict[str, bool]] = {}

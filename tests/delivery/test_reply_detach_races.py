@@ -8,15 +8,25 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from tests.delivery.helpers import Recorder, timeline_ids, unlimited_service
-from tests.delivery.hybrid_helpers import TIMING, new_users
-from tests.delivery.test_account_deletion import World, rows_holding
+from tests.delivery.hybrid_helpers import (
+    HYBRID,
+    THRESHOLD,
+    TIMING,
+    home_pages,
+    new_users,
+    regrade,
+)
+from tests.delivery.test_account_deletion import World, rows_holding, world
 from tests.delivery.test_account_deletion_races import only_tombstone
 from timeline.delivery.batching.writer import PartitionWriter
+from timeline.delivery.context import Context
+from timeline.delivery.feed import Feed
 from timeline.delivery.processor import FanoutProcessor
 from timeline.delivery.settings import Timing
 from timeline.errors import NotFoundError
@@ -170,14 +180,28 @@ async def test_a_reply_to_a_deleted_accounts_post_is_refused(own: Storage) -> No
         assert await rows_holding(own, gone) == only_tombstone(gone)
 
 
+async def counting_merges(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A one-item list counting the timeline merge requests (marks) made from now on."""
+    merges = [0]
+    real = rows.merge_existing
+
+    async def counting(*args: Any, **kwargs: Any) -> bool:
+        merges[0] += 1
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(timelines, "merge_existing", counting)
+    return merges
+
+
+@pytest.mark.parametrize("late_second_pass", [False, True])
 async def test_a_deletion_marks_each_copy_no_more_than_twice(
-    own: Storage, monkeypatch: pytest.MonkeyPatch
+    own: Storage, monkeypatch: pytest.MonkeyPatch, late_second_pass: bool
 ) -> None:
-    """A reply's two passes mark each copy once each, one merge request per reader: the
-    deletion's later sweeps do not send the message again once its last pass has dropped
-    the reply's index row."""
-    followers = 20
-    async with world_with(own, SLOW_COOLDOWN) as w:
+    """A reply's two passes mark each copy once each, one merge request per reader; the
+    deletion's later sweeps send the message no more once its first pass has begun, even
+    when its second pass comes after the next sweep (``late_second_pass``)."""
+    followers = 5
+    async with world_with(own, TIMING) as w:
         gone, replier, *fans = await new_users(
             w.repos, "gone", "replier", *(f"fan{i}" for i in range(followers))
         )
@@ -188,20 +212,54 @@ async def test_a_deletion_marks_each_copy_no_more_than_twice(
         await w.drain()
         await s.posts.create(replier, replier, "an answer", reply_to=(gone, original.post_id))
         await w.drain()
-
-        merges = 0
-        real = rows.merge_existing
-
-        async def counting(*args: Any, **kwargs: Any) -> bool:
-            nonlocal merges
-            merges += 1
-            return await real(*args, **kwargs)
-
-        monkeypatch.setattr(timelines, "merge_existing", counting)
+        merges = await counting_merges(monkeypatch)
         await s.accounts.delete(gone, gone)
+
+        sweeps = 0
+
+        def second_pass(message: FanoutMessage) -> bool:
+            """The second pass waits out two more sweeps of the deletion."""
+            nonlocal sweeps
+            if isinstance(message, AccountDeleted) and message.phase == "lists":
+                sweeps += 1
+            held = isinstance(message, ReplyDetached) and message.confirm
+            return late_second_pass and (held or sweeps > 3)
+
+        w.recorder.sent.extend(await w.drain(second_pass))
         await w.drain()
         assert await rows_holding(own, gone) == only_tombstone(gone)
-        assert merges <= 2 * (followers + 1)
+        assert merges[0] <= 2 * (followers + 1)
+
+
+async def test_a_reconcile_reads_no_source_of_a_reply_to_a_live_account(
+    own: Storage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Marking in ``reconcile`` costs nothing on a live thread: the subject's posts' rows,
+    read already, say whom each reply answers."""
+    replies = 20
+    async with world(own) as w:
+        other, replier, reader = await new_users(w.repos, "other", "replier", "reader")
+        s = w.service
+        for followee in (other, replier):
+            await s.follows.follow(reader, reader, followee)
+        original = await s.posts.create(other, other, "a live thread")
+        for i in range(replies):
+            await s.posts.create(replier, replier, f"r{i}", reply_to=(other, original.post_id))
+        await w.drain()
+        assert len(await timeline_ids(w.repos, reader)) == replies + 1
+        reads = 0
+        real_get, real_deleted = w.repos.posts.get, w.repos.users.deleted
+
+        async def counting(real: Any, *args: Any) -> Any:
+            nonlocal reads
+            reads += 1
+            return await real(*args)
+
+        monkeypatch.setattr(w.repos.posts, "get", lambda *a: counting(real_get, *a))
+        monkeypatch.setattr(w.repos.users, "deleted", lambda *a: counting(real_deleted, *a))
+        async with PartitionWriter(own, TIMELINES, linger_s=0) as writer:
+            await Feed(Context(w.repos, writer, timing=TIMING)).reconcile(reader, replier)
+        assert reads == 0
 
 
 async def test_a_detached_reply_reaches_new_readers_only_through_reposts(own: Storage) -> None:
@@ -233,3 +291,35 @@ async def test_a_detached_reply_reaches_new_readers_only_through_reposts(own: St
             for post in (await w.repos.timelines.page(newcomer, 1000, None)).items
         ]
         assert shown == [(reply, DETACHED)]
+
+
+async def test_a_merged_reader_no_longer_sees_a_detached_reply(own: Storage) -> None:
+    """docs/api.md: a large author's readers, who read its posts when they read, see a reply
+    to a deleted account no more (a reply to someone nobody follows), while a copy stays."""
+    async with (
+        world_with(own, TIMING) as w,
+        PartitionWriter(own, TIMELINES, linger_s=0) as writer,
+    ):
+        processor = FanoutProcessor.on(own, writer, hybrid=HYBRID, timing=TIMING, queue=w.recorder)
+        w = replace(w, processor=processor)
+        gone, replier, reader, *others = await new_users(
+            w.repos, "gone", "replier", "reader", *(f"f{i}" for i in range(THRESHOLD - 1))
+        )
+        s = w.service
+        for followee in (gone, replier):
+            await s.follows.follow(reader, reader, followee)
+        for other in others:
+            await s.follows.follow(other, other, replier)
+        await w.drain()
+        await regrade(processor, replier, merge=True)
+        assert replier in await w.repos.audience.merged_authors(reader)
+        original = await s.posts.create(gone, gone, "the original")
+        reply = await s.posts.create(
+            replier, replier, "an answer", reply_to=(gone, original.post_id)
+        )
+        await w.drain()
+        assert reply.post_id in [p for page in await home_pages(own, reader) for p in page]
+        await s.accounts.delete(gone, gone)
+        await w.drain()
+        assert await rows_holding(own, gone) == only_tombstone(gone)
+        assert reply.post_id not in [p for page in await home_pages(own, reader) for p in page]

@@ -17,13 +17,7 @@ from timeline.delivery.batching.tracker import Tracker
 from timeline.delivery.context import Context
 from timeline.errors import contention
 from timeline.model.entities import DETACHED, Post
-from timeline.model.keys import (
-    TICKS_PER_SECOND,
-    now_ticks,
-    post_id_from_row_key,
-    post_id_ticks,
-    post_row_key,
-)
+from timeline.model.keys import TICKS_PER_SECOND, now_ticks, post_id_ticks, post_row_key
 from timeline.retry import ETAG_ATTEMPTS
 from timeline.storage.placement import hash64
 from timeline.tables.audience import MERGED
@@ -239,7 +233,8 @@ class Feed:
         (``timeline.delivery.replies``: they walk only the readers following then)."""
         async for rows in self._repos.timelines.rows_by_author(follower, subject, reposts=True):
             keys = [row.key for row in rows]
-            alive = await self._repos.posts.live_row_keys(subject, keys)
+            posts = await self._repos.posts.live_row_keys(subject, keys)
+            alive = set(posts)
             originals = sorted({row.original for row in rows if row.original})
             if originals:
                 reposts = await self._repos.reposts.live_reposts(
@@ -247,21 +242,24 @@ class Feed:
                 )
                 alive.update(post_row_key(repost_id) for repost_id, _, _ in reposts)
             await self.unpush_rows(follower, [key for key in keys if key not in alive])
-            await self._mark_detached(follower, [row for row in rows if row.key in alive])
+            kept = [row for row in rows if row.key in alive]
+            await self._mark_detached(follower, kept, posts)
 
-    async def _mark_detached(self, follower: str, rows: list[CopyRow]) -> None:
-        """Mark the copies among ``rows`` of replies whose own row answers nobody: a point
-        read per copy of a reply still naming the user it answers."""
+    async def _mark_detached(
+        self, follower: str, rows: list[CopyRow], posts: dict[str, str]
+    ) -> None:
+        """Mark the copies among ``rows`` of replies that answer a deleted account: those
+        of the subject's posts by what the posts' rows say (``posts``, read already), those
+        of its reposts by the answered users' tombstones (one point read per user)."""
         replies = [row for row in rows if row.answers not in ("", DETACHED)]
-        sources = await asyncio.gather(
-            *(
-                self._repos.posts.get(row.author, row.original or post_id_from_row_key(row.key))
-                for row in replies
-            )
-        )
-        for row, source in zip(replies, sources, strict=True):
-            if source is not None and source.reply_author == DETACHED:
-                await self._repos.timelines.detach_reply([follower], row.key)
+        marked = [row.key for row in replies if posts.get(row.key) == DETACHED]
+        shared = [row for row in replies if row.original]
+        users = sorted({row.answers for row in shared})
+        deleted = await asyncio.gather(*(self._repos.users.deleted(user) for user in users))
+        gone = {user for user, is_gone in zip(users, deleted, strict=True) if is_gone}
+        marked += [row.key for row in shared if row.answers in gone]
+        for key in marked:
+            await self._repos.timelines.detach_reply([follower], key)
 
     async def merge(self, follower: str, subject: str) -> bool:
         """Give the follower a merge row for the subject, or, when its merge rows are full,

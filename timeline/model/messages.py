@@ -259,7 +259,7 @@ Phase = Literal[
 
 class AccountDeleted(_Message):
     """Undo everything of a deleted account, one phase and one page per lease (from
-    ``cursor``); the whole sweep again every ``sweep_delay_s`` (``confirm``) until one finds
+    ``cursor``); the whole sweep again every ``account_every_s`` (``confirm``) until one finds
     nothing left, then drop the account's partitions."""
 
     type: Literal["account_deleted"] = "account_deleted"

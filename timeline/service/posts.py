@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from timeline.errors import NotFoundError
 from timeline.model.entities import FOLLOWERS, Post
 from timeline.model.idempotency import IdempotencyKeys
@@ -76,17 +74,17 @@ class Posts:
         cleaned = clean_text(
             text, max_chars=self._max_post_chars, allowed_format=POST_FORMAT_CHARACTERS
         )
-        target = None if reply_to is None else await self._reply_target(author, *reply_to)
-        if target is not None:
-            await refuse_if_blocked(self._relations, author, target.author, "reply to")
-        await self._posting.check(author)
         record = None
-        if idempotency_key is not None:
+        if idempotency_key is not None:  # a replay gets its post, whatever changed since
             request = [author, cleaned, *(reply_to or ()), *([FOLLOWERS] if followers_only else [])]
             record = self._keys.record(idempotency_key, request)
             earlier = await self._posts.by_key(author, record)
             if earlier is not None:
                 return earlier
+        target = None if reply_to is None else await self._reply_target(author, *reply_to)
+        if target is not None:
+            await refuse_if_blocked(self._relations, author, target.author, "reply to")
+        await self._posting.check(author)
         ticks = now_ticks()
         post = Post(
             post_id=new_post_id(ticks),
@@ -103,21 +101,25 @@ class Posts:
             reply_post=post.reply_post,
         )
         async with self._outbox.written(created):
-            if target is not None:
+            if target is not None:  # read under the write deadline: docs/guarantees.md
+                await self._refuse_if_deleted(target)  # ("Account deletion")
                 await self._replies.note_reply(target.author, target.post_id, post)
             return await self._posts.add(post, record)
+
+    async def _refuse_if_deleted(self, target: Post) -> None:
+        """A reply to a deleted account's post (still there until its delete runs) would land
+        after the deletion had looked for replies: refused as a post that does not exist."""
+        if await self._users.deleted(target.author):
+            raise NotFoundError(
+                f"the post replied to ({target.author!r}, {target.post_id!r}) does not exist",
+                code="reply_target_not_found",
+            )
 
     async def _reply_target(self, replier: str, author: str, post_id: str) -> Post:
         validate_user_id(author)
         validate_post_id(post_id)
-        target, deleted = await asyncio.gather(
-            self._posts.get(author, post_id), self._users.deleted(author)
-        )  # a reply to a deleted account would land after its deletion had looked for replies
-        if (
-            target is None
-            or deleted
-            or not await may_see(self._follows, replier, author, target.visibility)
-        ):
+        target = await self._posts.get(author, post_id)
+        if target is None or not await may_see(self._follows, replier, author, target.visibility):
             raise NotFoundError(
                 f"the post replied to ({author!r}, {post_id!r}) does not exist",
                 code="reply_target_not_found",

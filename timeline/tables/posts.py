@@ -172,23 +172,29 @@ class PostsRepository:
         alive = await self.live_row_keys(author, [post.row_key for post in posts])
         return {post.post_id for post in posts if post.row_key in alive}
 
-    async def live_row_keys(self, author: str, row_keys: list[str]) -> set[str]:
-        """Which of these post row keys are live posts now: one range query per 1,000."""
+    async def live_row_keys(self, author: str, row_keys: list[str]) -> dict[str, str]:
+        """Which of these post row keys are live posts now, each with the user its reply
+        answers ("" for a post that is no reply): one range query per 1,000."""
         if not row_keys:
-            return set()
+            return {}
         continuation: dict[str, str] | None = None
-        alive: set[str] = set()
+        alive: dict[str, str] = {}
+        wanted = set(row_keys)
         while True:
             async with self._storage.guard():
                 page = await query_page(
                     self._storage.reader(POSTS, author),
                     f"{PARTITION} and RowKey ge @first and RowKey le @last",
                     {"pk": author, "first": min(row_keys), "last": max(row_keys)},
-                    select=["RowKey"],
+                    select=["RowKey", "reply_author"],
                     limit=1000,
                     continuation=continuation,
                 )
-            alive.update(entity["RowKey"] for entity in page.items)
+            alive.update(
+                (row["RowKey"], row.get("reply_author") or "")
+                for row in page.items
+                if row["RowKey"] in wanted
+            )
             continuation = page.continuation
             if continuation is None:
-                return alive & set(row_keys)
+                return alive

@@ -35,11 +35,13 @@ from timeline.tables.rows import (
     etag,
     get_entity,
     if_unchanged,
+    merge_existing,
 )
 
 REPOST = "~rp-"
 REPOSTS_OF = "~rpof-"
 REPLIES_OF = "~re-"
+DETACHING = "detaching"
 _RANGE = f"{PARTITION} and RowKey gt @first and RowKey lt @end"
 
 
@@ -240,12 +242,22 @@ class RepostsRepository:
         self, author: str, limit: int, continuation: dict[str, str] | None
     ) -> Page[tuple[str, str, str]]:
         """One query's worth of ``(reply author, reply id, post id)`` filed under any of the
-        author's posts (a deleted account's: ``timeline.delivery.replies``)."""
+        author's posts (a deleted account's: ``timeline.delivery.replies``), but those
+        whose detaching has begun (``DETACHING``)."""
         rows = await self._range(author, REPLIES_OF, limit, continuation)
         found = [
-            (str(r["author"]), str(r["post"]), _replied_post(str(r["RowKey"]))) for r in rows.items
+            (str(r["author"]), str(r["post"]), _replied_post(str(r["RowKey"])))
+            for r in rows.items
+            if not r.get(DETACHING)
         ]
         return Page(found, rows.continuation)
+
+    async def note_detaching(self, target_author: str, target_post: str, reply_id: str) -> None:
+        """Mark a reply's index row: its first pass has marked the reply, and its second
+        pass will drop the row (gone already is fine)."""
+        key = f"{REPLIES_OF}{target_post}-{post_row_key(reply_id)}"
+        row = {"PartitionKey": target_author, "RowKey": key, DETACHING: True}
+        await merge_existing(self._storage, POSTS, row)
 
     async def _range(
         self,
