@@ -11,7 +11,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from tests.conftest import api_client, eventually, make_settings, unique
-from tests.helpers import bearer, body_of, error_of
+from tests.helpers import Api, bearer, body_of, error_of
 from timeline.config import Settings
 from timeline.storage.accounts import Storage
 from timeline.storage.names import POSTS, USERS
@@ -138,3 +138,23 @@ async def test_keys_are_stored_as_hmacs(client: Client, storage: Storage) -> Non
     key_rows = [row["RowKey"] for row in rows if row["RowKey"].startswith("~idem-")]
     assert len(key_rows) == 1
     assert (await body_of(await client.get(f"/users/{author}")))["posts"] == 1
+
+
+async def test_a_post_replay_counts_against_the_posting_limit(
+    settings: Settings, storage: Storage
+) -> None:
+    """docs/api.md: "Every mutating route is rate limited", a replay too: a client looping
+    on one is slowed like any other."""
+    limited = make_settings(settings.connection_string(), settings.data_dir, posts_per_minute=1)
+    async with api_client(limited) as client:
+        user = unique()
+        token = await Api(client).register(user)
+        headers = {**bearer(token), "Idempotency-Key": unique("key")}
+        url = f"/users/{user}/posts"
+        first = await client.post(url, json={"text": "one"}, headers=headers)
+        assert first.status == 202, await first.text()
+        for _ in range(3):
+            again = await client.post(url, json={"text": "one"}, headers=headers)
+            if again.status != 202:
+                break
+        assert await error_of(again, 429) == "rate_limited"

@@ -157,11 +157,12 @@ async def test_a_detached_reply_reaches_no_new_reader_but_its_author(own: Storag
         assert reply in await timeline_ids(w.repos, replier)
 
 
-async def test_a_reply_never_stored_leaves_its_index_row_until_a_final_pass(
+async def test_a_reply_never_stored_leaves_its_index_row_until_a_later_sweep(
     own: Storage,
 ) -> None:
     """A reply request that died after filing its index row: a pass writes nothing, and
-    drops the row only when sent by a sweep after every such request has landed."""
+    drops the row only when sent by a sweep after the first (every such request has landed
+    by then)."""
     async with world(own) as w:
         replier, gone = await new_users(w.repos, "replier", "gone")
         original = await w.service.posts.create(gone, gone, "the original")
@@ -173,17 +174,17 @@ async def test_a_reply_never_stored_leaves_its_index_row_until_a_final_pass(
             reply_post=original.post_id,
         )
         await w.repos.reposts.note_reply(gone, original.post_id, never)
-        for final in (False, True):
+        for sweep in (0, 1):
             message = ReplyDetached(
                 author=replier,
                 post_id=never.post_id,
                 target=gone,
                 target_post=original.post_id,
-                final=final,
+                sweep=sweep,
             )
             w.recorder.sent.append(message)
             await w.drain()
             filed = await w.repos.reposts.replies_page(gone, original.post_id, 10, None)
-            assert filed.items == ([] if final else [(replier, never.post_id)])
+            assert filed.items == ([] if sweep else [(replier, never.post_id)])
         assert (await w.repos.posts.page(replier, 10, None)).items == []
         assert await timeline_ids(w.repos, replier) == []

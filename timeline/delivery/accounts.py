@@ -72,14 +72,14 @@ class AccountRemoval:
             return DONE
         if message.phase == "drop":
             return await self._drop(message)
-        page = await self._undo_page(user, message.phase, message.cursor, final=message.confirm)
+        page = await self._undo_page(user, message.phase, message.cursor, message.sweep)
         if page.continuation is not None:
             return Continue(message.model_copy(update={"cursor": page.continuation}))
         following = ORDER.index(message.phase) + 1
         phase = ORDER[following] if following < len(ORDER) else "drop"
         update: dict[str, object] = {"phase": phase, "cursor": None}
         if phase == "drop" and not message.confirm:  # the first sweep: a second one later
-            update = {"phase": ORDER[0], "cursor": None, "confirm": True}
+            update = {"phase": ORDER[0], "cursor": None, "confirm": True, "sweep": 1}
             return Continue(message.model_copy(update=update), delay_s=self._account_sweep_s)
         return Continue(message.model_copy(update=update))
 
@@ -92,10 +92,9 @@ class AccountRemoval:
         return self._ctx.timing.account_every_s
 
     async def _undo_page(
-        self, user: str, phase: Phase, cursor: dict[str, str] | None, *, final: bool
+        self, user: str, phase: Phase, cursor: dict[str, str] | None, sweep: int
     ) -> Page[object]:
-        """Send the undo of one page of the phase's things (``final``: in a sweep after the
-        first, which runs once every request accepted before the tombstone has landed)."""
+        """Send the undo of one page of the phase's things (in the ``sweep``-th sweep)."""
         repos, limit = self._repos, ITEMS_PER_LEASE
         messages: list[FanoutMessage] = []
         page: Page[object]
@@ -124,12 +123,12 @@ class AccountRemoval:
                 ]
                 page = Page(list(reposts.items), reposts.continuation)
             case _:
-                return await self._undo_rest(user, phase, cursor, final=final)
+                return await self._undo_rest(user, phase, cursor, sweep)
         await self._send(messages)
         return page
 
     async def _undo_rest(
-        self, user: str, phase: Phase, cursor: dict[str, str] | None, *, final: bool
+        self, user: str, phase: Phase, cursor: dict[str, str] | None, sweep: int
     ) -> Page[object]:
         repos, limit = self._repos, ITEMS_PER_LEASE
         if phase == "posts":
@@ -146,11 +145,11 @@ class AccountRemoval:
                 ]
             )
             return Page(list(posts.items), posts.continuation)
-        if phase == "replies":
-            replies = await repos.reposts.replies_to_page(user, limit, cursor)
+        if phase == "replies":  # each, unless one sent by this or the last sweep has begun
+            replies = await repos.reposts.replies_to_page(user, limit, cursor, sweep - 1)
             await self._send(
                 [
-                    ReplyDetached(author=a, post_id=p, target=user, target_post=q, final=final)
+                    ReplyDetached(author=a, post_id=p, target=user, target_post=q, sweep=sweep)
                     for a, p, q in replies.items
                 ]
             )
@@ -194,7 +193,8 @@ class AccountRemoval:
         if await self._repos.users.undone(user):
             await self._repos.users.drop_account(user)
             return DONE
-        again = message.model_copy(update={"phase": ORDER[0], "cursor": None, "confirm": True})
+        update = {"phase": ORDER[0], "cursor": None, "confirm": True, "sweep": message.sweep + 1}
+        again = message.model_copy(update=update)
         return Continue(again, delay_s=self._account_sweep_s)
 
     async def gone(self, message: Followed | Unfollowed) -> bool:

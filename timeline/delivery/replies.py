@@ -4,11 +4,13 @@ no row of another user keeps the deleted id.
 
 The account's deletion sends one message per reply filed under its posts (their ``~re-``
 index rows), in every sweep, and is not over while any such row is left. A pass marks the
-reply's own row first, then notes on the index row that it has begun (``detaching``: the
-sweeps send it no more; a message lost after that keeps the deletion sweeping, listed as in
-progress), then the copies: its author's and its readers', a page per lease, then those of
-each of its reposts, one repost and one page of the reposter's readers per lease; a second
-pass, ``sweep_delay_s`` later, does it all again, then drops the index row.
+reply's own row first, then notes on the index row which sweep sent it (``detaching``: the
+next sweep does not send it again, the one after does, should the message have been lost),
+then the copies: its author's and its readers', a page per lease, then those of each of its
+reposts, one repost and one page of the reposter's readers per lease; a second pass,
+``sweep_delay_s`` later, does it all again, then drops the index row. So each copy is
+marked twice, more only when a message waits longer than a sweep before its first pass or
+a whole sweep between its passes (a duplicate: a mark is idempotent).
 Each mark is a merge that never creates a row, so a pass can neither revive a removed copy
 nor hold one in place: it only changes what a copy says.
 
@@ -20,9 +22,10 @@ Why none keeps the old id:
   purge, which deletes it, or, finding it following again, marks it (``Feed.reconcile``).
 - A reply not stored when a pass runs: the API reads the tombstone under the request's write
   deadline and refuses a reply to a deleted account, so a reply it accepts lands within its
-  hidden time of the tombstone, before the deletion's second sweep, whose message
-  (``final``) finds it; a ``final`` pass that finds no reply drops the index row (it never
-  will be stored, or is deleted: its delete removes its copies).
+  hidden time of the tombstone, before the deletion's second sweep, whose message finds it.
+  A first pass sent by a later sweep, or a second pass (its first found the reply), that
+  finds no reply drops the index row: it never will be stored, or is deleted (its delete
+  removes its copies).
 - The deleted account's own replies go with its posts (their deletes drop their index rows).
 - A removal that read a copy's etag, then a follow, then deletes only if unchanged, reads
   and decides again when a mark changed the copy (``Feed.purge``,
@@ -61,13 +64,13 @@ class ReplyDetachment:
                 stored = await posts.get(author, post_id) is not None
             else:
                 stored = await posts.detach_reply(author, post_id)
-            if not stored and message.final:  # it never will be (or is deleted)
-                await self._drop_index(message)
+            if not stored and (message.sweep or message.confirm):
+                await self._drop_index(message)  # it never will be stored, or is deleted
             if own or not stored:
                 return DONE
-            if not message.confirm:  # the deletion's sweeps send it no more
+            if not message.confirm:  # the deletion's next sweep does not send it again
                 await self._repos.reposts.note_detaching(
-                    message.target, message.target_post, post_id
+                    message.target, message.target_post, post_id, message.sweep
                 )
             merged = await self._ctx.never_copied(author, post_id)
         page = await self._ctx.readers_page(author, merged, message.cursor)

@@ -225,15 +225,15 @@ class ReplyDetached(_Message):
     its readers a page per lease from ``cursor``, then its reposts' readers, one repost and
     one page per lease, from ``reposts``; then all of it once more, ``confirm``ed,
     ``sweep_delay_s`` later, for copies written from older reads; then drop its index row.
-    ``final``: sent by a sweep after every reply request accepted before the deletion has
-    landed (a reply not stored by then never will be)."""
+    ``sweep``: the deletion's sweep that sent it; from the second on, every reply request
+    accepted before the deletion has landed (a reply not stored by then never will be)."""
 
     type: Literal["detach"] = "detach"
     author: UserId
     post_id: PostId
     target: UserId
     target_post: PostId
-    final: bool = False
+    sweep: int = Field(default=0, ge=0)
     cursor: Cursor | None = None
     merged: bool = False
     """As a delete's: only the author's overflow readers can hold a copy."""
@@ -267,6 +267,8 @@ class AccountDeleted(_Message):
     phase: Phase = "lists"
     cursor: Cursor | None = None
     confirm: bool = False
+    sweep: int = Field(default=0, ge=0)
+    """Which sweep this is (0: the first)."""
 
 
 FanoutMessage = Annotated[

@@ -74,6 +74,7 @@ class Posts:
         cleaned = clean_text(
             text, max_chars=self._max_post_chars, allowed_format=POST_FORMAT_CHARACTERS
         )
+        await self._posting.check(author)
         record = None
         if idempotency_key is not None:  # a replay gets its post, whatever changed since
             request = [author, cleaned, *(reply_to or ()), *([FOLLOWERS] if followers_only else [])]
@@ -84,7 +85,6 @@ class Posts:
         target = None if reply_to is None else await self._reply_target(author, *reply_to)
         if target is not None:
             await refuse_if_blocked(self._relations, author, target.author, "reply to")
-        await self._posting.check(author)
         ticks = now_ticks()
         post = Post(
             post_id=new_post_id(ticks),

@@ -239,24 +239,27 @@ class RepostsRepository:
         return Page([(str(r["author"]), str(r["post"])) for r in rows.items], rows.continuation)
 
     async def replies_to_page(
-        self, author: str, limit: int, continuation: dict[str, str] | None
+        self, author: str, limit: int, continuation: dict[str, str] | None, since: int
     ) -> Page[tuple[str, str, str]]:
         """One query's worth of ``(reply author, reply id, post id)`` filed under any of the
-        author's posts (a deleted account's: ``timeline.delivery.replies``), but those
-        whose detaching has begun (``DETACHING``)."""
+        author's posts (a deleted account's: ``timeline.delivery.replies``), but those whose
+        detaching was begun by a message of the deletion's sweep ``since`` or a later one
+        (``DETACHING``)."""
         rows = await self._range(author, REPLIES_OF, limit, continuation)
         found = [
             (str(r["author"]), str(r["post"]), _replied_post(str(r["RowKey"])))
             for r in rows.items
-            if not r.get(DETACHING)
+            if r.get(DETACHING) is None or int(r[DETACHING]) < since
         ]
         return Page(found, rows.continuation)
 
-    async def note_detaching(self, target_author: str, target_post: str, reply_id: str) -> None:
-        """Mark a reply's index row: its first pass has marked the reply, and its second
-        pass will drop the row (gone already is fine)."""
+    async def note_detaching(
+        self, target_author: str, target_post: str, reply_id: str, sweep: int
+    ) -> None:
+        """Note on a reply's index row that a pass sent by the deletion's ``sweep`` has
+        marked the reply (the row gone already is fine: it is never created)."""
         key = f"{REPLIES_OF}{target_post}-{post_row_key(reply_id)}"
-        row = {"PartitionKey": target_author, "RowKey": key, DETACHING: True}
+        row = {"PartitionKey": target_author, "RowKey": key, DETACHING: sweep}
         await merge_existing(self._storage, POSTS, row)
 
     async def _range(
