@@ -1,6 +1,8 @@
 """Replies to a deleted account across the deletion's sweeps (``timeline.delivery.replies``):
 a reply deleted between its passes, and a pass lost after its first, still let the
-deletion end."""
+deletion end (the second pass drops the index row of a deleted reply); two chains of one
+reply at work at once, with a copy from an old read landing between, leave no row naming
+the user."""
 
 from __future__ import annotations
 
@@ -9,9 +11,13 @@ from collections.abc import Callable
 from tests.delivery.hybrid_helpers import TIMING, new_users
 from tests.delivery.test_account_deletion import rows_holding
 from tests.delivery.test_account_deletion_races import only_tombstone
+from tests.delivery.test_reply_detach import copy_of
 from tests.delivery.test_reply_detach_races import world_with
+from timeline.model.entities import DETACHED
 from timeline.model.messages import AccountDeleted, FanoutMessage, ReplyDetached
 from timeline.storage.accounts import Storage
+from timeline.storage.calls import submit_batch
+from timeline.storage.names import TIMELINES
 
 SWEEPS = 4
 """Sweeps of the deletion a test lets run (one that never ends would loop forever)."""
@@ -96,3 +102,92 @@ async def test_a_second_pass_lost_after_the_note_is_sent_again(
         await w.drain(lost)  # the second pass lost; four sweeps go by
         assert dropped
         assert await w.repos.users.deletions() == [], "no sweep sends the reply again"
+
+
+async def test_the_second_pass_of_a_reply_deleted_between_its_passes_drops_its_row(
+    own: Storage,
+) -> None:
+    """The reply is deleted after its first pass marked it (its delete, built from the
+    marked row, drops no index row): its second pass, finding no reply, drops the row before
+    the deletion's next sweep, which then ends it."""
+    async with world_with(own, TIMING) as w:
+        gone, replier = await new_users(w.repos, "gone", "replier")
+        s = w.service
+        original = await s.posts.create(gone, gone, "the original")
+        await w.drain()
+        reply = await s.posts.create(
+            replier, replier, "an answer", reply_to=(gone, original.post_id)
+        )
+        await w.drain()
+        await s.accounts.delete(gone, gone)
+
+        def later(message: FanoutMessage) -> bool:
+            """The next sweep and the reply's second pass wait."""
+            return isinstance(message, AccountDeleted | ReplyDetached) and message.confirm
+
+        held = await w.drain(later)
+        second = [m for m in held if isinstance(m, ReplyDetached)]
+        assert len(second) == 1
+        await s.posts.delete(replier, replier, reply.post_id)
+        await w.drain()  # its PostDeleted
+        filed = await w.repos.reposts.replies_page(gone, original.post_id, 10, None)
+        assert filed.items == [(replier, reply.post_id)]  # the marked reply's delete kept it
+        w.recorder.sent.extend(second)
+        await w.drain()
+        filed = await w.repos.reposts.replies_page(gone, original.post_id, 10, None)
+        assert filed.items == [], "the second pass left the index row of a deleted reply"
+        w.recorder.sent.extend(m for m in held if isinstance(m, AccountDeleted))
+        await w.drain()  # the second sweep finds nothing left
+        assert await w.repos.users.deletions() == []
+        assert await rows_holding(own, gone) == only_tombstone(gone)
+
+
+async def test_a_late_copy_is_marked_when_one_chain_drops_the_row_while_another_walks(
+    own: Storage,
+) -> None:
+    """The first sweep's chain X marks the reply and notes its row; its second pass waits
+    out two sweeps, so the third sends the reply again (chain Y), whose second pass waits
+    too. A copy from a read made before X's mark lands meanwhile; X's second pass marks it
+    and drops the row while Y is still at work: the deletion ends with no row naming the
+    user, and Y's late second pass writes none."""
+    async with world_with(own, TIMING) as w:
+        gone, replier, reader = await new_users(w.repos, "gone", "replier", "reader")
+        s = w.service
+        for followee in (gone, replier):
+            await s.follows.follow(reader, reader, followee)
+        original = await s.posts.create(gone, gone, "the original")
+        await w.drain()
+        reply = await s.posts.create(
+            replier, replier, "an answer", reply_to=(gone, original.post_id)
+        )
+        await w.drain()
+        stale = await w.repos.posts.get(replier, reply.post_id)  # read before the mark
+        assert stale is not None
+        await s.accounts.delete(gone, gone)
+        sweeps = [0]
+        chains: list[ReplyDetached] = []
+
+        def hold(message: FanoutMessage) -> bool:
+            if isinstance(message, AccountDeleted) and message.phase == "lists":
+                sweeps[0] += 1
+            if isinstance(message, ReplyDetached) and message.confirm:
+                chains.append(message)
+                return True
+            return sweeps[0] > 3  # sweeps 0, 1 and 2 run
+
+        held = await w.drain(hold)
+        assert [m.sweep for m in chains] == [0, 2]  # X, and Y sent by the third sweep
+        await submit_batch(own, TIMELINES, reader, [("upsert", stale.to_entity(reader))])
+        x_second, y_second = chains
+        w.recorder.sent.append(x_second)
+        await w.drain(lambda m: isinstance(m, AccountDeleted))
+        w.recorder.sent.extend(m for m in held if isinstance(m, AccountDeleted))
+        await w.drain(lambda m: m is y_second)
+        assert await w.repos.users.deletions() == []
+        assert await rows_holding(own, gone) == only_tombstone(gone)
+        copy = await copy_of(w.repos, reader, reply.post_id)
+        assert copy is not None
+        assert copy.reply_author == DETACHED
+        w.recorder.sent.append(y_second)
+        await w.drain()
+        assert await rows_holding(own, gone) == only_tombstone(gone)

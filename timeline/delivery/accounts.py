@@ -7,7 +7,7 @@ each of the account's things one by one: a ``ListDeleted`` per list it owns, an
 ``Unfollowed`` per follow either way (list memberships included, and every pair whose index
 row may still name it: its ``~unfollowed-`` rows), an ``Unreposted`` per repost and a
 ``PostDeleted`` per post, a ``ReplyDetached`` per reply to its posts (its ``~re-`` rows,
-which each reply's last pass drops), and a
+which each reply's pass drops once done, or once it finds no reply to wait for), and a
 ``RelationChanged`` per block and mute either way (whose pass deletes both rows of a pair
 with a deleted side). Those messages' own passes make each undo
 exact, as they do for the API. Each is sent *before* anything it undoes changes (they
@@ -79,7 +79,12 @@ class AccountRemoval:
         phase = ORDER[following] if following < len(ORDER) else "drop"
         update: dict[str, object] = {"phase": phase, "cursor": None}
         if phase == "drop" and not message.confirm:  # the first sweep: a second one later
-            update = {"phase": ORDER[0], "cursor": None, "confirm": True, "sweep": 1}
+            update = {
+                "phase": ORDER[0],
+                "cursor": None,
+                "confirm": True,
+                "sweep": message.sweep + 1,
+            }
             return Continue(message.model_copy(update=update), delay_s=self._account_sweep_s)
         return Continue(message.model_copy(update=update))
 

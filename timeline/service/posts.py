@@ -74,17 +74,17 @@ class Posts:
         cleaned = clean_text(
             text, max_chars=self._max_post_chars, allowed_format=POST_FORMAT_CHARACTERS
         )
+        target = None if reply_to is None else await self._reply_target(author, *reply_to)
+        if target is not None:
+            await refuse_if_blocked(self._relations, author, target.author, "reply to")
         await self._posting.check(author)
         record = None
-        if idempotency_key is not None:  # a replay gets its post, whatever changed since
+        if idempotency_key is not None:
             request = [author, cleaned, *(reply_to or ()), *([FOLLOWERS] if followers_only else [])]
             record = self._keys.record(idempotency_key, request)
             earlier = await self._posts.by_key(author, record)
             if earlier is not None:
                 return earlier
-        target = None if reply_to is None else await self._reply_target(author, *reply_to)
-        if target is not None:
-            await refuse_if_blocked(self._relations, author, target.author, "reply to")
         ticks = now_ticks()
         post = Post(
             post_id=new_post_id(ticks),
