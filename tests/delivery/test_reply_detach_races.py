@@ -71,6 +71,19 @@ async def a_reply_to_gone(w: World) -> tuple[str, str, str, str]:
     return gone, replier, reader, reply.post_id
 
 
+async def a_reply_then_the_deletion(w: World) -> tuple[str, str, str, str]:
+    """``replier`` answers a post of ``gone``, then ``gone`` is deleted (its messages not
+    run yet). Returns both users, the post's id and the reply's."""
+    gone, replier = await new_users(w.repos, "gone", "replier")
+    s = w.service
+    original = await s.posts.create(gone, gone, "the original")
+    await w.drain()
+    reply = await s.posts.create(replier, replier, "an answer", reply_to=(gone, original.post_id))
+    await w.drain()
+    await s.accounts.delete(gone, gone)
+    return gone, replier, original.post_id, reply.post_id
+
+
 def of_pair(follower: str, subject: str) -> Callable[[FanoutMessage], bool]:
     def pick(message: FanoutMessage) -> bool:
         return isinstance(message, Followed | Unfollowed) and (
@@ -138,13 +151,7 @@ async def test_a_deletion_whose_reply_messages_are_lost_keeps_sweeping(own: Stor
     lost, three sweeps go by and the deletion is still in progress; the next sweep's message
     ends it."""
     async with world_with(own, TIMING) as w:
-        gone, replier = await new_users(w.repos, "gone", "replier")
-        s = w.service
-        original = await s.posts.create(gone, gone, "the original")
-        await w.drain()
-        await s.posts.create(replier, replier, "an answer", reply_to=(gone, original.post_id))
-        await w.drain()
-        await s.accounts.delete(gone, gone)
+        gone, *_ = await a_reply_then_the_deletion(w)
         sweeps = 0
 
         def hold(message: FanoutMessage) -> bool:

@@ -12,7 +12,7 @@ from tests.delivery.hybrid_helpers import TIMING, new_users
 from tests.delivery.test_account_deletion import rows_holding
 from tests.delivery.test_account_deletion_races import only_tombstone
 from tests.delivery.test_reply_detach import copy_of
-from tests.delivery.test_reply_detach_races import world_with
+from tests.delivery.test_reply_detach_races import a_reply_then_the_deletion, world_with
 from timeline.model.entities import DETACHED
 from timeline.model.messages import AccountDeleted, FanoutMessage, ReplyDetached
 from timeline.storage.accounts import Storage
@@ -42,15 +42,8 @@ async def test_a_reply_deleted_between_its_passes_ends_the_deletion(
     before its second pass the replier deletes the reply, whose ``PostDeleted`` (built from
     the marked row) drops no index row: the second pass, finding no reply, drops it."""
     async with world_with(own, TIMING) as w:
-        gone, replier = await new_users(w.repos, "gone", "replier")
+        gone, replier, _, reply = await a_reply_then_the_deletion(w)
         s = w.service
-        original = await s.posts.create(gone, gone, "the original")
-        await w.drain()
-        reply = await s.posts.create(
-            replier, replier, "an answer", reply_to=(gone, original.post_id)
-        )
-        await w.drain()
-        await s.accounts.delete(gone, gone)
 
         def second_pass(message: FanoutMessage) -> bool:
             return isinstance(message, ReplyDetached) and message.confirm
@@ -67,7 +60,7 @@ async def test_a_reply_deleted_between_its_passes_ends_the_deletion(
         held = await w.drain(hold)
         assert first_sweep_done[0]
         assert [m for m in held if second_pass(m)]
-        await s.posts.delete(replier, replier, reply.post_id)  # within sweep_delay_s
+        await s.posts.delete(replier, replier, reply)  # within sweep_delay_s
         await w.drain(lambda m: isinstance(m, AccountDeleted))  # its PostDeleted
         w.recorder.sent.extend(held)
         await w.drain(sweeps_beyond(SWEEPS))
@@ -82,13 +75,7 @@ async def test_a_second_pass_lost_after_the_note_is_sent_again(
     """The reply's second pass is lost (poisoned, then dropped) after its first pass noted
     the ``~re-`` row: the sweep after next sends the reply again, and the deletion ends."""
     async with world_with(own, TIMING) as w:
-        gone, replier = await new_users(w.repos, "gone", "replier")
-        s = w.service
-        original = await s.posts.create(gone, gone, "the original")
-        await w.drain()
-        await s.posts.create(replier, replier, "an answer", reply_to=(gone, original.post_id))
-        await w.drain()
-        await s.accounts.delete(gone, gone)
+        await a_reply_then_the_deletion(w)
         beyond = sweeps_beyond(SWEEPS)
 
         dropped: list[FanoutMessage] = []
@@ -111,15 +98,8 @@ async def test_the_second_pass_of_a_reply_deleted_between_its_passes_drops_its_r
     marked row, drops no index row): its second pass, finding no reply, drops the row before
     the deletion's next sweep, which then ends it."""
     async with world_with(own, TIMING) as w:
-        gone, replier = await new_users(w.repos, "gone", "replier")
+        gone, replier, original, reply = await a_reply_then_the_deletion(w)
         s = w.service
-        original = await s.posts.create(gone, gone, "the original")
-        await w.drain()
-        reply = await s.posts.create(
-            replier, replier, "an answer", reply_to=(gone, original.post_id)
-        )
-        await w.drain()
-        await s.accounts.delete(gone, gone)
 
         def later(message: FanoutMessage) -> bool:
             """The next sweep and the reply's second pass wait."""
@@ -128,13 +108,13 @@ async def test_the_second_pass_of_a_reply_deleted_between_its_passes_drops_its_r
         held = await w.drain(later)
         second = [m for m in held if isinstance(m, ReplyDetached)]
         assert len(second) == 1
-        await s.posts.delete(replier, replier, reply.post_id)
+        await s.posts.delete(replier, replier, reply)
         await w.drain()  # its PostDeleted
-        filed = await w.repos.reposts.replies_page(gone, original.post_id, 10, None)
-        assert filed.items == [(replier, reply.post_id)]  # the marked reply's delete kept it
+        filed = await w.repos.reposts.replies_page(gone, original, 10, None)
+        assert filed.items == [(replier, reply)]  # the marked reply's delete kept it
         w.recorder.sent.extend(second)
         await w.drain()
-        filed = await w.repos.reposts.replies_page(gone, original.post_id, 10, None)
+        filed = await w.repos.reposts.replies_page(gone, original, 10, None)
         assert filed.items == [], "the second pass left the index row of a deleted reply"
         w.recorder.sent.extend(m for m in held if isinstance(m, AccountDeleted))
         await w.drain()  # the second sweep finds nothing left
@@ -155,13 +135,12 @@ async def test_a_late_copy_is_marked_when_one_chain_drops_the_row_while_another_
         s = w.service
         for followee in (gone, replier):
             await s.follows.follow(reader, reader, followee)
-        original = await s.posts.create(gone, gone, "the original")
+        original = (await s.posts.create(gone, gone, "the original")).post_id
         await w.drain()
-        reply = await s.posts.create(
-            replier, replier, "an answer", reply_to=(gone, original.post_id)
-        )
+        answer = await s.posts.create(replier, replier, "an answer", reply_to=(gone, original))
+        reply = answer.post_id
         await w.drain()
-        stale = await w.repos.posts.get(replier, reply.post_id)  # read before the mark
+        stale = await w.repos.posts.get(replier, reply)  # read before the mark
         assert stale is not None
         await s.accounts.delete(gone, gone)
         sweeps = [0]
@@ -185,7 +164,7 @@ async def test_a_late_copy_is_marked_when_one_chain_drops_the_row_while_another_
         await w.drain(lambda m: m is y_second)
         assert await w.repos.users.deletions() == []
         assert await rows_holding(own, gone) == only_tombstone(gone)
-        copy = await copy_of(w.repos, reader, reply.post_id)
+        copy = await copy_of(w.repos, reader, reply)
         assert copy is not None
         assert copy.reply_author == DETACHED
         w.recorder.sent.append(y_second)
