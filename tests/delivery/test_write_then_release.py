@@ -188,8 +188,9 @@ async def test_the_deadline_cuts_a_contended_counters_retries(
     read_shard = counters._shard_operation
 
     async def stale(*args: Any) -> Any:
-        operation = await read_shard(*args)
-        attempts.append(time.monotonic())
+        leaves = time.monotonic()  # a read that leaves in time may end after the deadline
+        operation = await read_shard(*args)  # (one that would leave later is refused)
+        attempts.append(leaves)
         return (*operation[:2], {**operation[2], "etag": STALE_ETAG})
 
     monkeypatch.setattr(counters, "_shard_operation", stale)
