@@ -11,6 +11,7 @@ import heapq
 import itertools
 from contextlib import AbstractAsyncContextManager
 
+from timeline.model import priority
 from timeline.model.priority import Priority, running_as
 from timeline.storage.flow.limiter import AdaptiveLimiter, LimiterSettings, Outcome
 
@@ -34,7 +35,7 @@ async def _simulate(
     latencies: list[float] = []
     started = 0
     while started < requests or pending:
-        while started < requests and limiter.in_flight < int(limiter.limit):
+        while started < requests and limiter._may_start(priority.current()):
             slot: AbstractAsyncContextManager[Outcome] = limiter.slot("write-100")
             await slot.__aenter__()
             begins = max(clock.now, heapq.heappop(free_at))
@@ -150,3 +151,38 @@ async def test_background_held_back_by_retry_after_resumes_with_nothing_else_run
                 pass
 
     await asyncio.wait_for(background_call(), 5)
+
+
+async def test_background_never_holds_the_places_kept_for_user_facing_calls() -> None:
+    """A backlog fills every place it may (a quarter of the limit is kept); a fresh post's
+    call (or a lease's renewal) then starts at once, with no background call to wait for."""
+    limiter = AdaptiveLimiter(LimiterSettings(initial=8, minimum=8, maximum=8))
+    release = asyncio.Event()
+    started: list[Priority] = []
+
+    async def call(level: Priority) -> None:
+        with running_as(level):
+            async with limiter.slot("read"):
+                started.append(level)
+                await release.wait()
+
+    background = [asyncio.create_task(call(Priority.LOW)) for _ in range(8)]
+    await asyncio.sleep(0)
+    assert started == [Priority.LOW] * 6
+    assert limiter.waiting(Priority.LOW) == 2
+    user_facing = [asyncio.create_task(call(Priority.HIGH)) for _ in range(2)]
+    await asyncio.sleep(0)
+    assert started[6:] == [Priority.HIGH] * 2
+    release.set()
+    await asyncio.gather(*background, *user_facing)
+    assert started.count(Priority.LOW) == 8
+
+
+async def test_a_backlog_alone_still_grows_the_limit_to_the_stores_parallelism() -> None:
+    """The limit grows when a round fills every place its callers may hold: background
+    calls alone, which never hold the kept quarter, still find a store's parallelism."""
+    clock = Clock()
+    limiter = AdaptiveLimiter(LimiterSettings(initial=16, maximum=256), clock=clock)
+    with running_as(Priority.LOW):
+        await _simulate(limiter, clock, servers=100, service_s=0.03, requests=20_000)
+    assert limiter.background_places() >= 90

@@ -29,7 +29,9 @@ from tests.conftest import (
     make_settings,
     opened,
     program_env,
+    provisioned,
     running_worker,
+    storage_on,
     unique,
 )
 from timeline.config import Settings
@@ -42,27 +44,38 @@ from timeline.model.messages import (
     PostCreated,
     PostDeleted,
     Regrade,
+    Reposted,
     Unfollowed,
     urgency,
 )
-from timeline.model.priority import Priority
+from timeline.model.priority import Priority, running_as
 from timeline.storage.accounts import Storage
 from timeline.storage.calls import chunked, submit_batch
+from timeline.storage.flow.limiter import AdaptiveLimiter, LimiterSettings
 from timeline.storage.names import POSTS, SUBJECT_FOLLOWERS
 from timeline.storage.queue import FanoutQueue, Lane
 from timeline.tools.azurite import Azurite, free_ports
 
 BACKFILLS = [pytest.param(5000, marks=pytest.mark.long), 1000]
+READERS = ["reader0", "reader1", "reader2"]
 CURSOR = {"PartitionKey": "a", "RowKey": "b"}
 
 
 def test_what_a_user_waits_for_is_urgent_and_the_rest_is_background() -> None:
     post, ids = new_post_id(now_ticks()), {"author": "a"}
-    assert urgency(PostCreated(post_id=post, **ids)) == Priority.HIGH
-    assert urgency(PostDeleted(post_id=post, **ids)) == Priority.HIGH
-    assert urgency(Unfollowed(follower="f", subject="s")) == Priority.HIGH
+    repost = {"reposter": "r", "repost_id": new_post_id(now_ticks())}
+    user_facing: list[FanoutMessage] = [
+        PostCreated(post_id=post, **ids),
+        PostCreated(post_id=post, cursor=CURSOR, **ids),  # every page: a follower waits on it
+        PostCreated(post_id=post, cursor=CURSOR, merged=True, **ids),
+        Reposted(post_id=post, **ids, **repost),
+        Reposted(post_id=post, cursor=CURSOR, **ids, **repost),
+        PostDeleted(post_id=post, **ids),
+        Unfollowed(follower="f", subject="s"),
+    ]
+    assert {urgency(message) for message in user_facing} == {Priority.HIGH}
     background: list[FanoutMessage] = [
-        PostCreated(post_id=post, cursor=CURSOR, **ids),
+        PostCreated(post_id=post, background=True, **ids),
         PostDeleted(post_id=post, cursor=CURSOR, **ids),
         PostDeleted(post_id=post, confirm=True, **ids),
         Unfollowed(follower="f", subject="s", confirm=True),
@@ -100,6 +113,7 @@ async def _worker_process(settings: Settings, log: Path) -> AsyncIterator[str]:
         worker_idle_sleep_s=0.05,
         worker_idle_max_sleep_s=0.05,
         worker_metrics_port=metrics_port,
+        worker_follower_page_size=1,
     )
     with log.open("wb") as sink:
         process = await asyncio.create_subprocess_exec(
@@ -155,12 +169,17 @@ async def _register(client: TestClient[Any, Any], user: str) -> dict[str, str]:
 async def test_a_fresh_post_overtakes_a_backlog_of_backfills(
     private_azurite: Azurite, tmp_path: Path, backfills: int
 ) -> None:
+    """The author's followers span several fan-out pages (one follower a page here): every
+    page is user-facing, so each follower has the post while most backfills still wait."""
     settings = make_settings(private_azurite.connection_string, tmp_path)
     async with opened(settings) as storage, api_client(settings) as client:
         queue = FanoutQueue(storage)
         await _seed_backlog(storage, queue, backfills)
-        author, reader = await _register(client, "author"), await _register(client, "reader")
-        assert (await client.put("/users/reader/following/author", headers=reader)).status == 204
+        author = await _register(client, "author")
+        readers = {name: await _register(client, name) for name in READERS}
+        for name, reader in readers.items():
+            response = await client.put(f"/users/{name}/following/author", headers=reader)
+            assert response.status == 204
         async with _worker_process(settings, tmp_path / "worker.log") as metrics:
 
             async def backfilling() -> bool:
@@ -170,12 +189,15 @@ async def test_a_fresh_post_overtakes_a_backlog_of_backfills(
             slowest, post_id = await _post_ten(client, "author", author)
 
             async def delivered() -> bool:
-                page = await client.get("/users/reader/timeline?limit=20", headers=reader)
-                if page.status != 200:  # the reader, not what is measured: ask again
-                    return False
-                return post_id in [item["post_id"] for item in (await page.json())["items"]]
+                for name, reader in readers.items():
+                    page = await client.get(f"/users/{name}/timeline?limit=20", headers=reader)
+                    if page.status != 200:  # the reader, not what is measured: ask again
+                        return False
+                    if post_id not in [item["post_id"] for item in (await page.json())["items"]]:
+                        return False
+                return True
 
-            await eventually(delivered, timeout_s=15, what="the fresh post to reach its reader")
+            await eventually(delivered, timeout_s=15, what="the fresh post to reach every reader")
             left = await queue.lanes[Priority.LOW].depth()
     print(f"\nbackfills still queued when the post arrived: {left}; slowest write {slowest:.2f}s")
     assert left > backfills // 2, "the post waited for the backlog"
@@ -212,3 +234,39 @@ async def test_a_step_moved_to_the_background_is_sent_once_when_the_delete_is_re
             await eventually(moved, timeout_s=30, what="the first pass to be settled")
         assert _DeleteFailsOnce.failed
         assert await queue.lanes[Priority.LOW].depth() == 1  # the second pass, once
+
+
+async def test_queue_calls_wait_in_the_limiter_at_their_works_priority(
+    private_azurite: Azurite,
+) -> None:
+    """Receives, renewals and deletes take places in the worker's limiter as table calls
+    do: a background lane's receive waits while background calls fill their share, and a
+    lease's renewal (user-facing, whatever its message) does not."""
+    limiter = AdaptiveLimiter(LimiterSettings(initial=4, minimum=4, maximum=4))
+    async with storage_on([private_azurite], limiter=limiter) as storage:
+        await provisioned(storage)
+        queue = FanoutQueue(storage)
+        await queue.send(PostCreated(author=unique("a"), post_id=new_post_id(now_ticks())))
+        high, low = queue.lane(Priority.HIGH), queue.lane(Priority.LOW)
+        [message] = await high.receive(1, 30)
+        hold = asyncio.Event()
+
+        async def background_call() -> None:
+            with running_as(Priority.LOW):
+                async with limiter.slot("read"):
+                    await hold.wait()
+
+        holders = [asyncio.create_task(background_call()) for _ in range(3)]
+
+        async def share_full() -> bool:
+            return limiter.in_flight == limiter.background_places() == 3
+
+        await eventually(share_full, timeout_s=5, what="background calls to fill their share")
+        leasing = asyncio.create_task(low.receive(1, 30))
+        with running_as(Priority.LOW):  # a background message's task renews its lease
+            await asyncio.wait_for(high.extend(message, 30), 10)
+        assert limiter.waiting(Priority.LOW) == 1, "the background receive went around"
+        hold.set()
+        await asyncio.gather(*holders)
+        assert await asyncio.wait_for(leasing, 10) == []
+        await high.delete(message)

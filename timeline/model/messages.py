@@ -290,15 +290,16 @@ _ADAPTER: TypeAdapter[FanoutMessage] = TypeAdapter(FanoutMessage)
 
 
 def urgency(message: FanoutMessage) -> Priority:
-    """``HIGH`` for what a user waits to see: a post's or a delete's first page, and an
-    unfollow's first purge, and a returning reader's wake; everything after them, and every
-    backfill and regrade, and everything an account's deletion sends, is background work."""
+    """``HIGH`` for what a user waits to see: every page of a post's or a repost's fan-out
+    (a follower is waiting on each), a delete's first page, an unfollow's first purge, and
+    a returning reader's wake; a delete's later pages and second passes, every backfill and
+    regrade, and everything an account's deletion sends, are background work."""
     match message:
         case _Message(background=True):
             return Priority.LOW
-        case PostCreated(cursor=None) | PostDeleted(cursor=None, confirm=False, reposts=None):
+        case PostCreated() | PostDeleted(cursor=None, confirm=False, reposts=None):
             return Priority.HIGH
-        case Reposted(cursor=None) | Unreposted(cursor=None, confirm=False):
+        case Reposted() | Unreposted(cursor=None, confirm=False):
             return Priority.HIGH
         case Unfollowed(confirm=False) | Wake(confirm=False):
             return Priority.HIGH

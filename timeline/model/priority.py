@@ -15,9 +15,10 @@ from enum import IntEnum
 
 class Priority(IntEnum):
     HIGH = 0
-    """A fresh post's or delete's first page, an unfollow's first purge: someone is waiting."""
+    """Every page of a post's fan-out, a delete's first page, an unfollow's first purge, a
+    lease's renewal: someone is waiting."""
     LOW = 1
-    """Backfills, later pages, second passes, regrades: nobody watches them happen."""
+    """Backfills, a delete's later pages, second passes, regrades: nobody watches them."""
 
 
 _CURRENT: ContextVar[Priority] = ContextVar("priority", default=Priority.HIGH)

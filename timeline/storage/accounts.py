@@ -212,8 +212,9 @@ class Storage:
         first renew the placement if its lease ran out (``renew``).
 
         With a limiter, a ``limited`` call first waits for a place (untimed: the wait is
-        back-pressure, not storage's latency); control calls (``renew=False``) and queue
-        calls pass, so leases and the placement never wait behind a backlog. ``kind`` names
+        back-pressure, not storage's latency); control calls (``renew=False``: the
+        placement's lease) pass. Queue calls wait as table calls do, at their work's
+        priority; a message's lease renewal is user-facing (``Lane.extend``). ``kind`` names
         the request's shape for the limiter, which compares latencies within a kind. With
         ``not_after`` (``time.monotonic``), a call not sent by then (its place in the limiter
         came later) is refused with ``StorageUnavailableError``: from its start, every try

@@ -30,7 +30,7 @@ from timeline.model.messages import (
     encode,
     urgency,
 )
-from timeline.model.priority import Priority
+from timeline.model.priority import Priority, running_as
 from timeline.storage.accounts import Storage
 from timeline.storage.placement import hash64
 from timeline.storage.wire import lean_queue
@@ -110,7 +110,7 @@ class Lane:
 
     async def send_raw(self, content: str, *, visible_in_s: int | None = None) -> QueueMessage:
         """Enqueue with no time-to-live: a backlog must never silently drop a delete."""
-        async with self._storage.guard(limited=False):
+        async with self._storage.guard(kind="queue-send"):
             return await lean_queue.send_message(
                 self._queue, content, time_to_live=-1, visibility_timeout=visible_in_s
             )
@@ -120,16 +120,18 @@ class Lane:
         (a retry of a release that landed, or the message shown and leased already) is
         fine: the message is visible or taken."""
         try:
-            async with self._storage.guard(limited=False):
+            async with self._storage.guard(kind="queue-update"):
                 await lean_queue.update_message(self._queue, message, visibility_timeout=0)
         except HttpResponseError as error:
             if getattr(error, "error_code", None) not in _STALE_RECEIPT:  # set by the storage SDK
                 raise
 
     async def receive(self, count: int, visibility_timeout_s: int) -> list[QueueMessage]:
-        """Lease up to ``count`` (≤ 32) messages for ``visibility_timeout_s`` seconds."""
-        async with self._storage.guard(limited=False):
-            return await lean_queue.receive_messages(self._queue, count, visibility_timeout_s)
+        """Lease up to ``count`` (≤ 32) messages for ``visibility_timeout_s`` seconds, at
+        the lane's priority in the worker's limiter."""
+        with running_as(self.level):
+            async with self._storage.guard(kind="queue-receive"):
+                return await lean_queue.receive_messages(self._queue, count, visibility_timeout_s)
 
     def moves(self, replacement: FanoutMessage) -> Lane | None:
         """The other lane of this shard, when ``replacement`` belongs there."""
@@ -139,11 +141,13 @@ class Lane:
         return self.shard_queue.lane(target)
 
     async def extend(self, message: QueueMessage, visibility_timeout_s: int) -> QueueMessage:
-        """Renew the lease; the returned message carries the new pop receipt."""
-        async with self._storage.guard(limited=False):
-            updated = await lean_queue.update_message(
-                self._queue, message, visibility_timeout=visibility_timeout_s
-            )
+        """Renew the lease; the returned message carries the new pop receipt. A renewal is
+        user-facing work whatever the message's lane: it takes the limiter's kept places."""
+        with running_as(Priority.HIGH):
+            async with self._storage.guard(kind="queue-update"):
+                updated = await lean_queue.update_message(
+                    self._queue, message, visibility_timeout=visibility_timeout_s
+                )
         message.pop_receipt = updated.pop_receipt
         message.next_visible_on = updated.next_visible_on
         return message
@@ -154,7 +158,7 @@ class Lane:
         """Replace the content and keep the lease (renewed); the returned message carries
         the new pop receipt."""
         content = encode(replacement)
-        async with self._storage.guard(limited=False):
+        async with self._storage.guard(kind="queue-update"):
             updated = await lean_queue.update_message(
                 self._queue, message, content, visibility_timeout=visibility_timeout_s
             )
@@ -170,13 +174,13 @@ class Lane:
         ``visibility_timeout_s`` (rounded up to whole seconds, as the queue counts). A
         replacement that belongs in the other lane is moved by the worker (``moves``)."""
         delay = math.ceil(visibility_timeout_s)
-        async with self._storage.guard(limited=False):
+        async with self._storage.guard(kind="queue-update"):
             await lean_queue.update_message(
                 self._queue, message, encode(replacement), visibility_timeout=delay
             )
 
     async def delete(self, message: QueueMessage) -> None:
-        async with self._storage.guard(limited=False):
+        async with self._storage.guard(kind="queue-delete"):
             await lean_queue.delete_message(self._queue, message)
 
     async def poison(self, message: QueueMessage, reason: str) -> None:
@@ -188,7 +192,7 @@ class Lane:
             "dequeue_count": message.dequeue_count,
             "message_id": message.id,
         }
-        async with self._storage.guard(limited=False):
+        async with self._storage.guard(kind="queue-send"):
             await lean_queue.send_message(
                 self._poison, orjson.dumps(record).decode(), time_to_live=-1
             )

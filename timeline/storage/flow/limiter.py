@@ -21,8 +21,11 @@ So on a store that queues, the worker keeps just enough in flight to keep it bus
 anything else (the API) waits behind a few requests, not hundreds; on a store that serves in
 parallel the queue stays empty and the limit grows to its maximum. A throttled response's
 ``Retry-After`` also holds back ``LOW`` work until it has passed. Waiters are served
-``HIGH`` first. An optional request rate (a share of the account's request budget) leaves
-the rest of the budget to the API.
+``HIGH`` first, and a quarter of the places (at least one, once the limit is 2) is kept for
+``HIGH`` calls: background work never holds them, so a fresh post's calls (and the
+renewal of every lease) start at once, whatever backlog is being drained. An optional
+request rate (a share of the account's request budget) leaves the rest of the budget to the
+API.
 """
 
 from __future__ import annotations
@@ -51,6 +54,8 @@ storage getting slower for good (a bigger table, a busier account) within a minu
 _RETRY_AFTER_CAP_S = 30.0
 _LOW_TURN = 5
 """While both wait, one place in this many goes to background work."""
+_HIGH_RESERVE = 0.25
+"""The share of the limit's places that background work never holds."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,9 +131,16 @@ class AdaptiveLimiter:
             raise
 
     def _may_start(self, level: Priority) -> bool:
-        if self.in_flight >= math.floor(self.limit):
-            return False
-        return level == Priority.HIGH or self._clock() >= self._hold_low_until
+        if level == Priority.HIGH:
+            return self.in_flight < math.floor(self.limit)
+        return self.in_flight < self.background_places() and self._clock() >= self._hold_low_until
+
+    def background_places(self) -> int:
+        """How many places background calls may hold at once: the limit less its reserve."""
+        places = math.floor(self.limit)
+        if places <= 1:
+            return places
+        return places - max(1, math.floor(places * _HIGH_RESERVE))
 
     def _start(self) -> None:
         self.in_flight += 1
@@ -193,7 +205,7 @@ class AdaptiveLimiter:
             self._lower(self.limit * _BACKOFF)
         elif queued > settings.queue_high or latency > settings.latency_target_s:
             self._lower(self.limit - 1)
-        elif queued < settings.queue_low and finished.peak >= math.floor(self.limit):
+        elif queued < settings.queue_low and finished.peak >= self.background_places():
             grown = self.limit * _SLOW_START if self._slow_start else self.limit + 1
             self.limit = min(float(settings.maximum), grown)
         elif queued >= settings.queue_low:
