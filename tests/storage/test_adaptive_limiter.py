@@ -186,3 +186,52 @@ async def test_a_backlog_alone_still_grows_the_limit_to_the_stores_parallelism()
     with running_as(Priority.LOW):
         await _simulate(limiter, clock, servers=100, service_s=0.03, requests=20_000)
     assert limiter.background_places() >= 90
+
+
+async def test_background_still_gets_a_turn_while_user_facing_calls_fill_the_limit() -> None:
+    """Eight user-facing callers keep a limit of 4 busy (each call one loop turn, then the
+    next); one background call waits. Every place freed leaves 3 in flight, as many as
+    background may hold outside its turn: its one-in-five turn must still come (review of
+    cc3a6dd: it waited until the user-facing load stopped)."""
+    limiter = AdaptiveLimiter(LimiterSettings(initial=4, minimum=4, maximum=4))
+    grants: list[Priority] = []
+    stop = asyncio.Event()
+
+    async def user_facing() -> None:
+        with running_as(Priority.HIGH):
+            while not stop.is_set():
+                async with limiter.slot("read"):
+                    grants.append(Priority.HIGH)
+                    await asyncio.sleep(0)
+
+    async def background() -> None:
+        with running_as(Priority.LOW):
+            async with limiter.slot("read"):
+                grants.append(Priority.LOW)
+
+    callers = [asyncio.create_task(user_facing()) for _ in range(8)]
+    await asyncio.sleep(0)
+    low = asyncio.create_task(background())
+    for _ in range(200):  # 200 loop turns of sustained user-facing load
+        await asyncio.sleep(0)
+        if low.done():
+            break
+    stop.set()
+    await asyncio.gather(*callers, low)
+    before = grants.index(Priority.LOW)
+    assert before <= 20, f"the background call waited behind {before} user-facing grants"
+
+
+async def test_a_call_that_must_not_wait_is_counted_past_the_limit() -> None:
+    """A call made with a message's lease never waits, but storage serves it all the same:
+    it counts in flight, so the places it takes are not handed to anyone else meanwhile."""
+    limiter = AdaptiveLimiter(LimiterSettings(initial=2, minimum=2, maximum=2))
+    held = [limiter.slot("read") for _ in range(2)]
+    for slot in held:
+        await slot.__aenter__()
+    async with limiter.slot("queue-update", waits=False):
+        assert limiter.in_flight == 3
+        await held[0].__aexit__(None, None, None)
+        assert limiter.in_flight == 2  # still over: a waiter would not start yet
+    await held[1].__aexit__(None, None, None)
+    assert limiter.in_flight == 0

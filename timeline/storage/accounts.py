@@ -207,6 +207,7 @@ class Storage:
         limited: bool = True,
         kind: str = "other",
         not_after: float | None = None,
+        waits: bool = True,
     ) -> AbstractAsyncContextManager[None]:
         """Bound a storage call in time and turn outages into ``StorageUnavailableError``;
         first renew the placement if its lease ran out (``renew``).
@@ -214,7 +215,8 @@ class Storage:
         With a limiter, a ``limited`` call first waits for a place (untimed: the wait is
         back-pressure, not storage's latency); control calls (``renew=False``: the
         placement's lease) pass. Queue calls wait as table calls do, at their work's
-        priority; a message's lease renewal is user-facing (``Lane.extend``). ``kind`` names
+        priority, but a call that must not wait (``waits=False``: one made with a
+        message's lease) is only counted. ``kind`` names
         the request's shape for the limiter, which compares latencies within a kind. With
         ``not_after`` (``time.monotonic``), a call not sent by then (its place in the limiter
         came later) is refused with ``StorageUnavailableError``: from its start, every try
@@ -225,6 +227,7 @@ class Storage:
             self.options.limiter if limited else None,
             kind,
             not_after,
+            waits,
         )
 
     async def create_all(self) -> None:

@@ -92,7 +92,12 @@ _STALE_RECEIPT = frozenset({"PopReceiptMismatch", "MessageNotFound"})
 
 class Lane:
     """One work queue of a shard (its user-facing or its background queue), with the
-    shard's poison queue: what a worker leases from and settles on."""
+    shard's poison queue: what a worker leases from and settles on.
+
+    In a worker every call takes a place in its limiter: a receive at the lane's priority, a
+    send at its work's; a call made with a message's lease (renew, mark, rewrite, delete,
+    poison, release) is counted but never waits, since it holds the lease's lock and a
+    renewal must never queue behind other work."""
 
     def __init__(self, shard: FanoutQueue, level: Priority) -> None:
         self.shard_queue = shard
@@ -120,7 +125,7 @@ class Lane:
         (a retry of a release that landed, or the message shown and leased already) is
         fine: the message is visible or taken."""
         try:
-            async with self._storage.guard(kind="queue-update"):
+            async with self._storage.guard(kind="queue-update", waits=False):
                 await lean_queue.update_message(self._queue, message, visibility_timeout=0)
         except HttpResponseError as error:
             if getattr(error, "error_code", None) not in _STALE_RECEIPT:  # set by the storage SDK
@@ -141,13 +146,11 @@ class Lane:
         return self.shard_queue.lane(target)
 
     async def extend(self, message: QueueMessage, visibility_timeout_s: int) -> QueueMessage:
-        """Renew the lease; the returned message carries the new pop receipt. A renewal is
-        user-facing work whatever the message's lane: it takes the limiter's kept places."""
-        with running_as(Priority.HIGH):
-            async with self._storage.guard(kind="queue-update"):
-                updated = await lean_queue.update_message(
-                    self._queue, message, visibility_timeout=visibility_timeout_s
-                )
+        """Renew the lease; the returned message carries the new pop receipt."""
+        async with self._storage.guard(kind="queue-update", waits=False):
+            updated = await lean_queue.update_message(
+                self._queue, message, visibility_timeout=visibility_timeout_s
+            )
         message.pop_receipt = updated.pop_receipt
         message.next_visible_on = updated.next_visible_on
         return message
@@ -158,7 +161,7 @@ class Lane:
         """Replace the content and keep the lease (renewed); the returned message carries
         the new pop receipt."""
         content = encode(replacement)
-        async with self._storage.guard(kind="queue-update"):
+        async with self._storage.guard(kind="queue-update", waits=False):
             updated = await lean_queue.update_message(
                 self._queue, message, content, visibility_timeout=visibility_timeout_s
             )
@@ -174,13 +177,13 @@ class Lane:
         ``visibility_timeout_s`` (rounded up to whole seconds, as the queue counts). A
         replacement that belongs in the other lane is moved by the worker (``moves``)."""
         delay = math.ceil(visibility_timeout_s)
-        async with self._storage.guard(kind="queue-update"):
+        async with self._storage.guard(kind="queue-update", waits=False):
             await lean_queue.update_message(
                 self._queue, message, encode(replacement), visibility_timeout=delay
             )
 
     async def delete(self, message: QueueMessage) -> None:
-        async with self._storage.guard(kind="queue-delete"):
+        async with self._storage.guard(kind="queue-delete", waits=False):
             await lean_queue.delete_message(self._queue, message)
 
     async def poison(self, message: QueueMessage, reason: str) -> None:
@@ -192,7 +195,7 @@ class Lane:
             "dequeue_count": message.dequeue_count,
             "message_id": message.id,
         }
-        async with self._storage.guard(kind="queue-send"):
+        async with self._storage.guard(kind="queue-send", waits=False):
             await lean_queue.send_message(
                 self._poison, orjson.dumps(record).decode(), time_to_live=-1
             )

@@ -22,8 +22,10 @@ anything else (the API) waits behind a few requests, not hundreds; on a store th
 parallel the queue stays empty and the limit grows to its maximum. A throttled response's
 ``Retry-After`` also holds back ``LOW`` work until it has passed. Waiters are served
 ``HIGH`` first, and a quarter of the places (at least one, once the limit is 2) is kept for
-``HIGH`` calls: background work never holds them, so a fresh post's calls (and the
-renewal of every lease) start at once, whatever backlog is being drained. An optional
+``HIGH`` calls: background work holds them only on its turn (one place in five while both
+wait), so a fresh post's calls start at once, whatever backlog is being drained. Calls made
+with a message's lease (its renewal, its settle) are counted but never wait (``waits=False``):
+they hold the lease's lock, and a renewal must not queue behind anything. An optional
 request rate (a share of the account's request budget) leaves the rest of the budget to the
 API.
 """
@@ -99,12 +101,16 @@ class AdaptiveLimiter:
         return len(self._waiters[level])
 
     @asynccontextmanager
-    async def slot(self, kind: str = "other") -> AsyncIterator[Outcome]:
+    async def slot(self, kind: str = "other", *, waits: bool = True) -> AsyncIterator[Outcome]:
         """Hold one of the limit's places for one request of ``kind``; the caller marks the
-        outcome (left as is: a normal answer, timed from entry to exit)."""
-        if self._rate is not None:
-            await self._rate.acquire()
-        await self._acquire(priority.current())
+        outcome (left as is: a normal answer, timed from entry to exit). A call that must
+        not wait (``waits=False``) is counted at once, past the limit if need be."""
+        if not waits:
+            self._start()
+        else:
+            if self._rate is not None:
+                await self._rate.acquire()
+            await self._acquire(priority.current())
         outcome = Outcome(started=self._clock())
         try:
             yield outcome
@@ -167,12 +173,20 @@ class AdaptiveLimiter:
             self._timer = asyncio.get_running_loop().call_later(held, self._timer_fired)
 
     def _next_level(self) -> Priority | None:
-        ready = [level for level in Priority if self._waiters[level] and self._may_start(level)]
-        if not ready:
-            return None
-        if Priority.LOW in ready and self._granted >= _LOW_TURN - 1:
+        if self._lows_turn():
             return Priority.LOW
-        return ready[0]
+        ready = [level for level in Priority if self._waiters[level] and self._may_start(level)]
+        return ready[0] if ready else None
+
+    def _lows_turn(self) -> bool:
+        """Background's one place in five while user-facing calls wait: any free place, the
+        kept ones included (else a steady user-facing load would shut background out)."""
+        return (
+            bool(self._waiters[Priority.LOW])
+            and self._granted >= _LOW_TURN - 1
+            and self.in_flight < math.floor(self.limit)
+            and self._clock() >= self._hold_low_until
+        )
 
     def _timer_fired(self) -> None:
         self._timer = None
