@@ -15,8 +15,8 @@ from enum import IntEnum
 
 class Priority(IntEnum):
     HIGH = 0
-    """Every page of a post's fan-out, a delete's first page, an unfollow's first purge, a
-    lease's renewal: someone is waiting."""
+    """Every page of a post's fan-out, a delete's first page, an unfollow's first purge:
+    someone is waiting."""
     LOW = 1
     """Backfills, a delete's later pages, second passes, regrades: nobody watches them."""
 
