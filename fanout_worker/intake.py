@@ -89,7 +89,9 @@ class Intake:
                 return
             queue, turn = shards[turn % len(shards)], turn + 1
             try:
-                messages = await queue.receive(count, self._settings.worker_visibility_timeout_s)
+                messages = await queue.receive(
+                    count, self._settings.worker_visibility_timeout_s, unless=self._stopping
+                )
                 failures = 0
             except StorageUnavailableError:
                 failures += 1

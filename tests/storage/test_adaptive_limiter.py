@@ -235,3 +235,44 @@ async def test_a_call_that_must_not_wait_is_counted_past_the_limit() -> None:
         assert limiter.in_flight == 2  # still over: a waiter would not start yet
     await held[1].__aexit__(None, None, None)
     assert limiter.in_flight == 0
+
+
+async def test_background_gets_a_turn_while_user_facing_calls_fill_the_kept_places_alone() -> None:
+    """Review of a4ff4bb: seven user-facing callers keep 7 of a limit of 8 busy (each call
+    one loop turn, then the next). They never wait (a place is always free for them), so no
+    place is ever *handed* to a user-facing waiter and ``_granted`` stays 0: background's
+    one-in-five turn never comes, and outside its turn it may hold only 6 places, while
+    every freed place leaves 6 in flight. The limit is at its maximum (a store that serves
+    in parallel), so it cannot grow its way out: background waits as long as the load lasts."""
+    limiter = AdaptiveLimiter(LimiterSettings(initial=8, minimum=8, maximum=8))
+    grants: list[Priority] = []
+    stop = asyncio.Event()
+
+    async def user_facing() -> None:
+        with running_as(Priority.HIGH):
+            while not stop.is_set():
+                async with limiter.slot("read"):
+                    grants.append(Priority.HIGH)
+                    await asyncio.sleep(0)
+
+    async def background() -> None:
+        with running_as(Priority.LOW):
+            async with limiter.slot("read"):
+                grants.append(Priority.LOW)
+
+    callers = [asyncio.create_task(user_facing()) for _ in range(7)]
+    await asyncio.sleep(0)
+    low = asyncio.create_task(background())
+    for _ in range(500):  # 500 loop turns of sustained user-facing load
+        await asyncio.sleep(0)
+        if low.done():
+            break
+    waited = not low.done()
+    high_grants = len(grants)
+    stop.set()
+    await asyncio.gather(*callers, low)
+    assert not waited, (
+        f"the background call waited through {high_grants} user-facing calls, none of which"
+        f" ever waited (limit {limiter.limit:.0f}, background places"
+        f" {limiter.background_places()})"
+    )

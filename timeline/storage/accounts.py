@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager, suppress
 from dataclasses import dataclass
@@ -208,6 +209,7 @@ class Storage:
         kind: str = "other",
         not_after: float | None = None,
         waits: bool = True,
+        unless: asyncio.Event | None = None,
     ) -> AbstractAsyncContextManager[None]:
         """Bound a storage call in time and turn outages into ``StorageUnavailableError``;
         first renew the placement if its lease ran out (``renew``).
@@ -216,7 +218,8 @@ class Storage:
         back-pressure, not storage's latency); control calls (``renew=False``: the
         placement's lease) pass. Queue calls wait as table calls do, at their work's
         priority, but a call that must not wait (``waits=False``: one made with a
-        message's lease) is only counted. ``kind`` names
+        message's lease) is only counted, and one still waiting when ``unless`` is set
+        gives up unsent (``StorageUnavailableError``). ``kind`` names
         the request's shape for the limiter, which compares latencies within a kind. With
         ``not_after`` (``time.monotonic``), a call not sent by then (its place in the limiter
         came later) is refused with ``StorageUnavailableError``: from its start, every try
@@ -228,6 +231,7 @@ class Storage:
             kind,
             not_after,
             waits,
+            unless,
         )
 
     async def create_all(self) -> None:

@@ -6,6 +6,7 @@ messages stay in one shard."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 from dataclasses import dataclass
 from typing import Protocol
@@ -131,11 +132,14 @@ class Lane:
             if getattr(error, "error_code", None) not in _STALE_RECEIPT:  # set by the storage SDK
                 raise
 
-    async def receive(self, count: int, visibility_timeout_s: int) -> list[QueueMessage]:
+    async def receive(
+        self, count: int, visibility_timeout_s: int, *, unless: asyncio.Event | None = None
+    ) -> list[QueueMessage]:
         """Lease up to ``count`` (≤ 32) messages for ``visibility_timeout_s`` seconds, at
-        the lane's priority in the worker's limiter."""
+        the lane's priority in the worker's limiter; a receive still waiting there when
+        ``unless`` is set (the worker stops) gives up unsent."""
         with running_as(self.level):
-            async with self._storage.guard(kind="queue-receive"):
+            async with self._storage.guard(kind="queue-receive", unless=unless):
                 return await lean_queue.receive_messages(self._queue, count, visibility_timeout_s)
 
     def moves(self, replacement: FanoutMessage) -> Lane | None:

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 
 from aiolimiter import AsyncLimiter
 
+from timeline.errors import StorageUnavailableError
 from timeline.model import priority
 from timeline.model.priority import Priority
 
@@ -101,16 +102,19 @@ class AdaptiveLimiter:
         return len(self._waiters[level])
 
     @asynccontextmanager
-    async def slot(self, kind: str = "other", *, waits: bool = True) -> AsyncIterator[Outcome]:
+    async def slot(
+        self, kind: str = "other", *, waits: bool = True, unless: asyncio.Event | None = None
+    ) -> AsyncIterator[Outcome]:
         """Hold one of the limit's places for one request of ``kind``; the caller marks the
         outcome (left as is: a normal answer, timed from entry to exit). A call that must
-        not wait (``waits=False``) is counted at once, past the limit if need be."""
+        not wait (``waits=False``) is counted at once, past the limit if need be. A call
+        still waiting when ``unless`` is set gives up (``StorageUnavailableError``), unsent."""
         if not waits:
             self._start()
         else:
             if self._rate is not None:
                 await self._rate.acquire()
-            await self._acquire(priority.current())
+            await self._acquire(priority.current(), unless)
         outcome = Outcome(started=self._clock())
         try:
             yield outcome
@@ -119,13 +123,16 @@ class AdaptiveLimiter:
                 self._observe(kind, outcome, self._clock())
             self._finish()
 
-    async def _acquire(self, level: Priority) -> None:
-        if self._may_start(level) and not any(self._waiters[: level + 1]):
+    async def _acquire(self, level: Priority, unless: asyncio.Event | None = None) -> None:
+        if self._may_start(level) and not any(self._waiters[: level + 1]) and not self._lows_turn():
             self._start()
+            if self._waiters[Priority.LOW]:  # a start with no wait still counts to LOW's turn
+                self._granted += 1
             return
         waiter = asyncio.get_running_loop().create_future()
         self._waiters[level].append(waiter)
         self._wake()  # arms the hold's timer when this is the first background waiter
+        giving_up = _cancel_when_set(unless, waiter)
         try:
             await waiter
         except asyncio.CancelledError:
@@ -134,7 +141,13 @@ class AdaptiveLimiter:
             else:  # still waiting, or already passed over by ``_wake`` as cancelled
                 with contextlib.suppress(ValueError):
                     self._waiters[level].remove(waiter)
+            task = asyncio.current_task()
+            if unless is not None and unless.is_set() and task and not task.cancelling():
+                raise StorageUnavailableError("gave up waiting: stopping", retry_after=0) from None
             raise
+        finally:
+            if giving_up is not None:
+                giving_up.cancel()
 
     def _may_start(self, level: Priority) -> bool:
         if level == Priority.HIGH:
@@ -229,6 +242,17 @@ class AdaptiveLimiter:
     def _lower(self, limit: float) -> None:
         self.limit = max(float(self.settings.minimum), limit)
         self._slow_start = False
+
+
+def _cancel_when_set(
+    event: asyncio.Event | None, waiter: asyncio.Future[None]
+) -> asyncio.Task[bool] | None:
+    """Cancel ``waiter`` once ``event`` is set, unless it has its place by then."""
+    if event is None:
+        return None
+    watch = asyncio.ensure_future(event.wait())
+    watch.add_done_callback(lambda _: waiter.done() or waiter.cancel())
+    return watch
 
 
 @dataclass(slots=True)
