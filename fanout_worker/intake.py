@@ -89,9 +89,7 @@ class Intake:
                 return
             queue, turn = shards[turn % len(shards)], turn + 1
             try:
-                messages = await queue.receive(
-                    count, self._settings.worker_visibility_timeout_s, unless=self._stopping
-                )
+                messages = await queue.receive(count, self._settings.worker_visibility_timeout_s)
                 failures = 0
             except StorageUnavailableError:
                 failures += 1

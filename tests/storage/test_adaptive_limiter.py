@@ -11,7 +11,6 @@ import heapq
 import itertools
 from contextlib import AbstractAsyncContextManager
 
-from timeline.model import priority
 from timeline.model.priority import Priority, running_as
 from timeline.storage.flow.limiter import AdaptiveLimiter, LimiterSettings, Outcome
 
@@ -35,7 +34,7 @@ async def _simulate(
     latencies: list[float] = []
     started = 0
     while started < requests or pending:
-        while started < requests and limiter._may_start(priority.current()):
+        while started < requests and limiter.in_flight < int(limiter.limit):
             slot: AbstractAsyncContextManager[Outcome] = limiter.slot("write-100")
             await slot.__aenter__()
             begins = max(clock.now, heapq.heappop(free_at))
@@ -151,128 +150,3 @@ async def test_background_held_back_by_retry_after_resumes_with_nothing_else_run
                 pass
 
     await asyncio.wait_for(background_call(), 5)
-
-
-async def test_background_never_holds_the_places_kept_for_user_facing_calls() -> None:
-    """A backlog fills every place it may (a quarter of the limit is kept); a fresh post's
-    call (or a lease's renewal) then starts at once, with no background call to wait for."""
-    limiter = AdaptiveLimiter(LimiterSettings(initial=8, minimum=8, maximum=8))
-    release = asyncio.Event()
-    started: list[Priority] = []
-
-    async def call(level: Priority) -> None:
-        with running_as(level):
-            async with limiter.slot("read"):
-                started.append(level)
-                await release.wait()
-
-    background = [asyncio.create_task(call(Priority.LOW)) for _ in range(8)]
-    await asyncio.sleep(0)
-    assert started == [Priority.LOW] * 6
-    assert limiter.waiting(Priority.LOW) == 2
-    user_facing = [asyncio.create_task(call(Priority.HIGH)) for _ in range(2)]
-    await asyncio.sleep(0)
-    assert started[6:] == [Priority.HIGH] * 2
-    release.set()
-    await asyncio.gather(*background, *user_facing)
-    assert started.count(Priority.LOW) == 8
-
-
-async def test_a_backlog_alone_still_grows_the_limit_to_the_stores_parallelism() -> None:
-    """The limit grows when a round fills every place its callers may hold: background
-    calls alone, which never hold the kept quarter, still find a store's parallelism."""
-    clock = Clock()
-    limiter = AdaptiveLimiter(LimiterSettings(initial=16, maximum=256), clock=clock)
-    with running_as(Priority.LOW):
-        await _simulate(limiter, clock, servers=100, service_s=0.03, requests=20_000)
-    assert limiter.background_places() >= 90
-
-
-async def test_background_still_gets_a_turn_while_user_facing_calls_fill_the_limit() -> None:
-    """Eight user-facing callers keep a limit of 4 busy (each call one loop turn, then the
-    next); one background call waits. Every place freed leaves 3 in flight, as many as
-    background may hold outside its turn: its one-in-five turn must still come (review of
-    cc3a6dd: it waited until the user-facing load stopped)."""
-    limiter = AdaptiveLimiter(LimiterSettings(initial=4, minimum=4, maximum=4))
-    grants: list[Priority] = []
-    stop = asyncio.Event()
-
-    async def user_facing() -> None:
-        with running_as(Priority.HIGH):
-            while not stop.is_set():
-                async with limiter.slot("read"):
-                    grants.append(Priority.HIGH)
-                    await asyncio.sleep(0)
-
-    async def background() -> None:
-        with running_as(Priority.LOW):
-            async with limiter.slot("read"):
-                grants.append(Priority.LOW)
-
-    callers = [asyncio.create_task(user_facing()) for _ in range(8)]
-    await asyncio.sleep(0)
-    low = asyncio.create_task(background())
-    for _ in range(200):  # 200 loop turns of sustained user-facing load
-        await asyncio.sleep(0)
-        if low.done():
-            break
-    stop.set()
-    await asyncio.gather(*callers, low)
-    before = grants.index(Priority.LOW)
-    assert before <= 20, f"the background call waited behind {before} user-facing grants"
-
-
-async def test_a_call_that_must_not_wait_is_counted_past_the_limit() -> None:
-    """A call made with a message's lease never waits, but storage serves it all the same:
-    it counts in flight, so the places it takes are not handed to anyone else meanwhile."""
-    limiter = AdaptiveLimiter(LimiterSettings(initial=2, minimum=2, maximum=2))
-    held = [limiter.slot("read") for _ in range(2)]
-    for slot in held:
-        await slot.__aenter__()
-    async with limiter.slot("queue-update", waits=False):
-        assert limiter.in_flight == 3
-        await held[0].__aexit__(None, None, None)
-        assert limiter.in_flight == 2  # still over: a waiter would not start yet
-    await held[1].__aexit__(None, None, None)
-    assert limiter.in_flight == 0
-
-
-async def test_background_gets_a_turn_while_user_facing_calls_fill_the_kept_places_alone() -> None:
-    """Review of a4ff4bb: seven user-facing callers keep 7 of a limit of 8 busy (each call
-    one loop turn, then the next). They never wait (a place is always free for them), so no
-    place is ever *handed* to a user-facing waiter and ``_granted`` stays 0: background's
-    one-in-five turn never comes, and outside its turn it may hold only 6 places, while
-    every freed place leaves 6 in flight. The limit is at its maximum (a store that serves
-    in parallel), so it cannot grow its way out: background waits as long as the load lasts."""
-    limiter = AdaptiveLimiter(LimiterSettings(initial=8, minimum=8, maximum=8))
-    grants: list[Priority] = []
-    stop = asyncio.Event()
-
-    async def user_facing() -> None:
-        with running_as(Priority.HIGH):
-            while not stop.is_set():
-                async with limiter.slot("read"):
-                    grants.append(Priority.HIGH)
-                    await asyncio.sleep(0)
-
-    async def background() -> None:
-        with running_as(Priority.LOW):
-            async with limiter.slot("read"):
-                grants.append(Priority.LOW)
-
-    callers = [asyncio.create_task(user_facing()) for _ in range(7)]
-    await asyncio.sleep(0)
-    low = asyncio.create_task(background())
-    for _ in range(500):  # 500 loop turns of sustained user-facing load
-        await asyncio.sleep(0)
-        if low.done():
-            break
-    waited = not low.done()
-    high_grants = len(grants)
-    stop.set()
-    await asyncio.gather(*callers, low)
-    assert not waited, (
-        f"the background call waited through {high_grants} user-facing calls, none of which"
-        f" ever waited (limit {limiter.limit:.0f}, background places"
-        f" {limiter.background_places()})"
-    )

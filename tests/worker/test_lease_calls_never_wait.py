@@ -1,9 +1,9 @@
-"""A message's lease is renewed whatever waits in the worker's limiter: a call made with the
-lease (renew, settle) is counted there but never waits, neither for a place behind
-user-facing calls (which may hold every place) nor for the request rate behind a background
-backlog. Waiting, a renewal would let the lease run out while its work runs: the message is
-leased a second time (its work done twice) and triaged as a crash suspect (both found by
-the review of cc3a6dd)."""
+"""A message's lease is renewed whatever waits in the worker's limiter: queue calls do not
+take its places, so a renewal waits neither behind user-facing calls (which may hold every
+place) nor for the request rate behind a background backlog. Waiting, a renewal would let
+the lease run out while its work runs: the message is leased a second time (its work done
+twice) and triaged as a crash suspect (both found by a review of a version that limited
+queue calls)."""
 
 from __future__ import annotations
 

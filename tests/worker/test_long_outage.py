@@ -39,7 +39,7 @@ class _Unreachable(Lane):
     calls = 0
     worker: Any = None
 
-    async def receive(self, count: int, visibility_timeout_s: int, **_: Any) -> list[Any]:
+    async def receive(self, count: int, visibility_timeout_s: int) -> list[Any]:
         type(self).calls += 1
         if type(self).calls >= self.LIMIT:
             type(self).worker.stop()

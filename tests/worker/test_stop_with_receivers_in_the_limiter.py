@@ -1,10 +1,7 @@
-"""Review of a4ff4bb: a worker asked to stop returns promptly even when a receiver waits in
-the storage limiter. Since cc3a6dd a lane's receive waits there for a place at the lane's
-priority; ``stop()`` wakes receivers waiting for room in the intake, but nothing wakes one
-waiting in the limiter, and the shutdown grace period only starts once every receiver has
-returned. A throttled answer's ``Retry-After`` (up to 30 s) holds background calls back, so a
-background receiver caught in the hold keeps the worker from stopping until it passes, and
-then leases messages after the stop (only to hand them back)."""
+"""A worker asked to stop returns promptly even while a throttled answer's ``Retry-After``
+(up to 30 s) holds background calls back in the storage limiter: a lane's receive must not
+wait there (a review found a version whose receives waited in the limiter, which kept a stop
+waiting for the hold, then leased messages after the stop only to hand them back)."""
 
 from __future__ import annotations
 
@@ -13,8 +10,7 @@ import time
 from pathlib import Path
 
 from fanout_worker.worker import Worker
-from tests.conftest import eventually, make_settings, opened
-from timeline.model.priority import Priority
+from tests.conftest import make_settings, opened
 from timeline.tools.azurite import Azurite
 
 HOLD_S = 30.0
@@ -36,10 +32,7 @@ async def test_a_stop_is_not_held_up_by_a_background_receive_waiting_in_the_limi
         outcome.congested, outcome.retry_after = True, HOLD_S
         await throttled.__aexit__(None, None, None)
 
-        async def background_receiver_held() -> bool:
-            return limiter.waiting(Priority.LOW) >= 1
-
-        await eventually(background_receiver_held, timeout_s=10, what="a held background receive")
+        await asyncio.sleep(1.0)  # the background receivers poll through the hold
         asked = time.monotonic()
         worker.stop()
         done, _ = await asyncio.wait({running}, timeout=settings.worker_shutdown_grace_s + 2)

@@ -29,9 +29,7 @@ from tests.conftest import (
     make_settings,
     opened,
     program_env,
-    provisioned,
     running_worker,
-    storage_on,
     unique,
 )
 from timeline.config import Settings
@@ -48,10 +46,9 @@ from timeline.model.messages import (
     Unfollowed,
     urgency,
 )
-from timeline.model.priority import Priority, running_as
+from timeline.model.priority import Priority
 from timeline.storage.accounts import Storage
 from timeline.storage.calls import chunked, submit_batch
-from timeline.storage.flow.limiter import AdaptiveLimiter, LimiterSettings
 from timeline.storage.names import POSTS, SUBJECT_FOLLOWERS
 from timeline.storage.queue import FanoutQueue, Lane
 from timeline.tools.azurite import Azurite, free_ports
@@ -234,39 +231,3 @@ async def test_a_step_moved_to_the_background_is_sent_once_when_the_delete_is_re
             await eventually(moved, timeout_s=30, what="the first pass to be settled")
         assert _DeleteFailsOnce.failed
         assert await queue.lanes[Priority.LOW].depth() == 1  # the second pass, once
-
-
-async def test_queue_calls_wait_in_the_limiter_at_their_works_priority(
-    private_azurite: Azurite,
-) -> None:
-    """Receives, renewals and deletes take places in the worker's limiter as table calls
-    do: a background lane's receive waits while background calls fill their share, and a
-    lease's renewal (user-facing, whatever its message) does not."""
-    limiter = AdaptiveLimiter(LimiterSettings(initial=4, minimum=4, maximum=4))
-    async with storage_on([private_azurite], limiter=limiter) as storage:
-        await provisioned(storage)
-        queue = FanoutQueue(storage)
-        await queue.send(PostCreated(author=unique("a"), post_id=new_post_id(now_ticks())))
-        high, low = queue.lane(Priority.HIGH), queue.lane(Priority.LOW)
-        [message] = await high.receive(1, 30)
-        hold = asyncio.Event()
-
-        async def background_call() -> None:
-            with running_as(Priority.LOW):
-                async with limiter.slot("read"):
-                    await hold.wait()
-
-        holders = [asyncio.create_task(background_call()) for _ in range(3)]
-
-        async def share_full() -> bool:
-            return limiter.in_flight == limiter.background_places() == 3
-
-        await eventually(share_full, timeout_s=5, what="background calls to fill their share")
-        leasing = asyncio.create_task(low.receive(1, 30))
-        with running_as(Priority.LOW):  # a background message's task renews its lease
-            await asyncio.wait_for(high.extend(message, 30), 10)
-        assert limiter.waiting(Priority.LOW) == 1, "the background receive went around"
-        hold.set()
-        await asyncio.gather(*holders)
-        assert await asyncio.wait_for(leasing, 10) == []
-        await high.delete(message)

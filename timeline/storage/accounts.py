@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager, suppress
 from dataclasses import dataclass
@@ -208,18 +207,13 @@ class Storage:
         limited: bool = True,
         kind: str = "other",
         not_after: float | None = None,
-        waits: bool = True,
-        unless: asyncio.Event | None = None,
     ) -> AbstractAsyncContextManager[None]:
         """Bound a storage call in time and turn outages into ``StorageUnavailableError``;
         first renew the placement if its lease ran out (``renew``).
 
         With a limiter, a ``limited`` call first waits for a place (untimed: the wait is
-        back-pressure, not storage's latency); control calls (``renew=False``: the
-        placement's lease) pass. Queue calls wait as table calls do, at their work's
-        priority, but a call that must not wait (``waits=False``: one made with a
-        message's lease) is only counted, and one still waiting when ``unless`` is set
-        gives up unsent (``StorageUnavailableError``). ``kind`` names
+        back-pressure, not storage's latency); control calls (``renew=False``) and queue
+        calls pass, so leases and the placement never wait behind a backlog. ``kind`` names
         the request's shape for the limiter, which compares latencies within a kind. With
         ``not_after`` (``time.monotonic``), a call not sent by then (its place in the limiter
         came later) is refused with ``StorageUnavailableError``: from its start, every try
@@ -230,8 +224,6 @@ class Storage:
             self.options.limiter if limited else None,
             kind,
             not_after,
-            waits,
-            unless,
         )
 
     async def create_all(self) -> None:

@@ -6,7 +6,6 @@ messages stay in one shard."""
 
 from __future__ import annotations
 
-import asyncio
 import math
 from dataclasses import dataclass
 from typing import Protocol
@@ -31,7 +30,7 @@ from timeline.model.messages import (
     encode,
     urgency,
 )
-from timeline.model.priority import Priority, running_as
+from timeline.model.priority import Priority
 from timeline.storage.accounts import Storage
 from timeline.storage.placement import hash64
 from timeline.storage.wire import lean_queue
@@ -93,12 +92,7 @@ _STALE_RECEIPT = frozenset({"PopReceiptMismatch", "MessageNotFound"})
 
 class Lane:
     """One work queue of a shard (its user-facing or its background queue), with the
-    shard's poison queue: what a worker leases from and settles on.
-
-    In a worker every call takes a place in its limiter: a receive at the lane's priority, a
-    send at its work's; a call made with a message's lease (renew, mark, rewrite, delete,
-    poison, release) is counted but never waits, since it holds the lease's lock and a
-    renewal must never queue behind other work."""
+    shard's poison queue: what a worker leases from and settles on."""
 
     def __init__(self, shard: FanoutQueue, level: Priority) -> None:
         self.shard_queue = shard
@@ -116,7 +110,7 @@ class Lane:
 
     async def send_raw(self, content: str, *, visible_in_s: int | None = None) -> QueueMessage:
         """Enqueue with no time-to-live: a backlog must never silently drop a delete."""
-        async with self._storage.guard(kind="queue-send"):
+        async with self._storage.guard(limited=False):
             return await lean_queue.send_message(
                 self._queue, content, time_to_live=-1, visibility_timeout=visible_in_s
             )
@@ -126,21 +120,16 @@ class Lane:
         (a retry of a release that landed, or the message shown and leased already) is
         fine: the message is visible or taken."""
         try:
-            async with self._storage.guard(kind="queue-update", waits=False):
+            async with self._storage.guard(limited=False):
                 await lean_queue.update_message(self._queue, message, visibility_timeout=0)
         except HttpResponseError as error:
             if getattr(error, "error_code", None) not in _STALE_RECEIPT:  # set by the storage SDK
                 raise
 
-    async def receive(
-        self, count: int, visibility_timeout_s: int, *, unless: asyncio.Event | None = None
-    ) -> list[QueueMessage]:
-        """Lease up to ``count`` (≤ 32) messages for ``visibility_timeout_s`` seconds, at
-        the lane's priority in the worker's limiter; a receive still waiting there when
-        ``unless`` is set (the worker stops) gives up unsent."""
-        with running_as(self.level):
-            async with self._storage.guard(kind="queue-receive", unless=unless):
-                return await lean_queue.receive_messages(self._queue, count, visibility_timeout_s)
+    async def receive(self, count: int, visibility_timeout_s: int) -> list[QueueMessage]:
+        """Lease up to ``count`` (≤ 32) messages for ``visibility_timeout_s`` seconds."""
+        async with self._storage.guard(limited=False):
+            return await lean_queue.receive_messages(self._queue, count, visibility_timeout_s)
 
     def moves(self, replacement: FanoutMessage) -> Lane | None:
         """The other lane of this shard, when ``replacement`` belongs there."""
@@ -151,7 +140,7 @@ class Lane:
 
     async def extend(self, message: QueueMessage, visibility_timeout_s: int) -> QueueMessage:
         """Renew the lease; the returned message carries the new pop receipt."""
-        async with self._storage.guard(kind="queue-update", waits=False):
+        async with self._storage.guard(limited=False):
             updated = await lean_queue.update_message(
                 self._queue, message, visibility_timeout=visibility_timeout_s
             )
@@ -165,7 +154,7 @@ class Lane:
         """Replace the content and keep the lease (renewed); the returned message carries
         the new pop receipt."""
         content = encode(replacement)
-        async with self._storage.guard(kind="queue-update", waits=False):
+        async with self._storage.guard(limited=False):
             updated = await lean_queue.update_message(
                 self._queue, message, content, visibility_timeout=visibility_timeout_s
             )
@@ -181,13 +170,13 @@ class Lane:
         ``visibility_timeout_s`` (rounded up to whole seconds, as the queue counts). A
         replacement that belongs in the other lane is moved by the worker (``moves``)."""
         delay = math.ceil(visibility_timeout_s)
-        async with self._storage.guard(kind="queue-update", waits=False):
+        async with self._storage.guard(limited=False):
             await lean_queue.update_message(
                 self._queue, message, encode(replacement), visibility_timeout=delay
             )
 
     async def delete(self, message: QueueMessage) -> None:
-        async with self._storage.guard(kind="queue-delete", waits=False):
+        async with self._storage.guard(limited=False):
             await lean_queue.delete_message(self._queue, message)
 
     async def poison(self, message: QueueMessage, reason: str) -> None:
@@ -199,7 +188,7 @@ class Lane:
             "dequeue_count": message.dequeue_count,
             "message_id": message.id,
         }
-        async with self._storage.guard(kind="queue-send", waits=False):
+        async with self._storage.guard(limited=False):
             await lean_queue.send_message(
                 self._poison, orjson.dumps(record).decode(), time_to_live=-1
             )

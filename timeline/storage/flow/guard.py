@@ -68,8 +68,6 @@ async def guarded(
     limiter: AdaptiveLimiter | None,
     kind: str,
     not_after: float | None = None,
-    waits: bool = True,
-    unless: asyncio.Event | None = None,
 ) -> AsyncIterator[None]:
     """``Storage.guard``'s body: only calls that ``renew`` wait for a place in ``limiter``
     (control calls pass), and a call made while this task holds a place does not wait. A
@@ -82,7 +80,7 @@ async def guarded(
         return
     holding = _HOLDING.set(True)  # a call made inside this one must not wait for a place
     try:
-        async with limiter.slot(kind, waits=waits, unless=unless) as outcome:
+        async with limiter.slot(kind) as outcome:
             _refuse_if_past(not_after)
             async with _bounded(timeout_s, renew, outcome):
                 yield

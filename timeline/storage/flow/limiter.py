@@ -21,13 +21,8 @@ So on a store that queues, the worker keeps just enough in flight to keep it bus
 anything else (the API) waits behind a few requests, not hundreds; on a store that serves in
 parallel the queue stays empty and the limit grows to its maximum. A throttled response's
 ``Retry-After`` also holds back ``LOW`` work until it has passed. Waiters are served
-``HIGH`` first, and a quarter of the places (at least one, once the limit is 2) is kept for
-``HIGH`` calls: background work holds them only on its turn (one place in five while both
-wait), so a fresh post's calls start at once, whatever backlog is being drained. Calls made
-with a message's lease (its renewal, its settle) are counted but never wait (``waits=False``):
-they hold the lease's lock, and a renewal must not queue behind anything. An optional
-request rate (a share of the account's request budget) leaves the rest of the budget to the
-API.
+``HIGH`` first. An optional request rate (a share of the account's request budget) leaves
+the rest of the budget to the API.
 """
 
 from __future__ import annotations
@@ -43,7 +38,6 @@ from dataclasses import dataclass
 
 from aiolimiter import AsyncLimiter
 
-from timeline.errors import StorageUnavailableError
 from timeline.model import priority
 from timeline.model.priority import Priority
 
@@ -57,8 +51,6 @@ storage getting slower for good (a bigger table, a busier account) within a minu
 _RETRY_AFTER_CAP_S = 30.0
 _LOW_TURN = 5
 """While both wait, one place in this many goes to background work."""
-_HIGH_RESERVE = 0.25
-"""The share of the limit's places that background work never holds."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,19 +94,12 @@ class AdaptiveLimiter:
         return len(self._waiters[level])
 
     @asynccontextmanager
-    async def slot(
-        self, kind: str = "other", *, waits: bool = True, unless: asyncio.Event | None = None
-    ) -> AsyncIterator[Outcome]:
+    async def slot(self, kind: str = "other") -> AsyncIterator[Outcome]:
         """Hold one of the limit's places for one request of ``kind``; the caller marks the
-        outcome (left as is: a normal answer, timed from entry to exit). A call that must
-        not wait (``waits=False``) is counted at once, past the limit if need be. A call
-        still waiting when ``unless`` is set gives up (``StorageUnavailableError``), unsent."""
-        if not waits:
-            self._start()
-        else:
-            if self._rate is not None:
-                await self._rate.acquire()
-            await self._acquire(priority.current(), unless)
+        outcome (left as is: a normal answer, timed from entry to exit)."""
+        if self._rate is not None:
+            await self._rate.acquire()
+        await self._acquire(priority.current())
         outcome = Outcome(started=self._clock())
         try:
             yield outcome
@@ -123,16 +108,13 @@ class AdaptiveLimiter:
                 self._observe(kind, outcome, self._clock())
             self._finish()
 
-    async def _acquire(self, level: Priority, unless: asyncio.Event | None = None) -> None:
-        if self._may_start(level) and not any(self._waiters[: level + 1]) and not self._lows_turn():
+    async def _acquire(self, level: Priority) -> None:
+        if self._may_start(level) and not any(self._waiters[: level + 1]):
             self._start()
-            if self._waiters[Priority.LOW]:  # a start with no wait still counts to LOW's turn
-                self._granted += 1
             return
         waiter = asyncio.get_running_loop().create_future()
         self._waiters[level].append(waiter)
         self._wake()  # arms the hold's timer when this is the first background waiter
-        giving_up = _cancel_when_set(unless, waiter)
         try:
             await waiter
         except asyncio.CancelledError:
@@ -141,25 +123,12 @@ class AdaptiveLimiter:
             else:  # still waiting, or already passed over by ``_wake`` as cancelled
                 with contextlib.suppress(ValueError):
                     self._waiters[level].remove(waiter)
-            task = asyncio.current_task()
-            if unless is not None and unless.is_set() and task and not task.cancelling():
-                raise StorageUnavailableError("gave up waiting: stopping", retry_after=0) from None
             raise
-        finally:
-            if giving_up is not None:
-                giving_up.cancel()
 
     def _may_start(self, level: Priority) -> bool:
-        if level == Priority.HIGH:
-            return self.in_flight < math.floor(self.limit)
-        return self.in_flight < self.background_places() and self._clock() >= self._hold_low_until
-
-    def background_places(self) -> int:
-        """How many places background calls may hold at once: the limit less its reserve."""
-        places = math.floor(self.limit)
-        if places <= 1:
-            return places
-        return places - max(1, math.floor(places * _HIGH_RESERVE))
+        if self.in_flight >= math.floor(self.limit):
+            return False
+        return level == Priority.HIGH or self._clock() >= self._hold_low_until
 
     def _start(self) -> None:
         self.in_flight += 1
@@ -186,20 +155,12 @@ class AdaptiveLimiter:
             self._timer = asyncio.get_running_loop().call_later(held, self._timer_fired)
 
     def _next_level(self) -> Priority | None:
-        if self._lows_turn():
-            return Priority.LOW
         ready = [level for level in Priority if self._waiters[level] and self._may_start(level)]
-        return ready[0] if ready else None
-
-    def _lows_turn(self) -> bool:
-        """Background's one place in five while user-facing calls wait: any free place, the
-        kept ones included (else a steady user-facing load would shut background out)."""
-        return (
-            bool(self._waiters[Priority.LOW])
-            and self._granted >= _LOW_TURN - 1
-            and self.in_flight < math.floor(self.limit)
-            and self._clock() >= self._hold_low_until
-        )
+        if not ready:
+            return None
+        if Priority.LOW in ready and self._granted >= _LOW_TURN - 1:
+            return Priority.LOW
+        return ready[0]
 
     def _timer_fired(self) -> None:
         self._timer = None
@@ -232,7 +193,7 @@ class AdaptiveLimiter:
             self._lower(self.limit * _BACKOFF)
         elif queued > settings.queue_high or latency > settings.latency_target_s:
             self._lower(self.limit - 1)
-        elif queued < settings.queue_low and finished.peak >= self.background_places():
+        elif queued < settings.queue_low and finished.peak >= math.floor(self.limit):
             grown = self.limit * _SLOW_START if self._slow_start else self.limit + 1
             self.limit = min(float(settings.maximum), grown)
         elif queued >= settings.queue_low:
@@ -242,17 +203,6 @@ class AdaptiveLimiter:
     def _lower(self, limit: float) -> None:
         self.limit = max(float(self.settings.minimum), limit)
         self._slow_start = False
-
-
-def _cancel_when_set(
-    event: asyncio.Event | None, waiter: asyncio.Future[None]
-) -> asyncio.Task[bool] | None:
-    """Cancel ``waiter`` once ``event`` is set, unless it has its place by then."""
-    if event is None:
-        return None
-    watch = asyncio.ensure_future(event.wait())
-    watch.add_done_callback(lambda _: waiter.done() or waiter.cancel())
-    return watch
 
 
 @dataclass(slots=True)
