@@ -156,8 +156,7 @@ class Clients:
         query: dict[str, str | int] = {"limit": READ_PAGE}
         headers = {"Authorization": f"Bearer {self.tokens[user]}"}
         while True:
-            deleted = user in self.deleting
-            page = await self._request("GET", path, params=query, headers=headers, deleted=deleted)
+            page = await self._request("GET", path, params=query, headers=headers, actor=user)
             if not page:
                 return None
             ids = [item["post_id"] for item in page["items"]]
@@ -322,7 +321,7 @@ class Clients:
             "GET",
             f"/users/{owner}/follow_requests",
             headers=headers,
-            deleted=owner in self.deleting,
+            actor=owner,
         )
         if page and page["items"]:
             follower = self._rng.choice(page["items"])["user_id"]
@@ -332,9 +331,7 @@ class Clients:
 
     async def _unfilter(self, owner: str) -> None:
         headers = {"Authorization": f"Bearer {self.tokens[owner]}"}
-        page = await self._request(
-            "GET", f"/users/{owner}/filters", headers=headers, deleted=owner in self.deleting
-        )
+        page = await self._request("GET", f"/users/{owner}/filters", headers=headers, actor=owner)
         if page and page["items"]:
             found = self._rng.choice(page["items"])["filter_id"]
             await self._act("unfilter", "DELETE", f"/users/{owner}/filters/{found}", owner)
@@ -381,14 +378,15 @@ class Clients:
             "Authorization": f"Bearer {self.tokens[user]}",
             "Idempotency-Key": f"{kind}-{self._rng.random()}",
         }
-        deleted = user in self.deleting  # its token is refused from the deletion on
-        return await self._request(method, path, json=body, headers=headers, deleted=deleted)
+        return await self._request(method, path, json=body, headers=headers, actor=user)
 
     async def _request(
-        self, method: str, path: str, *, deleted: bool = False, **kwargs: Any
+        self, method: str, path: str, *, actor: str | None = None, **kwargs: Any
     ) -> Any:
         """The JSON answer (or {} for 204), or None when every attempt failed or was refused
-        (``deleted``: the actor's account is deleted, so a 401 is its answer)."""
+        (a 401 is the answer for an ``actor`` whose account another client is deleting:
+        asked when the answer comes, since a request retried through a 503 may meet a
+        deletion that began after it was first sent)."""
         attempts, restarting_until = 0, asyncio.get_running_loop().time() + RESTART_WAIT_S
         while attempts < 4:
             try:
@@ -399,7 +397,7 @@ class Clients:
                         return {}
                     if response.status == 404:
                         return None  # a post deleted by another client meanwhile
-                    if response.status == 401 and deleted:
+                    if response.status == 401 and actor in self.deleting:
                         return None
                     if response.status in (403, 409) and (await response.json())["error"][
                         "code"
