@@ -28,6 +28,7 @@ from loadtest.bench.follow_storm import follow_storm
 from loadtest.bench.hybrid import hybrid
 from loadtest.bench.idle import idle
 from loadtest.bench.inactive import inactive
+from loadtest.bench.late_pages import late_pages
 from loadtest.bench.lists import lists
 from loadtest.bench.live import live
 from loadtest.bench.mutes import mutes
@@ -38,8 +39,8 @@ from loadtest.bench.stream import stream
 
 PHASES = (
     "live", "burst", "scaling", "backfill", "bigfanout", "accounts", "api", "hybrid", "cap",
-    "stream", "backlog", "crashloop", "follow_storm", "idle", "inactive", "reposts", "mutes",
-    "lists", "deletion",
+    "stream", "backlog", "late_pages", "crashloop", "follow_storm", "idle", "inactive",
+    "reposts", "mutes", "lists", "deletion",
 )  # fmt: skip
 
 
@@ -104,6 +105,7 @@ async def run(sizes: Sizes, phases: set[str], profile: Path | None = None) -> di
         "cap": lambda: cap(sizes),
         "stream": lambda: stream(sizes),
         "backlog": lambda: backlog(sizes, result["ceiling_single_eps"]),
+        "late_pages": lambda: late_pages(sizes),
         "crashloop": lambda: crashloop(sizes),
         "follow_storm": lambda: follow_storm(sizes),
         "idle": lambda: idle(sizes),

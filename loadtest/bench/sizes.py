@@ -44,6 +44,9 @@ class Sizes:
     backlog_writes: int = 200
     backlog_posts: int = 3
     backlog_window_s: float = 60.0
+    late_pages_followers: int = 3000
+    late_pages_kill_after_s: float = 2.0
+    late_pages_cap_s: float = 600.0
     crashloop_seconds: float = 20.0
     follow_storm_follows: int = 1500
     follow_storm_point_writes: int = 200
@@ -79,7 +82,8 @@ QUICK = Sizes(
     large_author_followers=2000, hybrid_reads=20, regrade_followers=200, cap_items=64,
     cap_authors=4, cap_posts_per_author=20, cap_followers=4, stream_clients=4, stream_seconds=5,
     stream_events=5, backlog_follows=300, backlog_subject_posts=5, backlog_writes=40,
-    backlog_posts=2, backlog_window_s=5, crashloop_seconds=6, follow_storm_follows=200,
+    backlog_posts=2, backlog_window_s=5, late_pages_followers=300, late_pages_cap_s=120,
+    crashloop_seconds=6, follow_storm_follows=200,
     follow_storm_point_writes=50, idle_seconds=5,
     inactive_readers=100, inactive_authors=5,
     inactive_followers=40, inactive_posts=20, inactive_period_s=8, inactive_returning=2,
