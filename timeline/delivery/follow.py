@@ -42,8 +42,10 @@ class FollowChanges:
             return DONE
         if not await follows.is_following(follower, subject):
             await follows.sync_index(follower, subject)
+            if await self._blocked(follower, subject):  # maybe ended by an earlier run of
+                return Continue(Unfollowed(follower=follower, subject=subject))  # this one
             return DONE  # never made, or unfollowed since (its passes remove copies)
-        if await self._repos.relations.blocked_either(list_owner(follower) or follower, subject):
+        if await self._blocked(follower, subject):
             return await self._end_blocked(follower, subject)
         damped = False
         if not await self._merge_for(follower, subject):
@@ -56,9 +58,20 @@ class FollowChanges:
             return Continue(again, delay_s=self._ctx.timing.sweep_delay_s)
         return DONE
 
+    async def _blocked(self, follower: str, subject: str) -> bool:
+        """Whether either side blocks the other (a list's reader: its owner)."""
+        return await self._repos.relations.blocked_either(list_owner(follower) or follower, subject)
+
     async def _end_blocked(self, follower: str, subject: str) -> Outcome:
         """A follow that a block raced (its request died before its own re-check): end it
-        here and go on as its unfollow, whose passes purge what any copy left."""
+        here and go on as its unfollow, whose passes purge what any copy left.
+
+        The unfollow is carried only by this message's rewrite, after the follow is gone: if
+        the lease is lost first (a freeze, a killed worker, two workers holding the message),
+        the ``Followed`` comes back unchanged and finds no follow. So a ``Followed`` that
+        finds no follow but a block goes on as the unfollow too (``backfill``): a re-run
+        ends as the first run did (an extra unfollow, when the block's own ended the
+        follow, purges nothing more)."""
         await self._repos.follows.remove(follower, subject)
         await self._repos.follows.sync_index(follower, subject)
         ended = Unfollowed(follower=follower, subject=subject)
