@@ -42,9 +42,9 @@ class FollowChanges:
             return DONE
         if not await follows.is_following(follower, subject):
             await follows.sync_index(follower, subject)
-            if await self._blocked(follower, subject):  # maybe ended by an earlier run of
-                return Continue(Unfollowed(follower=follower, subject=subject))  # this one
-            return DONE  # never made, or unfollowed since (its passes remove copies)
+            if (await follows.history(follower, subject)).left_at:  # ended: maybe by an
+                return Continue(Unfollowed(follower=follower, subject=subject))  # earlier run
+            return DONE  # never made
         if await self._blocked(follower, subject):
             return await self._end_blocked(follower, subject)
         damped = False
@@ -68,10 +68,10 @@ class FollowChanges:
 
         The unfollow is carried only by this message's rewrite, after the follow is gone: if
         the lease is lost first (a freeze, a killed worker, two workers holding the message),
-        the ``Followed`` comes back unchanged and finds no follow. So a ``Followed`` that
-        finds no follow but a block goes on as the unfollow too (``backfill``): a re-run
-        ends as the first run did (an extra unfollow, when the block's own ended the
-        follow, purges nothing more)."""
+        the ``Followed`` comes back unchanged and finds no follow, the block perhaps lifted
+        since. So a ``Followed`` that finds no follow where the pair's index row records an
+        unfollow goes on as the unfollow too (``backfill``): a re-run ends as the first run
+        did, and an extra unfollow after the pair's own purges nothing more."""
         await self._repos.follows.remove(follower, subject)
         await self._repos.follows.sync_index(follower, subject)
         ended = Unfollowed(follower=follower, subject=subject)
