@@ -2,11 +2,16 @@
 in place (``FollowChanges._end_blocked``). The rewrite is the only thing that carries that
 unfollow: if the lease is lost before it lands (a storage freeze outlasting the lease, a
 worker killed, two workers holding the same message after a freeze), the ``Followed`` comes
-back unchanged, finds no follow, and must still lead to the unfollow's purge. Found by
-``tests/system/test_chaos.py::test_chaos[3-pause]``: a list kept a copy of a member who had
-blocked its owner, with the membership gone."""
+back unchanged, finds no follow (and, if the block was lifted meanwhile, no block), and must
+still lead to the unfollow's purge. Found by ``tests/system/test_chaos.py::test_chaos[3-pause]``:
+a list kept a copy of a member who had blocked its owner, with the membership gone; the
+unblocked case by the review of the first fix."""
 
 from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import pytest
 
 from tests.delivery.helpers import (
     Recorder,
@@ -26,9 +31,36 @@ from timeline.storage.names import TIMELINES
 from timeline.tables.relations import RelationsRepository
 from timeline.tables.repositories import Repositories
 
+UNBLOCKED = pytest.mark.parametrize("unblocked", [False, True], ids=["blocked", "unblocked"])
 
+
+Step = Callable[[], Awaitable[None]]
+
+
+async def _post_block_redeliver(
+    storage: Storage, repos: Repositories, followed: Followed, author: str, block: Step, lift: Step
+) -> str:
+    """A post of ``author`` copied to ``followed.follower`` while the pair stands; then
+    ``block``, the ``Followed``'s first delivery ending the pair (its rewrite then lost),
+    ``lift``, and the same ``Followed`` run again. Returns the post's id."""
+    async with PartitionWriter(storage, TIMELINES, linger_s=0) as writer:
+        processor = FanoutProcessor.on(storage, writer, timing=TIMING)
+        post = await add_post(repos, author)
+        await run_every_pass(processor, PostCreated(author=author, post_id=post.post_id))
+        assert post.post_id in await timeline_ids(repos, followed.follower)
+        await block()
+        outcome = await processor.handle(followed)  # the first delivery that gets through
+        assert isinstance(outcome, Continue)
+        assert isinstance(outcome.message, Unfollowed)
+        assert not await repos.follows.is_following(followed.follower, followed.subject)
+        await lift()  # before the Followed comes back (its rewrite lost with the lease)
+        await run_every_pass(processor, followed)
+    return post.post_id
+
+
+@UNBLOCKED
 async def test_a_lists_follow_ended_by_a_block_purges_even_if_its_rewrite_was_lost(
-    storage: Storage, repos: Repositories
+    storage: Storage, repos: Repositories, unblocked: bool
 ) -> None:
     """The chaos run's interleaving: the owner adds the member (its ``Followed`` held up by
     a freeze and a killed worker), the member posts (the copy lands in the list: the member
@@ -45,42 +77,43 @@ async def test_a_lists_follow_ended_by_a_block_purges_even_if_its_rewrite_was_lo
     followed = recorder.sent[-1]
     assert isinstance(followed, Followed)
     assert followed.follower == reader
-    async with PartitionWriter(storage, TIMELINES, linger_s=0) as writer:
-        processor = FanoutProcessor.on(storage, writer, timing=TIMING)
-        post = await add_post(repos, member)
-        await run_every_pass(processor, PostCreated(author=member, post_id=post.post_id))
-        assert post.post_id in await timeline_ids(repos, reader)  # a member's post: copied
+
+    async def block() -> None:
         await service.relations.block(member, member, owner)  # answered 204
-        outcome = await processor.handle(followed)  # the first delivery that gets through
-        assert isinstance(outcome, Continue)
-        assert isinstance(outcome.message, Unfollowed)
-        assert not await repos.follows.is_following(reader, member)
-        # the lease is lost before the rewrite lands: the same Followed comes back
-        await run_every_pass(processor, followed)
+
+    async def maybe_lift() -> None:
+        if unblocked:
+            await service.relations.unblock(member, member, owner)
+
+    post_id = await _post_block_redeliver(storage, repos, followed, member, block, maybe_lift)
     assert not await repos.follows.is_following(reader, member)
-    assert post.post_id not in await timeline_ids(repos, reader), (
+    assert post_id not in await timeline_ids(repos, reader), (
         "the membership is gone, yet the list keeps the member's copy"
     )
 
 
+@UNBLOCKED
 async def test_a_follow_ended_by_its_delivery_purges_even_if_its_rewrite_was_lost(
-    storage: Storage, repos: Repositories
+    storage: Storage, repos: Repositories, unblocked: bool
 ) -> None:
     """The same for a follow whose request died before its re-check
     (``test_a_follow_whose_request_died_is_ended_by_its_delivery``): a post's delivery copied
     while the follow stood; the ``Followed`` ends it, its rewrite is lost, it runs again."""
     follower, subject = await new_users(repos, "follower", "subject")
-    await RelationsRepository(storage).block(subject, follower)  # its follow check: none
+    relations = RelationsRepository(storage)
+    await relations.block(subject, follower)  # its follow check: none
     await add_follow(repos, follower, subject)  # the late write of the dead request
-    async with PartitionWriter(storage, TIMELINES, linger_s=0) as writer:
-        processor = FanoutProcessor.on(storage, writer, timing=TIMING)
-        post = await add_post(repos, subject)
-        await run_every_pass(processor, PostCreated(author=subject, post_id=post.post_id))
-        assert post.post_id in await timeline_ids(repos, follower)
-        followed = Followed(follower=follower, subject=subject)
-        outcome = await processor.handle(followed)
-        assert isinstance(outcome, Continue)
-        assert isinstance(outcome.message, Unfollowed)
-        await run_every_pass(processor, followed)  # its rewrite lost: it comes back
+
+    async def nothing() -> None:
+        return None
+
+    async def maybe_lift() -> None:
+        if unblocked:
+            await relations.unblock(subject, follower)
+
+    followed = Followed(follower=follower, subject=subject)
+    post_id = await _post_block_redeliver(storage, repos, followed, subject, nothing, maybe_lift)
     assert not await repos.follows.is_following(follower, subject)
-    assert post.post_id not in await timeline_ids(repos, follower)
+    assert post_id not in await timeline_ids(repos, follower), (
+        "no follow, yet the follower's home keeps the subject's post"
+    )
