@@ -71,9 +71,12 @@ class FollowChanges:
         the ``Followed`` comes back unchanged and finds no follow, the block perhaps lifted
         since. So a ``Followed`` that finds no follow where the pair's index row records an
         unfollow goes on as the unfollow too (``backfill``): a re-run ends as the first run
-        did, and an extra unfollow after the pair's own purges nothing more."""
-        await self._repos.follows.remove(follower, subject)
-        await self._repos.follows.sync_index(follower, subject)
+        did, and an extra unfollow after the pair's own purges nothing more. The index is
+        synced while the follow still stands, so the sync after the removal records the
+        unfollow even for a pair whose request died before its own sync."""
+        await self._repos.follows.sync_index(follower, subject)  # active first: the sync
+        await self._repos.follows.remove(follower, subject)  # after the removal records it
+        await self._repos.follows.sync_index(follower, subject)  # ended (``left_at``)
         ended = Unfollowed(follower=follower, subject=subject)
         return Continue(ended)
 
