@@ -403,6 +403,8 @@ class Clients:
                         "code"
                     ] in ("blocked", "not_repostable", "too_many_filters", "too_many_lists"):
                         return None  # refused by a block, a followers-only post, a cap
+                    if response.status == 400 and attempts and _expired(kwargs.get("json")):
+                        return None  # a short mute retried through 503s past its expiry
                     assert response.status == 503, f"{method} {path}: {response.status}"
             except aiohttp.ClientConnectorError:  # nothing sent: the API is restarting
                 if asyncio.get_running_loop().time() < restarting_until:
@@ -414,3 +416,9 @@ class Clients:
             await asyncio.sleep(0.2)
         self._report.refused += 1
         return None
+
+
+def _expired(body: dict[str, Any] | None) -> bool:
+    """Whether ``body`` names an expiry that has passed (a retry sends the first body)."""
+    at = (body or {}).get("expires_at")
+    return at is not None and datetime.fromisoformat(at).timestamp() <= time.time()
